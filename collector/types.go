@@ -1,0 +1,112 @@
+package collector
+
+import "time"
+
+// Source names, as they appear in gpuxray_source_up{source} and
+// gpuxray_source_errors_total{source}.
+const (
+	SourceNVML    = "nvml"
+	SourceKubelet = "kubelet"
+	SourcePods    = "pods"
+	SourceProc    = "proc"
+)
+
+// Utilization sources, as they appear in gpuxray_device_info{utilization_source}.
+const (
+	// UtilizationSamples is NVML's GPU_UTILIZATION_SAMPLES ring: "a kernel was running".
+	UtilizationSamples = "samples"
+	// UtilizationGPM is GPM's SM activity (Hopper and newer, also per MIG instance).
+	UtilizationGPM = "gpm"
+	// UtilizationNone means no activity source works for the device: time is
+	// observed and allocated, but never called idle or active.
+	UtilizationNone = "none"
+)
+
+// Device is the identity of one GPU or MIG instance.
+type Device struct {
+	// UUID is "GPU-…" for a whole GPU, "MIG-…" for a MIG instance.
+	UUID string
+	// GPU is the index of the physical GPU (the parent's, for a MIG instance).
+	GPU int
+	// Name is the product name, e.g. "NVIDIA H100 80GB HBM3".
+	Name string
+	// MIGProfile is e.g. "3g.40gb" for a MIG instance, empty for a whole GPU.
+	MIGProfile string
+	// ParentUUID is the parent GPU's UUID for a MIG instance, empty otherwise.
+	ParentUUID string
+	// DriverVersion is the node's driver version.
+	DriverVersion string
+	// UtilizationSource says where busy ratios come from; see Utilization*.
+	UtilizationSource string
+}
+
+// Sample is one utilization sample as the driver stamps it: the busy ratio over
+// the sampling period that ends at Time.
+type Sample struct {
+	Time  time.Time
+	Value float64 // 0..1
+}
+
+// Process is one compute process running on a device, by host PID.
+type Process struct {
+	PID             uint32
+	UsedMemoryBytes uint64
+}
+
+// DeviceReading is what one poll read of one device. Fields whose Has* flag is
+// false were not available (not supported, or the call failed) and must not be
+// exported as zero.
+type DeviceReading struct {
+	Device Device
+	// Samples are the utilization samples newer than those of the previous
+	// reading of this device, oldest first.
+	Samples []Sample
+
+	HasMemory        bool
+	MemoryUsedBytes  uint64
+	MemoryTotalBytes uint64
+
+	HasPower   bool
+	PowerWatts float64
+
+	// EnergyJoules is the driver's energy counter (since the driver loaded).
+	HasEnergy    bool
+	EnergyJoules float64
+
+	HasProcesses bool
+	Processes    []Process
+}
+
+// DeviceSnapshot is one poll of every device on the node.
+type DeviceSnapshot struct {
+	// At is when the read finished.
+	At      time.Time
+	Devices []DeviceReading
+	// Errors are the failures of individual calls during the read; the
+	// readings above are still valid. Each is a *SourceError.
+	Errors []error
+}
+
+// Allocation is one device assigned to one container, as the kubelet lists it.
+type Allocation struct {
+	Namespace string
+	Pod       string
+	Container string
+	// Resource is the extended resource name, e.g. "nvidia.com/gpu".
+	Resource string
+	// Device is the parsed device ID.
+	Device DeviceRef
+	// Shared is true when the device is a time-slicing/MPS replica or the
+	// resource is a shared one: other pods may hold the same GPU.
+	Shared bool
+}
+
+// AllocationList is one answer of the allocation source.
+type AllocationList struct {
+	// At is when the answer was obtained (for a stale list: when the last good
+	// answer was obtained).
+	At          time.Time
+	Allocations []Allocation
+	// Stale is true when the latest call failed and this is the last good answer.
+	Stale bool
+}
