@@ -1,0 +1,64 @@
+// Package agent is gpuxray's engine: each poll it reads the devices and the
+// allocations, joins them, and integrates allocated, idle and active seconds
+// per device and per allocation. It is plain Go: time comes from an injected
+// clock and readings from small interfaces, so a test can drive it poll by
+// poll without sleeping.
+package agent
+
+import (
+	"errors"
+	"fmt"
+	"time"
+)
+
+// Config is the engine's configuration.
+type Config struct {
+	// PollInterval is how often Run polls.
+	PollInterval time.Duration
+	// PollTimeout bounds one poll's source calls.
+	PollTimeout time.Duration
+	// IdleThreshold is the busy ratio below which a sample counts as idle.
+	IdleThreshold float64
+	// Retention is how long an ended allocation stays exported, so that its
+	// last increments are scraped before its series go.
+	Retention time.Duration
+	// MaxSampleGap is the longest interval between two samples that the later
+	// one is taken to cover. A longer interval (samples lost from the driver's
+	// ring, a failed read) counts as a gap, not as idle.
+	MaxSampleGap time.Duration
+	// Windows splits time into peak and off-peak windows; nil puts all time
+	// off-peak.
+	Windows Windows
+}
+
+// DefaultConfig returns the defaults of the agent's flags.
+func DefaultConfig() Config {
+	return Config{
+		PollInterval:  time.Second,
+		PollTimeout:   5 * time.Second,
+		IdleThreshold: 0.05,
+		Retention:     10 * time.Minute,
+		MaxSampleGap:  2 * time.Second,
+	}
+}
+
+// Validate returns one sentence naming the first bad value.
+func (c Config) Validate() error {
+	var errs []error
+	if c.PollInterval < 10*time.Millisecond {
+		errs = append(errs, fmt.Errorf("poll interval %s is too short (at least 10ms)", c.PollInterval))
+	}
+	if c.PollTimeout <= 0 {
+		errs = append(errs, fmt.Errorf("poll timeout %s must be positive", c.PollTimeout))
+	}
+	if !(c.IdleThreshold > 0 && c.IdleThreshold <= 1) {
+		errs = append(errs, fmt.Errorf("idle threshold %g must be a ratio in (0, 1]", c.IdleThreshold))
+	}
+	if c.Retention < 0 {
+		errs = append(errs, fmt.Errorf("retention %s must not be negative", c.Retention))
+	}
+	if c.MaxSampleGap <= 0 {
+		errs = append(errs, fmt.Errorf("max sample gap %s must be positive", c.MaxSampleGap))
+	}
+	return errors.Join(errs...)
+}

@@ -1,0 +1,519 @@
+package agent
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"go.uber.org/zap"
+
+	"github.com/gpuxray/gpuxray/collector"
+)
+
+// DeviceSource reads every GPU device of the node. A non-nil error means the
+// source is down for this poll; if it is a *collector.SourceError it is also
+// counted (an attempt failed), otherwise only the down state is shown.
+type DeviceSource interface {
+	Read(ctx context.Context) (collector.DeviceSnapshot, error)
+}
+
+// AllocationSource lists which container holds which device. On failure it
+// returns its last good answer marked stale, and an error counted as for
+// DeviceSource.
+type AllocationSource interface {
+	List(ctx context.Context) (collector.AllocationList, error)
+}
+
+// Clock is the engine's time.
+type Clock interface{ Now() time.Time }
+
+// historyLen is how many allocation lists are kept to credit samples that
+// arrive late: NVML stamps a sample up to a period after it was taken, and a
+// poll reads samples up to a few polls old after a slow read.
+const historyLen = 4
+
+// defaultSamplePeriod is NVML's utilization sampling period on current GPUs,
+// used until the device's own period has been observed.
+const defaultSamplePeriod = time.Second / 6
+
+// Engine joins device readings with allocations and integrates seconds.
+type Engine struct {
+	cfg     Config
+	devices DeviceSource
+	allocs  AllocationSource
+	clock   Clock
+	log     *zap.Logger
+
+	mu      sync.Mutex // serialises Poll
+	dev     map[string]*deviceState
+	alloc   map[allocKey]*allocState
+	history []holdings // oldest first
+	sources map[string]*sourceState
+	polls   uint64
+
+	snap atomic.Pointer[Snapshot]
+}
+
+type allocKey struct {
+	UUID, Namespace, Pod, Container string
+}
+
+// holdings is one allocation list, indexed by device UUID.
+type holdings struct {
+	at time.Time
+	// known is false until the allocation source has answered once: time
+	// before that is neither allocated nor unallocated.
+	known    bool
+	byDevice map[string][]allocKey
+}
+
+type deviceState struct {
+	info       collector.Device
+	present    bool
+	lastSample time.Time     // end of the last integrated sample
+	lastPoll   time.Time     // for devices with no utilization source
+	period     time.Duration // observed sample period
+	reading    collector.DeviceReading
+	util       float64
+	hasUtil    bool
+	c          [NumWindows]DeviceCounters
+}
+
+type allocState struct {
+	key       allocKey
+	gpu       int
+	resource  string
+	shared    bool
+	live      bool
+	stale     bool
+	ended     time.Time
+	c         [NumWindows]AllocationCounters
+	hasStreak bool
+	streak    time.Duration
+}
+
+type sourceState struct {
+	up     bool
+	seen   bool
+	errors map[string]uint64
+}
+
+// New returns an engine over the given sources. cfg must be valid.
+func New(cfg Config, devices DeviceSource, allocs AllocationSource, clock Clock, logger *zap.Logger) (*Engine, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	if cfg.Windows == nil {
+		cfg.Windows = AllOffpeak{}
+	}
+	e := &Engine{
+		cfg:     cfg,
+		devices: devices,
+		allocs:  allocs,
+		clock:   clock,
+		log:     logger,
+		dev:     map[string]*deviceState{},
+		alloc:   map[allocKey]*allocState{},
+		sources: map[string]*sourceState{},
+	}
+	for _, s := range []string{collector.SourceNVML, collector.SourceKubelet} {
+		e.sources[s] = &sourceState{errors: map[string]uint64{}}
+	}
+	e.snap.Store(&Snapshot{})
+	return e, nil
+}
+
+// Snapshot returns the state after the latest poll. Safe for concurrent use.
+func (e *Engine) Snapshot() *Snapshot { return e.snap.Load() }
+
+// Ready reports whether a poll has completed.
+func (e *Engine) Ready() bool { return e.snap.Load().Polls > 0 }
+
+// Run polls every PollInterval until ctx is done.
+func (e *Engine) Run(ctx context.Context) error {
+	t := time.NewTicker(e.cfg.PollInterval)
+	defer t.Stop()
+	for {
+		e.Poll(ctx)
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-t.C:
+		}
+	}
+}
+
+// Poll reads the sources once, integrates, and publishes a new snapshot.
+func (e *Engine) Poll(ctx context.Context) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	ctx, cancel := context.WithTimeout(ctx, e.cfg.PollTimeout)
+	defer cancel()
+
+	devSnap, devErr := e.devices.Read(ctx)
+	e.observeSource(collector.SourceNVML, devErr, devSnap.Errors)
+	list, listErr := e.allocs.List(ctx)
+	e.observeSource(collector.SourceKubelet, listErr, nil)
+	now := e.clock.Now()
+
+	if devErr != nil {
+		// Gauges of a source that cannot be read are not shown; counters stay.
+		for _, ds := range e.dev {
+			ds.present = false
+		}
+	} else {
+		seen := make(map[string]bool, len(devSnap.Devices))
+		for _, rd := range devSnap.Devices {
+			seen[rd.Device.UUID] = true
+			ds := e.dev[rd.Device.UUID]
+			if ds == nil {
+				ds = &deviceState{period: defaultSamplePeriod}
+				e.dev[rd.Device.UUID] = ds
+			}
+			ds.info, ds.present, ds.reading = rd.Device, true, rd
+		}
+		for uuid, ds := range e.dev {
+			if !seen[uuid] {
+				ds.present = false
+			}
+		}
+	}
+	e.updateAllocations(list, listErr == nil, now)
+
+	if devErr == nil {
+		for _, rd := range devSnap.Devices {
+			e.integrate(e.dev[rd.Device.UUID], rd, now)
+		}
+	}
+	e.expire(now)
+	e.polls++
+	e.snap.Store(e.buildSnapshot(now))
+}
+
+func (e *Engine) observeSource(name string, err error, partial []error) {
+	s := e.sources[name]
+	count := func(err error) {
+		var se *collector.SourceError
+		if errors.As(err, &se) {
+			s.errors[se.Reason]++
+			e.log.Debug("source call failed", zap.String("source", name), zap.String("reason", se.Reason), zap.Error(err))
+		}
+	}
+	for _, p := range partial {
+		count(p)
+	}
+	up := err == nil
+	if err != nil {
+		count(err)
+	}
+	switch {
+	case up && s.seen && !s.up:
+		e.log.Info("source recovered", zap.String("source", name))
+	case !up && (s.up || !s.seen):
+		e.log.Warn("source down", zap.String("source", name), zap.Error(err))
+	}
+	s.up, s.seen = up, true
+}
+
+// updateAllocations records the allocation list and the life of each
+// allocation in it.
+func (e *Engine) updateAllocations(list collector.AllocationList, fresh bool, now time.Time) {
+	h := holdings{at: now, known: !list.At.IsZero(), byDevice: map[string][]allocKey{}}
+	current := make(map[allocKey]bool, len(list.Allocations))
+	for _, a := range list.Allocations {
+		uuid, gpu, ok := e.resolve(a.Device)
+		if !ok {
+			e.sources[collector.SourceKubelet].errors["unresolved_device"]++
+			continue
+		}
+		k := allocKey{UUID: uuid, Namespace: a.Namespace, Pod: a.Pod, Container: a.Container}
+		if current[k] {
+			continue // the same device listed twice for one container
+		}
+		current[k] = true
+		h.byDevice[uuid] = append(h.byDevice[uuid], k)
+		as := e.alloc[k]
+		if as == nil {
+			as = &allocState{key: k}
+			e.alloc[k] = as
+		}
+		as.gpu, as.resource, as.shared = gpu, a.Resource, a.Shared
+		as.live, as.stale, as.ended = true, list.Stale || !fresh, time.Time{}
+	}
+	// Several pods on one device share it whatever the resource says.
+	for _, keys := range h.byDevice {
+		if len(keys) > 1 {
+			for _, k := range keys {
+				e.alloc[k].shared = true
+			}
+		}
+	}
+	for k, as := range e.alloc {
+		if as.live && !current[k] {
+			as.live, as.ended = false, now
+		}
+	}
+	e.history = append(e.history, h)
+	if len(e.history) > historyLen {
+		e.history = e.history[1:]
+	}
+}
+
+// resolve maps a kubelet device reference to a device UUID and GPU index.
+// UUID references resolve even for devices NVML has not listed (yet), so
+// allocations stay visible while NVML is down.
+func (e *Engine) resolve(ref collector.DeviceRef) (string, int, bool) {
+	switch ref.Kind {
+	case collector.RefUUID:
+		if ds := e.dev[ref.UUID]; ds != nil {
+			return ref.UUID, ds.info.GPU, true
+		}
+		return ref.UUID, -1, true
+	case collector.RefIndex:
+		if ref.HasGI {
+			return "", 0, false
+		}
+		for uuid, ds := range e.dev {
+			if ds.info.GPU == ref.GPU && ds.info.ParentUUID == "" {
+				return uuid, ds.info.GPU, true
+			}
+		}
+	}
+	return "", 0, false
+}
+
+// holdersAt returns who held device uuid at time t, and whether that is known.
+// Allocation changes between two lists are placed at the midpoint of the two
+// polls, which bounds the error to half a poll interval per change and never
+// credits one exclusive period to both the old and the new holder.
+func (e *Engine) holdersAt(uuid string, t time.Time) ([]allocKey, bool) {
+	n := len(e.history)
+	if n == 0 {
+		return nil, false
+	}
+	i, _ := slices.BinarySearchFunc(e.history, t, func(h holdings, t time.Time) int { return h.at.Compare(t) })
+	switch {
+	case i >= n:
+		return e.history[n-1].byDevice[uuid], e.history[n-1].known
+	case i == 0:
+		return e.history[0].byDevice[uuid], e.history[0].known
+	}
+	prev, cur := &e.history[i-1], &e.history[i]
+	if !prev.known || !cur.known {
+		if cur.known {
+			return cur.byDevice[uuid], true
+		}
+		return prev.byDevice[uuid], prev.known
+	}
+	pk, ck := prev.byDevice[uuid], cur.byDevice[uuid]
+	if slices.Equal(pk, ck) {
+		return ck, true
+	}
+	mid := prev.at.Add(cur.at.Sub(prev.at) / 2)
+	early := !t.After(mid)
+	out := make([]allocKey, 0, max(len(pk), len(ck)))
+	for _, k := range ck {
+		if !early || slices.Contains(pk, k) {
+			out = append(out, k)
+		}
+	}
+	if early {
+		for _, k := range pk {
+			if !slices.Contains(ck, k) {
+				out = append(out, k)
+			}
+		}
+	}
+	return out, true
+}
+
+// integrate credits the new samples of one device (or, for a device with no
+// utilization source, the time since the last poll) to the device and to
+// the allocations that held it.
+func (e *Engine) integrate(ds *deviceState, rd collector.DeviceReading, now time.Time) {
+	if rd.Device.UtilizationSource == collector.UtilizationNone {
+		ds.hasUtil = false
+		if !ds.lastPoll.IsZero() && now.After(ds.lastPoll) {
+			from := ds.lastPoll
+			if limit := e.cfg.PollInterval + e.cfg.MaxSampleGap; now.Sub(from) > limit {
+				e.gap(ds, from, now.Add(-e.cfg.PollInterval))
+				from = now.Add(-e.cfg.PollInterval)
+			}
+			e.credit(ds, from, now, 0, false)
+		}
+		ds.lastPoll = now
+		return
+	}
+	if ds.lastSample.IsZero() {
+		// The first read sets the baseline: the driver's ring holds samples
+		// from before the agent started, whose holders are not known.
+		if n := len(rd.Samples); n > 0 {
+			ds.lastSample = rd.Samples[n-1].Time
+		}
+		return
+	}
+	var busy, covered time.Duration
+	for _, s := range rd.Samples {
+		d := s.Time.Sub(ds.lastSample)
+		if d <= 0 {
+			continue
+		}
+		from := ds.lastSample
+		if d > e.cfg.MaxSampleGap {
+			from = s.Time.Add(-ds.period)
+			e.gap(ds, ds.lastSample, from)
+		} else {
+			ds.period = d
+		}
+		e.credit(ds, from, s.Time, s.Value, true)
+		covered += s.Time.Sub(from)
+		busy += time.Duration(float64(s.Time.Sub(from)) * s.Value)
+		ds.lastSample = s.Time
+	}
+	if covered > 0 {
+		ds.util, ds.hasUtil = float64(busy)/float64(covered), true
+	}
+}
+
+func (e *Engine) gap(ds *deviceState, from, to time.Time) {
+	e.cfg.Windows.Split(from, to, func(w Window, d time.Duration) {
+		ds.c[w].Gap += d.Seconds()
+	})
+}
+
+// credit adds the period [from, to) with busy ratio v (when known) to the
+// device and its holders at the end of the period.
+func (e *Engine) credit(ds *deviceState, from, to time.Time, v float64, known bool) {
+	holders, holdersKnown := e.holdersAt(ds.info.UUID, to)
+	idle := known && v < e.cfg.IdleThreshold
+	states := make([]*allocState, 0, len(holders))
+	for _, k := range holders {
+		if as := e.alloc[k]; as != nil {
+			states = append(states, as)
+		}
+	}
+	e.cfg.Windows.Split(from, to, func(w Window, d time.Duration) {
+		sec := d.Seconds()
+		c := &ds.c[w]
+		c.Observed += sec
+		if idle {
+			c.Idle += sec
+		}
+		if holdersKnown && len(states) == 0 {
+			c.Unallocated += sec
+			if known {
+				c.UnallocatedActive += sec * v
+			}
+		}
+		for _, as := range states {
+			ac := &as.c[w]
+			ac.Allocated += sec
+			if known {
+				ac.Active += sec * v
+				if idle {
+					ac.Idle += sec
+				}
+			}
+		}
+	})
+	if !known {
+		return
+	}
+	for _, as := range states {
+		as.hasStreak = true
+		if idle {
+			as.streak += to.Sub(from)
+		} else {
+			as.streak = 0
+		}
+	}
+}
+
+// expire drops allocations that ended more than Retention ago and that no
+// kept allocation list can still credit.
+func (e *Engine) expire(now time.Time) {
+	oldest := e.history[0].at
+	for k, as := range e.alloc {
+		if !as.live && now.Sub(as.ended) > e.cfg.Retention && as.ended.Before(oldest) {
+			delete(e.alloc, k)
+		}
+	}
+}
+
+func (e *Engine) buildSnapshot(now time.Time) *Snapshot {
+	s := &Snapshot{
+		At:          now,
+		Polls:       e.polls,
+		Devices:     make([]DeviceSnapshot, 0, len(e.dev)),
+		Allocations: make([]AllocationSnapshot, 0, len(e.alloc)),
+		Sources:     make([]SourceSnapshot, 0, len(e.sources)),
+	}
+	for _, ds := range e.dev {
+		r := ds.reading
+		d := DeviceSnapshot{
+			Device:           ds.info,
+			Present:          ds.present,
+			Counters:         ds.c,
+			HasUtilization:   ds.hasUtil && ds.present,
+			Utilization:      ds.util,
+			HasMemory:        r.HasMemory && ds.present,
+			MemoryUsedBytes:  r.MemoryUsedBytes,
+			MemoryTotalBytes: r.MemoryTotalBytes,
+			HasPower:         r.HasPower && ds.present,
+			PowerWatts:       r.PowerWatts,
+			HasEnergy:        r.HasEnergy && ds.present,
+			EnergyJoules:     r.EnergyJoules,
+		}
+		s.Devices = append(s.Devices, d)
+	}
+	slices.SortFunc(s.Devices, func(a, b DeviceSnapshot) int {
+		return cmp.Or(cmp.Compare(a.GPU, b.GPU), cmp.Compare(a.UUID, b.UUID))
+	})
+	for _, as := range e.alloc {
+		a := AllocationSnapshot{
+			UUID:          as.key.UUID,
+			GPU:           as.gpu,
+			Namespace:     as.key.Namespace,
+			Pod:           as.key.Pod,
+			Container:     as.key.Container,
+			Resource:      as.resource,
+			Shared:        as.shared,
+			Attribution:   "device",
+			Live:          as.live,
+			Stale:         as.stale,
+			Counters:      as.c,
+			HasIdleStreak: as.hasStreak && as.live,
+			IdleStreak:    as.streak.Seconds(),
+		}
+		if ds := e.dev[as.key.UUID]; ds != nil && as.live && !as.shared && ds.present && ds.reading.HasProcesses {
+			a.HasMemory = true
+			for _, p := range ds.reading.Processes {
+				a.MemoryUsedBytes += p.UsedMemoryBytes
+			}
+		}
+		s.Allocations = append(s.Allocations, a)
+	}
+	slices.SortFunc(s.Allocations, func(a, b AllocationSnapshot) int {
+		return cmp.Or(cmp.Compare(a.UUID, b.UUID), cmp.Compare(a.Namespace, b.Namespace),
+			cmp.Compare(a.Pod, b.Pod), cmp.Compare(a.Container, b.Container))
+	})
+	for name, st := range e.sources {
+		errs := make(map[string]uint64, len(st.errors))
+		for r, n := range st.errors {
+			errs[r] = n
+		}
+		s.Sources = append(s.Sources, SourceSnapshot{Name: name, Up: st.up, Errors: errs})
+	}
+	slices.SortFunc(s.Sources, func(a, b SourceSnapshot) int { return cmp.Compare(a.Name, b.Name) })
+	return s
+}
+
+// String describes the engine's configuration for the start-up log.
+func (e *Engine) String() string {
+	return fmt.Sprintf("poll=%s idle<%.3g retention=%s", e.cfg.PollInterval, e.cfg.IdleThreshold, e.cfg.Retention)
+}

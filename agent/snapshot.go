@@ -1,0 +1,104 @@
+package agent
+
+import (
+	"time"
+
+	"github.com/gpuxray/gpuxray/collector"
+)
+
+// Snapshot is the engine's state after one poll. It is immutable once
+// published: the exporter renders it at scrape time without locks.
+type Snapshot struct {
+	// At is when the poll that made it finished.
+	At time.Time
+	// Polls is the number of polls completed.
+	Polls       uint64
+	Devices     []DeviceSnapshot     // sorted by GPU index, then UUID
+	Allocations []AllocationSnapshot // sorted by UUID, namespace, pod, container
+	Sources     []SourceSnapshot     // sorted by name
+}
+
+// DeviceCounters are a device's monotonic counters in one window, in seconds.
+type DeviceCounters struct {
+	// Observed is time covered by samples (or by polls, for a device with no
+	// utilization source).
+	Observed float64
+	// Idle is observed time whose samples were below the idle threshold.
+	Idle float64
+	// Unallocated is observed time while no pod held the device.
+	Unallocated float64
+	// UnallocatedActive is utilization-weighted unallocated time.
+	UnallocatedActive float64
+	// Gap is time between samples that no sample covered.
+	Gap float64
+}
+
+// DeviceSnapshot is one device's identity, gauges and counters.
+type DeviceSnapshot struct {
+	collector.Device
+	// Present is false when the last read did not return the device.
+	Present bool
+
+	HasUtilization bool
+	Utilization    float64
+
+	HasMemory        bool
+	MemoryUsedBytes  uint64
+	MemoryTotalBytes uint64
+
+	HasPower   bool
+	PowerWatts float64
+
+	HasEnergy    bool
+	EnergyJoules float64
+
+	Counters [NumWindows]DeviceCounters
+}
+
+// AllocationCounters are an allocation's monotonic counters on one device in
+// one window, in seconds.
+type AllocationCounters struct {
+	Allocated float64
+	Idle      float64
+	// Active is utilization-weighted allocated time: effective GPU-seconds.
+	Active float64
+}
+
+// AllocationSnapshot is one (device, container) allocation.
+type AllocationSnapshot struct {
+	UUID      string
+	GPU       int // -1 when the device is not known to NVML
+	Namespace string
+	Pod       string
+	Container string
+	Resource  string
+	Shared    bool
+	// Attribution says how activity was credited: "device" (the device's own
+	// samples) or, on shared GPUs with process data, "process".
+	Attribution  string
+	WorkloadKind string
+	Workload     string
+	Model        string
+	// Live is true while the allocation is in the kubelet's latest list;
+	// false during retention after it ended.
+	Live bool
+	// Stale is true when the kubelet could not be read and the allocation
+	// comes from its last good answer.
+	Stale bool
+
+	Counters [NumWindows]AllocationCounters
+
+	HasIdleStreak bool
+	IdleStreak    float64 // seconds
+
+	HasMemory       bool
+	MemoryUsedBytes uint64
+}
+
+// SourceSnapshot is the health of one source.
+type SourceSnapshot struct {
+	Name string
+	Up   bool
+	// Errors counts failures by reason.
+	Errors map[string]uint64
+}
