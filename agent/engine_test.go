@@ -184,20 +184,20 @@ func TestEngine(t *testing.T) {
 		observed, idle, unallocated, unallocActive, gaps float64
 	}
 	tests := []struct {
-		name      string
-		cfg       func(*Config)
-		utils     []func(time.Duration) float64
-		hold      []holding
-		devDown   func(time.Duration) bool
-		kubeDown  func(time.Duration) bool
-		until     time.Duration
-		allocs    []allocWant
-		absent    []string
-		devs      []devWant
-		nvmlUp    bool
-		kubeUp    bool
-		nvmlErrs  uint64
-		kubeErrs  uint64
+		name     string
+		cfg      func(*Config)
+		utils    []func(time.Duration) float64
+		hold     []holding
+		devDown  func(time.Duration) bool
+		kubeDown func(time.Duration) bool
+		until    time.Duration
+		allocs   []allocWant
+		absent   []string
+		devs     []devWant
+		nvmlUp   bool
+		kubeUp   bool
+		nvmlErrs uint64
+		kubeErrs uint64
 	}{
 		{
 			name:   "exclusive pod idle then busy",
