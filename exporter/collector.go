@@ -1,0 +1,117 @@
+package exporter
+
+import (
+	"slices"
+	"strconv"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/gpuxray/gpuxray/agent"
+)
+
+// SnapshotSource gives the latest engine snapshot.
+type SnapshotSource interface {
+	Snapshot() *agent.Snapshot
+}
+
+// BuildInfo identifies the running binary in gpuxray_build_info.
+type BuildInfo struct {
+	Version, Revision, GoVersion string
+}
+
+// Collector is a prometheus.Collector over the engine's latest snapshot. It
+// builds const metrics at scrape time and never blocks on a source.
+type Collector struct {
+	src   SnapshotSource
+	build *BuildInfo
+	d     *descs
+}
+
+// NewCollector returns a collector over src. With a nil build, no
+// gpuxray_build_info is exported (replay's output stays the same across
+// builds).
+func NewCollector(src SnapshotSource, build *BuildInfo) *Collector {
+	return &Collector{src: src, build: build, d: newDescs()}
+}
+
+// Describe sends every description.
+func (c *Collector) Describe(ch chan<- *prometheus.Desc) {
+	for _, d := range c.d.all() {
+		ch <- d
+	}
+}
+
+// Collect renders the latest snapshot.
+func (c *Collector) Collect(ch chan<- prometheus.Metric) {
+	s := c.src.Snapshot()
+	d := c.d
+	gauge := func(desc *prometheus.Desc, v float64, lv ...string) {
+		ch <- prometheus.MustNewConstMetric(desc, prometheus.GaugeValue, v, lv...)
+	}
+	counter := func(desc *prometheus.Desc, v float64, lv ...string) {
+		ch <- prometheus.MustNewConstMetric(desc, prometheus.CounterValue, v, lv...)
+	}
+	if c.build != nil {
+		gauge(d.buildInfo, 1, c.build.Version, c.build.Revision, c.build.GoVersion)
+	}
+
+	for _, dev := range s.Devices {
+		gpu := strconv.Itoa(dev.GPU)
+		gauge(d.deviceInfo, 1, dev.UUID, gpu, dev.Name, dev.MIGProfile, dev.ParentUUID, dev.DriverVersion, dev.UtilizationSource)
+		if dev.HasUtilization {
+			gauge(d.deviceUtil, dev.Utilization, dev.UUID, gpu)
+		}
+		if dev.HasMemory {
+			gauge(d.deviceMemUsed, float64(dev.MemoryUsedBytes), dev.UUID, gpu)
+			gauge(d.deviceMemTotal, float64(dev.MemoryTotalBytes), dev.UUID, gpu)
+		}
+		if dev.HasPower {
+			gauge(d.devicePower, dev.PowerWatts, dev.UUID, gpu)
+		}
+		if dev.HasEnergy {
+			counter(d.deviceEnergy, dev.EnergyJoules, dev.UUID, gpu)
+		}
+		for w := agent.Window(0); w < agent.NumWindows; w++ {
+			wc, win := dev.Counters[w], w.String()
+			counter(d.deviceObserved, wc.Observed, dev.UUID, gpu, win)
+			counter(d.deviceIdle, wc.Idle, dev.UUID, gpu, win)
+			counter(d.deviceUnalloc, wc.Unallocated, dev.UUID, gpu, win)
+			counter(d.deviceUnallocActive, wc.UnallocatedActive, dev.UUID, gpu, win)
+			counter(d.deviceGap, wc.Gap, dev.UUID, gpu, win)
+		}
+	}
+
+	for _, a := range s.Allocations {
+		gpu := ""
+		if a.GPU >= 0 {
+			gpu = strconv.Itoa(a.GPU)
+		}
+		lv := []string{a.UUID, gpu, a.Namespace, a.Pod, a.Container, a.WorkloadKind, a.Workload, a.Model}
+		if a.Live {
+			gauge(d.allocInfo, 1, append(slices.Clip(lv), a.Resource, strconv.FormatBool(a.Shared), a.Attribution, strconv.FormatBool(a.Stale))...)
+		}
+		for w := agent.Window(0); w < agent.NumWindows; w++ {
+			ac, wlv := a.Counters[w], append(slices.Clip(lv), w.String())
+			counter(d.allocSeconds, ac.Allocated, wlv...)
+			counter(d.allocIdle, ac.Idle, wlv...)
+			counter(d.allocActive, ac.Active, wlv...)
+		}
+		if a.HasIdleStreak {
+			gauge(d.allocStreak, a.IdleStreak, lv...)
+		}
+		if a.HasMemory {
+			gauge(d.allocMemory, float64(a.MemoryUsedBytes), lv...)
+		}
+	}
+
+	for _, src := range s.Sources {
+		up := 0.0
+		if src.Up {
+			up = 1
+		}
+		gauge(d.sourceUp, up, src.Name)
+		for reason, n := range src.Errors {
+			counter(d.sourceErrors, float64(n), src.Name, reason)
+		}
+	}
+}

@@ -1,0 +1,154 @@
+package exporter
+
+import (
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	"go.uber.org/zap"
+
+	"github.com/gpuxray/gpuxray/agent"
+	"github.com/gpuxray/gpuxray/collector"
+)
+
+type fixed struct{ s *agent.Snapshot }
+
+func (f fixed) Snapshot() *agent.Snapshot { return f.s }
+
+const uuid0 = "GPU-00000000-0000-0000-0000-000000000000"
+
+func testSnapshot() *agent.Snapshot {
+	s := &agent.Snapshot{
+		Polls: 3,
+		Devices: []agent.DeviceSnapshot{{
+			Device: collector.Device{
+				UUID: uuid0, GPU: 0, Name: "NVIDIA H100 80GB HBM3", DriverVersion: "550.54.15",
+				UtilizationSource: collector.UtilizationSamples,
+			},
+			Present:        true,
+			HasUtilization: true, Utilization: 0.25,
+			HasMemory: true, MemoryUsedBytes: 1 << 30, MemoryTotalBytes: 80 << 30,
+			HasPower: true, PowerWatts: 123.5,
+			HasEnergy: true, EnergyJoules: 1000,
+		}},
+		Allocations: []agent.AllocationSnapshot{
+			{UUID: uuid0, GPU: 0, Namespace: "ml", Pod: "train-0", Container: "main", Resource: "nvidia.com/gpu",
+				Attribution: "device", Live: true, HasIdleStreak: true, IdleStreak: 42, HasMemory: true, MemoryUsedBytes: 512 << 20},
+			{UUID: "GPU-11111111-0000-0000-0000-000000000000", GPU: -1, Namespace: "ml", Pod: "ended", Container: "main",
+				Resource: "nvidia.com/gpu", Attribution: "device", Live: false},
+		},
+		Sources: []agent.SourceSnapshot{
+			{Name: "kubelet", Up: false, Errors: map[string]uint64{"unavailable": 2}},
+			{Name: "nvml", Up: true, Errors: map[string]uint64{}},
+		},
+	}
+	s.Devices[0].Counters[agent.Offpeak] = agent.DeviceCounters{Observed: 100, Idle: 60, Unallocated: 10, UnallocatedActive: 1.5, Gap: 2}
+	s.Devices[0].Counters[agent.Peak] = agent.DeviceCounters{Observed: 5}
+	s.Allocations[0].Counters[agent.Offpeak] = agent.AllocationCounters{Allocated: 90, Idle: 55, Active: 20}
+	s.Allocations[1].Counters[agent.Peak] = agent.AllocationCounters{Allocated: 7, Idle: 7}
+	return s
+}
+
+func TestCollectorOutput(t *testing.T) {
+	t.Parallel()
+	c := NewCollector(fixed{testSnapshot()}, &BuildInfo{Version: "1.0.0", Revision: "abc", GoVersion: "go1.26"})
+	want := `
+# HELP gpuxray_allocated_idle_seconds_total Allocated time whose samples were below the idle threshold.
+# TYPE gpuxray_allocated_idle_seconds_total counter
+gpuxray_allocated_idle_seconds_total{container="main",gpu="",model="",namespace="ml",pod="ended",uuid="GPU-11111111-0000-0000-0000-000000000000",window="offpeak",workload="",workload_kind=""} 0
+gpuxray_allocated_idle_seconds_total{container="main",gpu="",model="",namespace="ml",pod="ended",uuid="GPU-11111111-0000-0000-0000-000000000000",window="peak",workload="",workload_kind=""} 7
+gpuxray_allocated_idle_seconds_total{container="main",gpu="0",model="",namespace="ml",pod="train-0",uuid="GPU-00000000-0000-0000-0000-000000000000",window="offpeak",workload="",workload_kind=""} 55
+gpuxray_allocated_idle_seconds_total{container="main",gpu="0",model="",namespace="ml",pod="train-0",uuid="GPU-00000000-0000-0000-0000-000000000000",window="peak",workload="",workload_kind=""} 0
+# HELP gpuxray_allocation_info A device allocated to a container, as the kubelet lists it; stale="true" while the kubelet cannot be read.
+# TYPE gpuxray_allocation_info gauge
+gpuxray_allocation_info{attribution="device",container="main",gpu="0",model="",namespace="ml",pod="train-0",resource="nvidia.com/gpu",shared="false",stale="false",uuid="GPU-00000000-0000-0000-0000-000000000000",workload="",workload_kind=""} 1
+# HELP gpuxray_allocation_idle_streak_seconds How long the allocation has been idle without a break.
+# TYPE gpuxray_allocation_idle_streak_seconds gauge
+gpuxray_allocation_idle_streak_seconds{container="main",gpu="0",model="",namespace="ml",pod="train-0",uuid="GPU-00000000-0000-0000-0000-000000000000",workload="",workload_kind=""} 42
+# HELP gpuxray_device_info GPU or MIG device identity; utilization_source says where busy ratios come from (samples, gpm, none).
+# TYPE gpuxray_device_info gauge
+gpuxray_device_info{driver_version="550.54.15",gpu="0",mig_profile="",name="NVIDIA H100 80GB HBM3",parent_uuid="",utilization_source="samples",uuid="GPU-00000000-0000-0000-0000-000000000000"} 1
+# HELP gpuxray_device_sample_gap_seconds_total Time between samples that no sample covered; neither idle nor busy.
+# TYPE gpuxray_device_sample_gap_seconds_total counter
+gpuxray_device_sample_gap_seconds_total{gpu="0",uuid="GPU-00000000-0000-0000-0000-000000000000",window="offpeak"} 2
+gpuxray_device_sample_gap_seconds_total{gpu="0",uuid="GPU-00000000-0000-0000-0000-000000000000",window="peak"} 0
+# HELP gpuxray_source_errors_total Failed source calls, by reason.
+# TYPE gpuxray_source_errors_total counter
+gpuxray_source_errors_total{reason="unavailable",source="kubelet"} 2
+# HELP gpuxray_source_up Whether the last read of the source succeeded.
+# TYPE gpuxray_source_up gauge
+gpuxray_source_up{source="kubelet"} 0
+gpuxray_source_up{source="nvml"} 1
+# HELP gpuxray_build_info Build information of the running gpuxray.
+# TYPE gpuxray_build_info gauge
+gpuxray_build_info{goversion="go1.26",revision="abc",version="1.0.0"} 1
+`
+	if err := testutil.CollectAndCompare(c, strings.NewReader(want),
+		"gpuxray_allocated_idle_seconds_total", "gpuxray_allocation_info", "gpuxray_allocation_idle_streak_seconds",
+		"gpuxray_device_info", "gpuxray_device_sample_gap_seconds_total", "gpuxray_source_errors_total",
+		"gpuxray_source_up", "gpuxray_build_info"); err != nil {
+		t.Fatal(err)
+	}
+	// 1 build + 16 device (6 gauges, 5 counters × 2 windows) + 9 live
+	// allocation (info, 3 counters × 2, streak, memory) + 6 ended allocation
+	// (counters only) + 3 source series.
+	if n := testutil.CollectAndCount(c); n != 35 {
+		t.Errorf("collected %d metrics, want 35", n)
+	}
+}
+
+func TestCollectorLint(t *testing.T) {
+	t.Parallel()
+	c := NewCollector(fixed{testSnapshot()}, &BuildInfo{Version: "1", Revision: "r", GoVersion: "go"})
+	problems, err := testutil.CollectAndLint(c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range problems {
+		t.Errorf("lint: %s: %s", p.Metric, p.Text)
+	}
+}
+
+func TestCollectorEmptySnapshot(t *testing.T) {
+	t.Parallel()
+	c := NewCollector(fixed{&agent.Snapshot{}}, nil)
+	if n := testutil.CollectAndCount(c); n != 0 {
+		t.Errorf("an empty snapshot rendered %d metrics, want 0", n)
+	}
+}
+
+func TestHandler(t *testing.T) {
+	t.Parallel()
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(NewCollector(fixed{testSnapshot()}, nil))
+	ready := false
+	h := NewHandler(reg, "/metrics", func() bool { return ready }, zap.NewNop())
+	get := func(path string) (int, string) {
+		rec := httptest.NewRecorder()
+		h.ServeHTTP(rec, httptest.NewRequest(http.MethodGet, path, nil))
+		return rec.Code, rec.Body.String()
+	}
+	tests := []struct {
+		path     string
+		ready    bool
+		code     int
+		contains string
+	}{
+		{"/healthz", false, 200, "ok"},
+		{"/readyz", false, 503, "waiting for the first poll"},
+		{"/readyz", true, 200, "ok"},
+		{"/metrics", true, 200, `gpuxray_device_power_watts{gpu="0",uuid="GPU-00000000-0000-0000-0000-000000000000"} 123.5`},
+		{"/", true, 200, `href="/metrics"`},
+		{"/nope", true, 404, ""},
+	}
+	for _, tc := range tests {
+		ready = tc.ready
+		code, body := get(tc.path)
+		if code != tc.code || !strings.Contains(body, tc.contains) {
+			t.Errorf("GET %s (ready=%v) = %d %q, want %d containing %q", tc.path, tc.ready, code, body, tc.code, tc.contains)
+		}
+	}
+}

@@ -1,0 +1,62 @@
+// Package exporter renders the engine's snapshot as Prometheus metrics and
+// serves them, with health and readiness endpoints.
+package exporter
+
+import "github.com/prometheus/client_golang/prometheus"
+
+const namespace = "gpuxray"
+
+var (
+	deviceLabels     = []string{"uuid", "gpu"}
+	deviceWinLabels  = []string{"uuid", "gpu", "window"}
+	deviceInfoLabels = []string{"uuid", "gpu", "name", "mig_profile", "parent_uuid", "driver_version", "utilization_source"}
+	allocLabels      = []string{"uuid", "gpu", "namespace", "pod", "container", "workload_kind", "workload", "model"}
+	allocWinLabels   = append(append([]string{}, allocLabels...), "window")
+	allocInfoLabels  = append(append([]string{}, allocLabels...), "resource", "shared", "attribution", "stale")
+)
+
+// descs holds every metric description of the exporter, so names, help and
+// labels are read in one place.
+type descs struct {
+	deviceInfo, deviceUtil, deviceMemUsed, deviceMemTotal, devicePower, deviceEnergy *prometheus.Desc
+	deviceObserved, deviceIdle, deviceUnalloc, deviceUnallocActive, deviceGap        *prometheus.Desc
+	allocInfo, allocSeconds, allocIdle, allocActive, allocStreak, allocMemory        *prometheus.Desc
+	sourceUp, sourceErrors, buildInfo                                                *prometheus.Desc
+}
+
+func newDescs() *descs {
+	d := func(name, help string, labels []string) *prometheus.Desc {
+		return prometheus.NewDesc(namespace+"_"+name, help, labels, nil)
+	}
+	return &descs{
+		deviceInfo:          d("device_info", "GPU or MIG device identity; utilization_source says where busy ratios come from (samples, gpm, none).", deviceInfoLabels),
+		deviceUtil:          d("device_utilization_ratio", "Mean busy ratio of the device's samples read in the last poll.", deviceLabels),
+		deviceMemUsed:       d("device_memory_used_bytes", "Framebuffer memory in use.", deviceLabels),
+		deviceMemTotal:      d("device_memory_total_bytes", "Framebuffer memory in total.", deviceLabels),
+		devicePower:         d("device_power_watts", "Power draw.", deviceLabels),
+		deviceEnergy:        d("device_energy_joules_total", "Energy consumed since the driver loaded.", deviceLabels),
+		deviceObserved:      d("device_observed_seconds_total", "Time covered by utilization samples (by polls, for a device with no utilization source).", deviceWinLabels),
+		deviceIdle:          d("device_idle_seconds_total", "Observed time whose samples were below the idle threshold.", deviceWinLabels),
+		deviceUnalloc:       d("device_unallocated_seconds_total", "Observed time while no pod held the device.", deviceWinLabels),
+		deviceUnallocActive: d("device_unallocated_active_seconds_total", "Utilization-weighted time the device was busy while no pod held it.", deviceWinLabels),
+		deviceGap:           d("device_sample_gap_seconds_total", "Time between samples that no sample covered; neither idle nor busy.", deviceWinLabels),
+		allocInfo:           d("allocation_info", "A device allocated to a container, as the kubelet lists it; stale=\"true\" while the kubelet cannot be read.", allocInfoLabels),
+		allocSeconds:        d("allocated_seconds_total", "Observed time the device was allocated to the container.", allocWinLabels),
+		allocIdle:           d("allocated_idle_seconds_total", "Allocated time whose samples were below the idle threshold.", allocWinLabels),
+		allocActive:         d("allocated_active_seconds_total", "Utilization-weighted allocated time (effective GPU-seconds).", allocWinLabels),
+		allocStreak:         d("allocation_idle_streak_seconds", "How long the allocation has been idle without a break.", allocLabels),
+		allocMemory:         d("allocation_memory_used_bytes", "Framebuffer memory of the allocation's own processes.", allocLabels),
+		sourceUp:            d("source_up", "Whether the last read of the source succeeded.", []string{"source"}),
+		sourceErrors:        d("source_errors_total", "Failed source calls, by reason.", []string{"source", "reason"}),
+		buildInfo:           d("build_info", "Build information of the running gpuxray.", []string{"version", "revision", "goversion"}),
+	}
+}
+
+func (d *descs) all() []*prometheus.Desc {
+	return []*prometheus.Desc{
+		d.deviceInfo, d.deviceUtil, d.deviceMemUsed, d.deviceMemTotal, d.devicePower, d.deviceEnergy,
+		d.deviceObserved, d.deviceIdle, d.deviceUnalloc, d.deviceUnallocActive, d.deviceGap,
+		d.allocInfo, d.allocSeconds, d.allocIdle, d.allocActive, d.allocStreak, d.allocMemory,
+		d.sourceUp, d.sourceErrors, d.buildInfo,
+	}
+}
