@@ -1,0 +1,40 @@
+# gpuxray — build, test and check. go-nvml is cgo; its header is noisy.
+export CGO_CFLAGS := -Wno-deprecated-declarations
+export CGO_ENABLED := 1
+
+VERSION  ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
+REVISION ?= $(shell git rev-parse HEAD 2>/dev/null || echo unknown)
+LDFLAGS  := -s -w -X main.version=$(VERSION) -X main.revision=$(REVISION)
+GOFLAGS_BUILD := -trimpath -ldflags "$(LDFLAGS)"
+
+.PHONY: all build test test-short lint fmt vet demo clean
+
+all: lint test build
+
+## build: the gpuxray binary in ./bin
+build:
+	go build $(GOFLAGS_BUILD) -o bin/gpuxray ./cmd/gpuxray
+
+## test: everything, with the race detector (needs promtool on PATH for the metrics checks)
+test:
+	go test -race -count=1 ./...
+
+## test-short: quick unit tests
+test-short:
+	go test -short ./...
+
+## lint: formatting and vet
+lint: fmt vet
+
+fmt:
+	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
+
+vet:
+	go vet ./...
+
+## demo: the agent on the embedded simulated node, on :9471
+demo:
+	go run ./cmd/gpuxray agent --simulate
+
+clean:
+	rm -rf bin
