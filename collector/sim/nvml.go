@@ -1,0 +1,343 @@
+package sim
+
+import (
+	"crypto/sha256"
+	"encoding/binary"
+	"fmt"
+	"math"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/NVIDIA/go-nvml/pkg/nvml"
+	"github.com/NVIDIA/go-nvml/pkg/nvml/mock/server"
+)
+
+const (
+	// SamplePeriod is the simulated driver's utilization sampling period,
+	// 1/6 s rounded to the microsecond as the driver stamps it.
+	SamplePeriod = samplePeriodMicros * time.Microsecond
+	// SampleBuffer is how many samples the simulated driver keeps per device
+	// (and per process): older ones are gone, as in the driver's ring.
+	SampleBuffer = 120
+
+	samplePeriodMicros = 166667
+)
+
+// symbols are the NVML entry points the simulation implements. The mock
+// server answers LookupSymbol with "found" for any name, which would lead a
+// reader that gates newer calls (GPM) on LookupSymbol straight into a panic.
+var symbols = map[string]bool{
+	"nvmlInit_v2": true, "nvmlShutdown": true, "nvmlSystemGetDriverVersion": true,
+	"nvmlSystemGetNVMLVersion": true, "nvmlSystemGetCudaDriverVersion": true,
+	"nvmlDeviceGetCount_v2": true, "nvmlDeviceGetHandleByIndex_v2": true,
+	"nvmlDeviceGetHandleByUUID": true, "nvmlDeviceGetUUID": true, "nvmlDeviceGetName": true,
+	"nvmlDeviceGetIndex": true, "nvmlDeviceGetMigMode": true, "nvmlDeviceGetSamples": true,
+	"nvmlDeviceGetMemoryInfo": true, "nvmlDeviceGetMemoryInfo_v2": true,
+	"nvmlDeviceGetPowerUsage": true, "nvmlDeviceGetTotalEnergyConsumption": true,
+	"nvmlDeviceGetComputeRunningProcesses": true, "nvmlDeviceGetComputeRunningProcesses_v2": true,
+	"nvmlDeviceGetComputeRunningProcesses_v3": true, "nvmlDeviceGetProcessUtilization": true,
+}
+
+// Node is a simulated GPU node: NVML and the kubelet's pod-resources view of
+// one scenario, as pure functions of a Clock. It keeps no per-call state, so
+// it is safe for concurrent use.
+type Node struct {
+	sc    *Scenario
+	clock Clock
+	sys   system
+	srv   *server.Server
+	uuids []string
+	pods  []series
+	gpus  []gpuModel
+}
+
+// gpuModel is what the simulated driver knows of one GPU.
+type gpuModel struct {
+	util  series
+	procs []proc // by PID
+}
+
+// proc is one pod's process on one GPU.
+type proc struct {
+	pid      uint32
+	pod      int
+	from, to time.Duration
+	memory   uint64
+}
+
+// NewNode builds the simulated node of sc on clock. sc should come from
+// ParseScenario, which validates it; NewNode re-checks only what would
+// otherwise panic.
+func NewNode(sc *Scenario, clock Clock) (*Node, error) {
+	if sc == nil {
+		return nil, errNoScenario
+	}
+	if clock == nil {
+		return nil, fmt.Errorf("sim: scenario %s: no clock", sc.Name)
+	}
+	sys, ok := systems[sc.System]
+	if !ok {
+		return nil, fmt.Errorf("sim: scenario %s: unknown system %q", sc.Name, sc.System)
+	}
+	srv := sys.newServer()
+	if sc.GPUs < 1 || sc.GPUs > len(srv.Devices) {
+		return nil, fmt.Errorf("sim: scenario %s: %d GPUs, want 1 to %d", sc.Name, sc.GPUs, len(srv.Devices))
+	}
+	for _, p := range sc.Pods {
+		for _, d := range p.Devices {
+			if d.GPU < 0 || d.GPU >= sc.GPUs {
+				return nil, fmt.Errorf("sim: scenario %s: pod %s/%s holds %s, not one of %d GPUs", sc.Name, p.Namespace, p.Name, d, sc.GPUs)
+			}
+		}
+	}
+	n := &Node{sc: sc, clock: clock, sys: sys, srv: srv}
+	n.pods = make([]series, len(sc.Pods))
+	for i := range sc.Pods {
+		n.pods[i] = sc.podSeries(i)
+	}
+	n.gpus = make([]gpuModel, sc.GPUs)
+	for g := range n.gpus {
+		n.gpus[g].util = sc.gpuSeries(g, n.pods)
+	}
+	for i, p := range sc.Pods {
+		for k, d := range p.Devices {
+			n.gpus[d.GPU].procs = append(n.gpus[d.GPU].procs, proc{pid: sc.PID(i, k), pod: i, from: p.From, to: p.To, memory: p.Memory})
+		}
+	}
+	for g := range n.gpus {
+		procs := n.gpus[g].procs
+		sort.Slice(procs, func(a, b int) bool { return procs[a].pid < procs[b].pid })
+	}
+
+	srv.Devices = srv.Devices[:sc.GPUs]
+	n.uuids = make([]string, sc.GPUs)
+	for g := range srv.Devices {
+		n.uuids[g] = deviceUUID(sc.Node, g)
+		dev := srv.Devices[g].(*server.Device)
+		dev.UUID = n.uuids[g]
+		n.setDeviceFuncs(dev, g)
+	}
+	n.setServerFuncs()
+	return n, nil
+}
+
+// deviceUUID derives a stable UUID from the node name and GPU index, so
+// metrics, golden files and kubelet device IDs agree across runs (the mock
+// servers draw random ones).
+func deviceUUID(node string, gpu int) string {
+	h := sha256.Sum256(fmt.Appendf(nil, "gpuxray-sim/%s/gpu/%d", node, gpu))
+	h[6] = h[6]&0x0f | 0x50 // version 5, name-based
+	h[8] = h[8]&0x3f | 0x80 // RFC 4122 variant
+	return fmt.Sprintf("GPU-%x-%x-%x-%x-%x", h[0:4], h[4:6], h[6:8], h[8:10], h[10:16])
+}
+
+// NVML returns the simulated driver: go-nvml's mock server of the scenario's
+// system, trimmed to its GPUs. See the package documentation for the calls
+// it answers; any other call panics, as the mock does.
+func (n *Node) NVML() nvml.Interface { return n.srv }
+
+// Scenario returns the scenario the node plays.
+func (n *Node) Scenario() *Scenario { return n.sc }
+
+// Clock returns the node's clock.
+func (n *Node) Clock() Clock { return n.clock }
+
+// DeviceUUID returns the UUID of GPU gpu ("GPU-…"), as NVML and the kubelet
+// name it.
+func (n *Node) DeviceUUID(gpu int) string { return n.uuids[gpu] }
+
+// now is the clock's time as a scenario offset and as NVML's microsecond stamp.
+func (n *Node) now() (time.Duration, int64) {
+	t := n.clock.Now()
+	return t.Sub(n.sc.Start), t.UnixMicro()
+}
+
+// window is the range of sample numbers [first, last] newer than lastSeen
+// and still in the driver's ring. Sample k covers scenario time
+// ((k-1)·period, k·period] and is stamped at its end.
+func (n *Node) window(lastSeen uint64) (first, last int64, ok bool) {
+	start := n.sc.Start.UnixMicro()
+	_, now := n.now()
+	if now < start+samplePeriodMicros {
+		return 0, 0, false
+	}
+	last = (now - start) / samplePeriodMicros
+	first = 1
+	if lastSeen > math.MaxInt64 {
+		return 0, 0, false
+	}
+	if ls := int64(lastSeen); ls >= start {
+		first = (ls-start)/samplePeriodMicros + 1
+	}
+	first = max(first, last-SampleBuffer+1)
+	return first, last, first <= last
+}
+
+func (n *Node) stamp(k int64) uint64 {
+	return uint64(n.sc.Start.UnixMicro() + k*samplePeriodMicros)
+}
+
+// percent is the mean of s over sample k's period, as NVML's integer percent.
+func percent(s series, k int64) uint32 {
+	a := time.Duration((k-1)*samplePeriodMicros) * time.Microsecond
+	b := time.Duration(k*samplePeriodMicros) * time.Microsecond
+	p := math.Round(100 * s.integral(a, b) / (b - a).Seconds())
+	return uint32(min(max(p, 0), 100))
+}
+
+func (n *Node) samples(g int, typ nvml.SamplingType, lastSeen uint64) (nvml.ValueType, []nvml.Sample, nvml.Return) {
+	if typ != nvml.GPU_UTILIZATION_SAMPLES {
+		return nvml.VALUE_TYPE_UNSIGNED_INT, nil, nvml.ERROR_NOT_SUPPORTED
+	}
+	first, last, ok := n.window(lastSeen)
+	if !ok {
+		return nvml.VALUE_TYPE_UNSIGNED_INT, nil, nvml.ERROR_NOT_FOUND
+	}
+	out := make([]nvml.Sample, 0, last-first+1)
+	for k := first; k <= last; k++ {
+		s := nvml.Sample{TimeStamp: n.stamp(k)}
+		binary.LittleEndian.PutUint32(s.SampleValue[:4], percent(n.gpus[g].util, k))
+		out = append(out, s)
+	}
+	return nvml.VALUE_TYPE_UNSIGNED_INT, out, nvml.SUCCESS
+}
+
+// processUtilization lists, per sample period newer than lastSeen, the
+// processes that were busy in it: NVML leaves idle processes out.
+func (n *Node) processUtilization(g int, lastSeen uint64) ([]nvml.ProcessUtilizationSample, nvml.Return) {
+	first, last, ok := n.window(lastSeen)
+	if !ok {
+		return nil, nvml.ERROR_NOT_FOUND
+	}
+	var out []nvml.ProcessUtilizationSample
+	for k := first; k <= last; k++ {
+		for _, p := range n.gpus[g].procs {
+			if v := percent(n.pods[p.pod], k); v > 0 {
+				out = append(out, nvml.ProcessUtilizationSample{Pid: p.pid, TimeStamp: n.stamp(k), SmUtil: v})
+			}
+		}
+	}
+	if len(out) == 0 {
+		return nil, nvml.ERROR_NOT_FOUND
+	}
+	return out, nvml.SUCCESS
+}
+
+// running is the processes on GPU g at scenario time t.
+func (n *Node) running(g int, t time.Duration) []proc {
+	var out []proc
+	for _, p := range n.gpus[g].procs {
+		if p.from <= t && t < p.to {
+			out = append(out, p)
+		}
+	}
+	return out
+}
+
+func (n *Node) memory(g int) nvml.Memory_v2 {
+	t, _ := n.now()
+	m := nvml.Memory_v2{Total: n.sys.memTotal(), Reserved: reservedMemory}
+	m.Version = nvml.STRUCT_VERSION(m, 2)
+	for _, p := range n.running(g, t) {
+		m.Used += p.memory
+	}
+	if m.Used+m.Reserved < m.Total {
+		m.Free = m.Total - m.Used - m.Reserved
+	}
+	return m
+}
+
+func (n *Node) powerMilliwatts(g int) uint32 {
+	t, _ := n.now()
+	u := 0.0
+	if t >= 0 {
+		u = n.gpus[g].util.value(t)
+	}
+	return uint32(math.Round(1000 * (n.sys.idleWatts + u*(n.sys.maxWatts-n.sys.idleWatts))))
+}
+
+// energyMillijoules integrates the power of powerMilliwatts from the
+// scenario start, exactly, since the busy ratio is piecewise constant.
+func (n *Node) energyMillijoules(g int) uint64 {
+	t, _ := n.now()
+	if t <= 0 {
+		return 0
+	}
+	j := n.sys.idleWatts*t.Seconds() + (n.sys.maxWatts-n.sys.idleWatts)*n.gpus[g].util.prefix(t)
+	return uint64(math.Floor(1000 * j))
+}
+
+func (n *Node) setDeviceFuncs(d *server.Device, g int) {
+	d.GetMigModeFunc = func() (int, int, nvml.Return) {
+		return nvml.DEVICE_MIG_DISABLE, nvml.DEVICE_MIG_DISABLE, nvml.SUCCESS
+	}
+	d.GetSamplesFunc = func(typ nvml.SamplingType, lastSeen uint64) (nvml.ValueType, []nvml.Sample, nvml.Return) {
+		return n.samples(g, typ, lastSeen)
+	}
+	d.GetMemoryInfo_v2Func = func() (nvml.Memory_v2, nvml.Return) {
+		return n.memory(g), nvml.SUCCESS
+	}
+	d.GetMemoryInfoFunc = func() (nvml.Memory, nvml.Return) {
+		// Version 1 counts the reserved memory as used, as the driver does.
+		m := n.memory(g)
+		return nvml.Memory{Total: m.Total, Used: m.Used + m.Reserved, Free: m.Free}, nvml.SUCCESS
+	}
+	d.GetPowerUsageFunc = func() (uint32, nvml.Return) {
+		return n.powerMilliwatts(g), nvml.SUCCESS
+	}
+	d.GetTotalEnergyConsumptionFunc = func() (uint64, nvml.Return) {
+		return n.energyMillijoules(g), nvml.SUCCESS
+	}
+	d.GetComputeRunningProcessesFunc = func() ([]nvml.ProcessInfo, nvml.Return) {
+		t, _ := n.now()
+		running := n.running(g, t)
+		out := make([]nvml.ProcessInfo, len(running))
+		for i, p := range running {
+			// MIG is off: NVML reports 0xFFFFFFFF for the instance IDs.
+			out[i] = nvml.ProcessInfo{Pid: p.pid, UsedGpuMemory: p.memory, GpuInstanceId: math.MaxUint32, ComputeInstanceId: math.MaxUint32}
+		}
+		return out, nvml.SUCCESS
+	}
+	d.GetProcessUtilizationFunc = func(lastSeen uint64) ([]nvml.ProcessUtilizationSample, nvml.Return) {
+		return n.processUtilization(g, lastSeen)
+	}
+}
+
+// setServerFuncs fixes the server-level calls: the library-style entry
+// points (nvml.DeviceGetSamples(dev, …)) delegate to the device, as the real
+// library does, and lookups answer as the real driver.
+func (n *Node) setServerFuncs() {
+	s := n.srv
+	s.LookupSymbolFunc = func(name string) error {
+		if symbols[name] {
+			return nil
+		}
+		return fmt.Errorf("sim: symbol %s: %w", name, nvml.ERROR_NOT_SUPPORTED)
+	}
+	s.DeviceGetHandleByUUIDFunc = func(uuid string) (nvml.Device, nvml.Return) {
+		for _, d := range s.Devices {
+			if strings.EqualFold(uuid, d.(*server.Device).UUID) {
+				return d, nvml.SUCCESS
+			}
+		}
+		return nil, nvml.ERROR_NOT_FOUND
+	}
+	s.DeviceGetUUIDFunc = func(d nvml.Device) (string, nvml.Return) { return d.GetUUID() }
+	s.DeviceGetNameFunc = func(d nvml.Device) (string, nvml.Return) { return d.GetName() }
+	s.DeviceGetIndexFunc = func(d nvml.Device) (int, nvml.Return) { return d.GetIndex() }
+	s.DeviceGetMigModeFunc = func(d nvml.Device) (int, int, nvml.Return) { return d.GetMigMode() }
+	s.DeviceGetSamplesFunc = func(d nvml.Device, typ nvml.SamplingType, lastSeen uint64) (nvml.ValueType, []nvml.Sample, nvml.Return) {
+		return d.GetSamples(typ, lastSeen)
+	}
+	s.DeviceGetMemoryInfoFunc = func(d nvml.Device) (nvml.Memory, nvml.Return) { return d.GetMemoryInfo() }
+	s.DeviceGetMemoryInfo_v2Func = func(d nvml.Device) (nvml.Memory_v2, nvml.Return) { return d.GetMemoryInfo_v2() }
+	s.DeviceGetPowerUsageFunc = func(d nvml.Device) (uint32, nvml.Return) { return d.GetPowerUsage() }
+	s.DeviceGetTotalEnergyConsumptionFunc = func(d nvml.Device) (uint64, nvml.Return) { return d.GetTotalEnergyConsumption() }
+	s.DeviceGetComputeRunningProcessesFunc = func(d nvml.Device) ([]nvml.ProcessInfo, nvml.Return) {
+		return d.GetComputeRunningProcesses()
+	}
+	s.DeviceGetProcessUtilizationFunc = func(d nvml.Device, lastSeen uint64) ([]nvml.ProcessUtilizationSample, nvml.Return) {
+		return d.GetProcessUtilization(lastSeen)
+	}
+}

@@ -1,0 +1,56 @@
+package sim
+
+import (
+	"sort"
+	"strconv"
+
+	podresourcesv1 "k8s.io/kubelet/pkg/apis/podresources/v1"
+)
+
+// ListResponse is the kubelet's pod-resources List answer at the clock's
+// now: the pods whose allocation is current, sorted by namespace and name,
+// each with its one container and its devices by UUID ("GPU-…", or
+// "GPU-…::R" for a time-slicing replica) in scenario order.
+func (n *Node) ListResponse() *podresourcesv1.ListPodResourcesResponse {
+	t, _ := n.now()
+	var idx []int
+	for i, p := range n.sc.Pods {
+		if p.From <= t && t < p.To {
+			idx = append(idx, i)
+		}
+	}
+	sort.SliceStable(idx, func(a, b int) bool {
+		pa, pb := n.sc.Pods[idx[a]], n.sc.Pods[idx[b]]
+		if pa.Namespace != pb.Namespace {
+			return pa.Namespace < pb.Namespace
+		}
+		return pa.Name < pb.Name
+	})
+	resp := &podresourcesv1.ListPodResourcesResponse{}
+	for _, i := range idx {
+		p := n.sc.Pods[i]
+		ids := make([]string, len(p.Devices))
+		for k, d := range p.Devices {
+			ids[k] = n.DeviceID(d)
+		}
+		resp.PodResources = append(resp.PodResources, &podresourcesv1.PodResources{
+			Namespace: p.Namespace,
+			Name:      p.Name,
+			Containers: []*podresourcesv1.ContainerResources{{
+				Name:    p.Container,
+				Devices: []*podresourcesv1.ContainerDevices{{ResourceName: p.Resource, DeviceIds: ids}},
+			}},
+		})
+	}
+	return resp
+}
+
+// DeviceID is the kubelet's device ID for a scenario device: the GPU's UUID,
+// with "::R" for a time-slicing replica, as the NVIDIA device plugin names it.
+func (n *Node) DeviceID(d DeviceSpec) string {
+	id := n.uuids[d.GPU]
+	if d.Replicated {
+		id += "::" + strconv.Itoa(d.Replica)
+	}
+	return id
+}

@@ -1,0 +1,919 @@
+package sim
+
+import (
+	_ "embed"
+	"errors"
+	"fmt"
+	"math"
+	"os"
+	"path/filepath"
+	"regexp"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+
+	"go.yaml.in/yaml/v3"
+)
+
+// Resource names a simulated pod may request.
+const (
+	ResourceGPU       = "nvidia.com/gpu"
+	ResourceGPUShared = "nvidia.com/gpu.shared"
+)
+
+// Scenario is one simulated node over time, as a scenario file describes it.
+// Times inside a scenario (from, to, at) are offsets from Start.
+type Scenario struct {
+	// Name is the file name errors are reported against.
+	Name     string
+	Start    time.Time
+	Duration time.Duration
+	Node     string
+	// System is one of dgxa100, dgxh100, dgxh200, dgxb200.
+	System      string
+	GPUs        int
+	Pods        []Pod
+	Unallocated []UnallocatedStep
+}
+
+// Pod is one simulated pod with a single container holding GPUs.
+type Pod struct {
+	Namespace string
+	Name      string
+	Container string
+	Owner     Owner
+	Labels    map[string]string
+	Cmdline   []string
+	// Resource is the extended resource the devices were allocated as.
+	Resource string
+	// PID is the host PID of the pod's process on its first device; the
+	// process on Devices[i] is PID+i. Zero means the default, 10000+100×index.
+	PID     uint32
+	Devices []DeviceSpec
+	// From and To bound the allocation: [From, To).
+	From, To time.Duration
+	// Memory is the framebuffer the pod's process uses on each device, in bytes.
+	Memory uint64
+	// Util is the busy ratio: 0 before the first step, each value until the
+	// next. Step times are scenario times, like From and To.
+	Util []Step
+}
+
+// Owner is the controller that owns a pod (ReplicaSet, Job, StatefulSet, …).
+type Owner struct {
+	Kind string
+	Name string
+}
+
+// DeviceSpec is a scenario device: "gpu:N" (a whole GPU) or "gpu:N::R"
+// (time-slicing replica R of GPU N).
+type DeviceSpec struct {
+	GPU        int
+	Replicated bool
+	Replica    int
+}
+
+// String returns the scenario spelling, "gpu:N" or "gpu:N::R".
+func (d DeviceSpec) String() string {
+	if d.Replicated {
+		return fmt.Sprintf("gpu:%d::%d", d.GPU, d.Replica)
+	}
+	return fmt.Sprintf("gpu:%d", d.GPU)
+}
+
+// Step is a busy ratio (0..1) that holds from At until the next step.
+type Step struct {
+	At    time.Duration
+	Value float64
+}
+
+// UnallocatedStep is activity on a GPU that no pod holds (work outside
+// Kubernetes, or a leak), as a step of that GPU's own step list.
+type UnallocatedStep struct {
+	GPU   int
+	At    time.Duration
+	Value float64
+}
+
+// ScenarioError is a problem with a scenario file, located by line and by
+// the path of the field, so one sentence says what to fix where.
+type ScenarioError struct {
+	File string
+	// Line is 1-based; 0 when the problem has no line (an empty file).
+	Line int
+	// Field is a path such as "pods[1].util[2].value"; empty for the file.
+	Field string
+	Msg   string
+}
+
+func (e *ScenarioError) Error() string {
+	switch {
+	case e.Line > 0 && e.Field != "":
+		return fmt.Sprintf("%s:%d: %s: %s", e.File, e.Line, e.Field, e.Msg)
+	case e.Line > 0:
+		return fmt.Sprintf("%s:%d: %s", e.File, e.Line, e.Msg)
+	default:
+		return fmt.Sprintf("%s: %s", e.File, e.Msg)
+	}
+}
+
+//go:embed demo.yaml
+var demoYAML []byte
+
+// Demo returns the embedded demo node: a DGX H100 with a training job, an
+// idle notebook, a bursty inference server, two time-sliced pods and a GPU
+// busy outside Kubernetes. Each call returns a fresh copy.
+func Demo() *Scenario {
+	s, err := ParseScenario(demoYAML, "demo.yaml")
+	if err != nil {
+		panic("sim: embedded demo scenario is invalid: " + err.Error())
+	}
+	return s
+}
+
+// LoadScenario reads and parses a scenario file.
+func LoadScenario(path string) (*Scenario, error) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("reading scenario: %w", err)
+	}
+	return ParseScenario(data, filepath.Base(path))
+}
+
+// yamlLine finds the line in yaml.v3's own syntax errors ("yaml: line 3: …").
+var yamlLine = regexp.MustCompile(`^yaml: line (\d+): (.*)$`)
+
+// ParseScenario parses and validates a scenario; name is the file name used
+// in errors. Every error is a *ScenarioError.
+func ParseScenario(data []byte, name string) (*Scenario, error) {
+	var doc yaml.Node
+	if err := yaml.Unmarshal(data, &doc); err != nil {
+		msg := err.Error()
+		if m := yamlLine.FindStringSubmatch(msg); m != nil {
+			line, _ := strconv.Atoi(m[1])
+			return nil, &ScenarioError{File: name, Line: line, Msg: m[2]}
+		}
+		return nil, &ScenarioError{File: name, Msg: strings.TrimPrefix(msg, "yaml: ")}
+	}
+	if doc.Kind != yaml.DocumentNode || len(doc.Content) == 0 {
+		return nil, &ScenarioError{File: name, Msg: "empty scenario"}
+	}
+	d := &decoder{file: name}
+	s, err := d.scenario(doc.Content[0])
+	if err != nil {
+		return nil, err
+	}
+	s.Name = name
+	return s, nil
+}
+
+// decoder turns yaml.Nodes into a Scenario, keeping the nodes of fields that
+// later cross-checks blame.
+type decoder struct {
+	file string
+	// Nodes kept for cross-checks, per pod.
+	podNode   []*yaml.Node
+	devNodes  [][]*yaml.Node
+	memNode   []*yaml.Node
+	pidNode   []*yaml.Node
+	unalNodes []*yaml.Node
+}
+
+func (d *decoder) errf(n *yaml.Node, field, format string, args ...any) error {
+	return &ScenarioError{File: d.file, Line: n.Line, Field: field, Msg: fmt.Sprintf(format, args...)}
+}
+
+func join(path, key string) string {
+	if path == "" {
+		return key
+	}
+	return path + "." + key
+}
+
+func resolve(n *yaml.Node) *yaml.Node {
+	for n.Kind == yaml.AliasNode && n.Alias != nil {
+		n = n.Alias
+	}
+	return n
+}
+
+// mapping checks that n is a mapping with only known, distinct keys, and
+// returns its values by key.
+func (d *decoder) mapping(n *yaml.Node, path string, known ...string) (map[string]*yaml.Node, error) {
+	n = resolve(n)
+	if n.Kind != yaml.MappingNode {
+		what := path
+		if what == "" {
+			what = "the scenario"
+		}
+		return nil, d.errf(n, path, "want a mapping for %s, got %s", what, kindName(n))
+	}
+	out := make(map[string]*yaml.Node, len(n.Content)/2)
+	for i := 0; i+1 < len(n.Content); i += 2 {
+		k, v := n.Content[i], resolve(n.Content[i+1])
+		if k.Value == "<<" {
+			return nil, d.errf(k, path, "merge keys (<<) are not supported")
+		}
+		if !contains(known, k.Value) {
+			return nil, d.errf(k, join(path, k.Value), "unknown key; want one of %s", strings.Join(known, ", "))
+		}
+		if _, dup := out[k.Value]; dup {
+			return nil, d.errf(k, join(path, k.Value), "given twice")
+		}
+		out[k.Value] = v
+	}
+	return out, nil
+}
+
+func contains(list []string, s string) bool {
+	for _, x := range list {
+		if x == s {
+			return true
+		}
+	}
+	return false
+}
+
+func kindName(n *yaml.Node) string {
+	switch n.Kind {
+	case yaml.MappingNode:
+		return "a mapping"
+	case yaml.SequenceNode:
+		return "a list"
+	case yaml.ScalarNode:
+		if n.Tag == "!!null" {
+			return "nothing"
+		}
+		return fmt.Sprintf("%q", n.Value)
+	default:
+		return "something else"
+	}
+}
+
+func (d *decoder) scalar(n *yaml.Node, field string) (string, error) {
+	if n.Kind != yaml.ScalarNode || n.Tag == "!!null" {
+		return "", d.errf(n, field, "want a value, got %s", kindName(n))
+	}
+	return n.Value, nil
+}
+
+func (d *decoder) str(n *yaml.Node, field string) (string, error) {
+	v, err := d.scalar(n, field)
+	if err == nil && v == "" {
+		err = d.errf(n, field, "must not be empty")
+	}
+	return v, err
+}
+
+func (d *decoder) seq(n *yaml.Node, field string) ([]*yaml.Node, error) {
+	if n.Kind != yaml.SequenceNode {
+		return nil, d.errf(n, field, "want a list, got %s", kindName(n))
+	}
+	items := make([]*yaml.Node, len(n.Content))
+	for i, c := range n.Content {
+		items[i] = resolve(c)
+	}
+	return items, nil
+}
+
+func (d *decoder) duration(n *yaml.Node, field string) (time.Duration, error) {
+	v, err := d.scalar(n, field)
+	if err != nil {
+		return 0, err
+	}
+	dur, perr := time.ParseDuration(v)
+	if perr != nil {
+		return 0, d.errf(n, field, "%q is not a duration such as 90s, 15m or 1h30m", v)
+	}
+	if dur < 0 {
+		return 0, d.errf(n, field, "%s is negative", v)
+	}
+	return dur, nil
+}
+
+// offset is a scenario time: a duration within [0, total].
+func (d *decoder) offset(n *yaml.Node, field string, total time.Duration) (time.Duration, error) {
+	t, err := d.duration(n, field)
+	if err == nil && t > total {
+		err = d.errf(n, field, "%s is after the scenario's end at %s", fmtDur(t), fmtDur(total))
+	}
+	return t, err
+}
+
+func (d *decoder) ratio(n *yaml.Node, field string) (float64, error) {
+	v, err := d.scalar(n, field)
+	if err != nil {
+		return 0, err
+	}
+	f, perr := strconv.ParseFloat(v, 64)
+	if perr != nil || math.IsNaN(f) || f < 0 || f > 1 {
+		return 0, d.errf(n, field, "%s is not a ratio between 0 and 1", v)
+	}
+	return f, nil
+}
+
+func (d *decoder) integer(n *yaml.Node, field string, lo, hi int64) (int64, error) {
+	v, err := d.scalar(n, field)
+	if err != nil {
+		return 0, err
+	}
+	i, perr := strconv.ParseInt(v, 10, 64)
+	if perr != nil || i < lo || i > hi {
+		return 0, d.errf(n, field, "%s is not a whole number from %d to %d", v, lo, hi)
+	}
+	return i, nil
+}
+
+// byteUnits are the memory suffixes a scenario accepts, decimal and binary,
+// with the Kubernetes quantity spellings (Gi) too.
+var byteUnits = map[string]float64{
+	"": 1, "B": 1,
+	"KB": 1e3, "MB": 1e6, "GB": 1e9, "TB": 1e12,
+	"KiB": 1 << 10, "MiB": 1 << 20, "GiB": 1 << 30, "TiB": 1 << 40,
+	"Ki": 1 << 10, "Mi": 1 << 20, "Gi": 1 << 30, "Ti": 1 << 40,
+}
+
+var bytesRE = regexp.MustCompile(`^([0-9]+(?:\.[0-9]+)?)\s*([A-Za-z]*)$`)
+
+func (d *decoder) bytes(n *yaml.Node, field string) (uint64, error) {
+	v, err := d.scalar(n, field)
+	if err != nil {
+		return 0, err
+	}
+	m := bytesRE.FindStringSubmatch(v)
+	if m == nil {
+		return 0, d.errf(n, field, "%q is not a size such as 60GiB, 512MiB or 80GB", v)
+	}
+	unit, ok := byteUnits[m[2]]
+	f, perr := strconv.ParseFloat(m[1], 64)
+	if !ok || perr != nil || f*unit >= 1<<63 {
+		return 0, d.errf(n, field, "%q is not a size such as 60GiB, 512MiB or 80GB", v)
+	}
+	return uint64(math.Round(f * unit)), nil
+}
+
+var deviceRE = regexp.MustCompile(`^gpu:([0-9]+)(?:::([0-9]+))?$`)
+
+func (d *decoder) device(n *yaml.Node, field string, gpus int) (DeviceSpec, error) {
+	v, err := d.scalar(n, field)
+	if err != nil {
+		return DeviceSpec{}, err
+	}
+	m := deviceRE.FindStringSubmatch(v)
+	if m == nil {
+		return DeviceSpec{}, d.errf(n, field, "%q is not a device; want gpu:N or gpu:N::R", v)
+	}
+	gpu, err1 := strconv.Atoi(m[1])
+	if err1 != nil || gpu >= gpus {
+		return DeviceSpec{}, d.errf(n, field, "%s is not one of the node's %d GPUs (gpu:0 to gpu:%d)", v, gpus, gpus-1)
+	}
+	spec := DeviceSpec{GPU: gpu}
+	if m[2] != "" {
+		r, err2 := strconv.Atoi(m[2])
+		if err2 != nil || r > 1023 {
+			return DeviceSpec{}, d.errf(n, field, "%s: replica must be a number from 0 to 1023", v)
+		}
+		spec.Replicated, spec.Replica = true, r
+	}
+	return spec, nil
+}
+
+// steps decodes a list of {at, value} with strictly ascending times.
+func (d *decoder) steps(n *yaml.Node, path string, total time.Duration) ([]Step, error) {
+	items, err := d.seq(n, path)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]Step, 0, len(items))
+	for i, it := range items {
+		p := fmt.Sprintf("%s[%d]", path, i)
+		m, err := d.mapping(it, p, "at", "value")
+		if err != nil {
+			return nil, err
+		}
+		st, err := d.step(it, m, p, total)
+		if err != nil {
+			return nil, err
+		}
+		if i > 0 && st.At <= out[i-1].At {
+			return nil, d.errf(m["at"], p+".at", "%s does not come after the previous step's %s", fmtDur(st.At), fmtDur(out[i-1].At))
+		}
+		out = append(out, st)
+	}
+	return out, nil
+}
+
+func (d *decoder) step(n *yaml.Node, m map[string]*yaml.Node, path string, total time.Duration) (Step, error) {
+	var st Step
+	for _, k := range []string{"at", "value"} {
+		if m[k] == nil {
+			return st, d.errf(n, join(path, k), "missing")
+		}
+	}
+	var err error
+	if st.At, err = d.offset(m["at"], path+".at", total); err != nil {
+		return st, err
+	}
+	st.Value, err = d.ratio(m["value"], path+".value")
+	return st, err
+}
+
+func (d *decoder) scenario(root *yaml.Node) (*Scenario, error) {
+	m, err := d.mapping(root, "", "start", "duration", "node", "system", "gpus", "pods", "unallocated")
+	if err != nil {
+		return nil, err
+	}
+	root = resolve(root)
+	for _, k := range []string{"start", "duration", "system", "gpus"} {
+		if m[k] == nil {
+			return nil, d.errf(root, k, "missing")
+		}
+	}
+	s := &Scenario{Node: "sim-node"}
+	v, err := d.scalar(m["start"], "start")
+	if err != nil {
+		return nil, err
+	}
+	if s.Start, err = time.Parse(time.RFC3339, v); err != nil {
+		return nil, d.errf(m["start"], "start", "%q is not a time such as 2026-12-01T08:00:00Z", v)
+	}
+	if s.Duration, err = d.duration(m["duration"], "duration"); err != nil {
+		return nil, err
+	}
+	if s.Duration == 0 {
+		return nil, d.errf(m["duration"], "duration", "must be longer than 0s")
+	}
+	if n := m["node"]; n != nil {
+		if s.Node, err = d.str(n, "node"); err != nil {
+			return nil, err
+		}
+	}
+	if s.System, err = d.str(m["system"], "system"); err != nil {
+		return nil, err
+	}
+	if _, ok := systems[s.System]; !ok {
+		return nil, d.errf(m["system"], "system", "%q is not a known system; want one of %s", s.System, strings.Join(systemNames(), ", "))
+	}
+	gpus, err := d.integer(m["gpus"], "gpus", 1, 8)
+	if err != nil {
+		return nil, err
+	}
+	s.GPUs = int(gpus)
+	if n := m["pods"]; n != nil {
+		if err := d.pods(n, s); err != nil {
+			return nil, err
+		}
+	}
+	if n := m["unallocated"]; n != nil {
+		if err := d.unallocated(n, s); err != nil {
+			return nil, err
+		}
+	}
+	if err := d.crossCheck(s); err != nil {
+		return nil, err
+	}
+	return s, nil
+}
+
+var podKeys = []string{"namespace", "name", "container", "owner", "labels", "cmdline", "resource", "pid", "devices", "from", "to", "memory", "util"}
+
+func (d *decoder) pods(n *yaml.Node, s *Scenario) error {
+	items, err := d.seq(n, "pods")
+	if err != nil {
+		return err
+	}
+	seen := map[string]int{}
+	sys := systems[s.System]
+	for i, it := range items {
+		p := fmt.Sprintf("pods[%d]", i)
+		m, err := d.mapping(it, p, podKeys...)
+		if err != nil {
+			return err
+		}
+		pod := Pod{Container: "main", Resource: ResourceGPU, To: s.Duration}
+		for _, k := range []string{"namespace", "name", "devices"} {
+			if m[k] == nil {
+				return d.errf(it, join(p, k), "missing")
+			}
+		}
+		if pod.Namespace, err = d.str(m["namespace"], p+".namespace"); err != nil {
+			return err
+		}
+		if pod.Name, err = d.str(m["name"], p+".name"); err != nil {
+			return err
+		}
+		key := pod.Namespace + "/" + pod.Name
+		if j, dup := seen[key]; dup {
+			return d.errf(m["name"], p+".name", "%s is already pods[%d]", key, j)
+		}
+		seen[key] = i
+		if c := m["container"]; c != nil {
+			if pod.Container, err = d.str(c, p+".container"); err != nil {
+				return err
+			}
+		}
+		if o := m["owner"]; o != nil {
+			om, err := d.mapping(o, p+".owner", "kind", "name")
+			if err != nil {
+				return err
+			}
+			for _, k := range []string{"kind", "name"} {
+				if om[k] == nil {
+					return d.errf(o, p+".owner."+k, "missing")
+				}
+			}
+			if pod.Owner.Kind, err = d.str(om["kind"], p+".owner.kind"); err != nil {
+				return err
+			}
+			if pod.Owner.Name, err = d.str(om["name"], p+".owner.name"); err != nil {
+				return err
+			}
+		}
+		if l := m["labels"]; l != nil {
+			if l.Kind != yaml.MappingNode {
+				return d.errf(l, p+".labels", "want a mapping of names to values, got %s", kindName(l))
+			}
+			pod.Labels = make(map[string]string, len(l.Content)/2)
+			for j := 0; j+1 < len(l.Content); j += 2 {
+				k, v := l.Content[j], resolve(l.Content[j+1])
+				f := p + ".labels." + k.Value
+				if _, dup := pod.Labels[k.Value]; dup {
+					return d.errf(k, f, "given twice")
+				}
+				if pod.Labels[k.Value], err = d.scalar(v, f); err != nil {
+					return err
+				}
+			}
+		}
+		if c := m["cmdline"]; c != nil {
+			args, err := d.seq(c, p+".cmdline")
+			if err != nil {
+				return err
+			}
+			for j, a := range args {
+				v, err := d.str(a, fmt.Sprintf("%s.cmdline[%d]", p, j))
+				if err != nil {
+					return err
+				}
+				pod.Cmdline = append(pod.Cmdline, v)
+			}
+		}
+		if r := m["resource"]; r != nil {
+			if pod.Resource, err = d.str(r, p+".resource"); err != nil {
+				return err
+			}
+			if pod.Resource != ResourceGPU && pod.Resource != ResourceGPUShared {
+				return d.errf(r, p+".resource", "%q is not %s or %s", pod.Resource, ResourceGPU, ResourceGPUShared)
+			}
+		}
+		d.pidNode = append(d.pidNode, m["pid"])
+		if n := m["pid"]; n != nil {
+			pid, err := d.integer(n, p+".pid", 1, 4194304)
+			if err != nil {
+				return err
+			}
+			pod.PID = uint32(pid)
+		}
+		devs, err := d.seq(m["devices"], p+".devices")
+		if err != nil {
+			return err
+		}
+		if len(devs) == 0 {
+			return d.errf(m["devices"], p+".devices", "must name at least one device")
+		}
+		for j, dn := range devs {
+			f := fmt.Sprintf("%s.devices[%d]", p, j)
+			spec, err := d.device(dn, f, s.GPUs)
+			if err != nil {
+				return err
+			}
+			for _, prev := range pod.Devices {
+				if prev.GPU == spec.GPU {
+					return d.errf(dn, f, "%s: the pod already holds %s", spec, prev)
+				}
+			}
+			if pod.Resource == ResourceGPUShared && !spec.Replicated {
+				return d.errf(dn, f, "%s is a whole GPU, but %s hands out replicas (gpu:N::R)", spec, ResourceGPUShared)
+			}
+			pod.Devices = append(pod.Devices, spec)
+		}
+		if n := m["from"]; n != nil {
+			if pod.From, err = d.offset(n, p+".from", s.Duration); err != nil {
+				return err
+			}
+		}
+		if n := m["to"]; n != nil {
+			if pod.To, err = d.offset(n, p+".to", s.Duration); err != nil {
+				return err
+			}
+		}
+		if pod.From >= pod.To {
+			n := m["to"]
+			if n == nil {
+				n = m["from"]
+			}
+			return d.errf(n, p+".to", "%s is not after from (%s)", fmtDur(pod.To), fmtDur(pod.From))
+		}
+		if n := m["memory"]; n != nil {
+			if pod.Memory, err = d.bytes(n, p+".memory"); err != nil {
+				return err
+			}
+			if usable := sys.memTotal() - reservedMemory; pod.Memory > usable {
+				return d.errf(n, p+".memory", "%s is more than the %s an %s offers (%s less %s the driver reserves)",
+					n.Value, fmtBytes(usable), sys.gpu.Name, fmtBytes(sys.memTotal()), fmtBytes(reservedMemory))
+			}
+		}
+		if n := m["util"]; n != nil {
+			if pod.Util, err = d.steps(n, p+".util", s.Duration); err != nil {
+				return err
+			}
+		}
+		s.Pods = append(s.Pods, pod)
+		d.podNode = append(d.podNode, it)
+		d.devNodes = append(d.devNodes, devs)
+		d.memNode = append(d.memNode, m["memory"])
+	}
+	return nil
+}
+
+func (d *decoder) unallocated(n *yaml.Node, s *Scenario) error {
+	items, err := d.seq(n, "unallocated")
+	if err != nil {
+		return err
+	}
+	last := map[int]time.Duration{}
+	for i, it := range items {
+		p := fmt.Sprintf("unallocated[%d]", i)
+		m, err := d.mapping(it, p, "device", "at", "value")
+		if err != nil {
+			return err
+		}
+		if m["device"] == nil {
+			return d.errf(it, p+".device", "missing")
+		}
+		spec, err := d.device(m["device"], p+".device", s.GPUs)
+		if err != nil {
+			return err
+		}
+		if spec.Replicated {
+			return d.errf(m["device"], p+".device", "%s: unallocated activity is per GPU; want gpu:%d", spec, spec.GPU)
+		}
+		st, err := d.step(it, m, p, s.Duration)
+		if err != nil {
+			return err
+		}
+		if prev, ok := last[spec.GPU]; ok && st.At <= prev {
+			return d.errf(m["at"], p+".at", "%s does not come after the previous gpu:%d step's %s", fmtDur(st.At), spec.GPU, fmtDur(prev))
+		}
+		last[spec.GPU] = st.At
+		s.Unallocated = append(s.Unallocated, UnallocatedStep{GPU: spec.GPU, At: st.At, Value: st.Value})
+		d.unalNodes = append(d.unalNodes, it)
+	}
+	return nil
+}
+
+// crossCheck validates what spans pods: who holds a GPU when, process IDs,
+// memory per GPU, and activity on GPUs that are held.
+func (d *decoder) crossCheck(s *Scenario) error {
+	// Device conflicts: a whole GPU excludes every other holder; a replica
+	// excludes the same replica.
+	for j := range s.Pods {
+		b := &s.Pods[j]
+		for di, db := range b.Devices {
+			for i := 0; i < j; i++ {
+				a := &s.Pods[i]
+				if a.From >= b.To || b.From >= a.To {
+					continue
+				}
+				for _, da := range a.Devices {
+					if da.GPU != db.GPU || (da.Replicated && db.Replicated && da.Replica != db.Replica) {
+						continue
+					}
+					return d.errf(d.devNodes[j][di], fmt.Sprintf("pods[%d].devices[%d]", j, di),
+						"%s is also held by %s/%s (pods[%d], %s as %s from %s to %s)",
+						db, a.Namespace, a.Name, i, da, da, fmtDur(a.From), fmtDur(a.To))
+				}
+			}
+		}
+	}
+	pids := map[uint32]int{}
+	for i, p := range s.Pods {
+		for k := range p.Devices {
+			pid := s.PID(i, k)
+			if j, dup := pids[pid]; dup {
+				n := d.pidNode[i]
+				if n == nil {
+					n = d.podNode[i]
+				}
+				return d.errf(n, fmt.Sprintf("pods[%d].pid", i), "process %d on %s is also a process of pods[%d]", pid, p.Devices[k], j)
+			}
+			pids[pid] = i
+		}
+	}
+	// Memory peaks when a pod starts, so checking each start suffices.
+	usable := systems[s.System].memTotal() - reservedMemory
+	for j, b := range s.Pods {
+		for _, db := range b.Devices {
+			var sum uint64
+			for _, a := range s.Pods {
+				if a.From <= b.From && b.From < a.To && holds(a, db.GPU) {
+					sum += a.Memory
+				}
+			}
+			if sum > usable {
+				n := d.memNode[j]
+				if n == nil {
+					n = d.podNode[j]
+				}
+				return d.errf(n, fmt.Sprintf("pods[%d].memory", j), "gpu:%d would need %s at %s with the pods already on it, more than its %s",
+					db.GPU, fmtBytes(sum), fmtDur(b.From), fmtBytes(usable))
+			}
+		}
+	}
+	for gpu := 0; gpu < s.GPUs; gpu++ {
+		var idx []int
+		for i, u := range s.Unallocated {
+			if u.GPU == gpu {
+				idx = append(idx, i)
+			}
+		}
+		for n, i := range idx {
+			u := s.Unallocated[i]
+			if u.Value == 0 {
+				continue
+			}
+			end := s.Duration
+			if n+1 < len(idx) {
+				end = s.Unallocated[idx[n+1]].At
+			}
+			for pi, p := range s.Pods {
+				if holds(p, gpu) && p.From < end && u.At < p.To {
+					return d.errf(d.unalNodes[i], fmt.Sprintf("unallocated[%d]", i),
+						"gpu:%d is busy (%g) from %s to %s while %s/%s (pods[%d]) holds it from %s to %s; unallocated activity is for GPUs nobody holds",
+						gpu, u.Value, fmtDur(u.At), fmtDur(end), p.Namespace, p.Name, pi, fmtDur(p.From), fmtDur(p.To))
+				}
+			}
+		}
+	}
+	return nil
+}
+
+func holds(p Pod, gpu int) bool {
+	for _, d := range p.Devices {
+		if d.GPU == gpu {
+			return true
+		}
+	}
+	return false
+}
+
+// PID is the host PID of pod's process on its dev-th device.
+func (s *Scenario) PID(pod, dev int) uint32 {
+	base := s.Pods[pod].PID
+	if base == 0 {
+		base = 10000 + 100*uint32(pod)
+	}
+	return base + uint32(dev)
+}
+
+// podSeries is pod's busy ratio, 0 outside [From, To).
+func (s *Scenario) podSeries(pod int) series {
+	p := s.Pods[pod]
+	raw := stepSeries(p.Util)
+	return combine(append(append([]time.Duration(nil), raw.at...), p.From, p.To), func(t time.Duration) float64 {
+		if t < p.From || t >= p.To {
+			return 0
+		}
+		return raw.value(t)
+	})
+}
+
+// unallocatedSeries is the activity nobody holds on gpu, ending with the scenario.
+func (s *Scenario) unallocatedSeries(gpu int) series {
+	var steps []Step
+	for _, u := range s.Unallocated {
+		if u.GPU == gpu {
+			steps = append(steps, Step{At: u.At, Value: u.Value})
+		}
+	}
+	raw := stepSeries(steps)
+	return combine(append(append([]time.Duration(nil), raw.at...), s.Duration), func(t time.Duration) float64 {
+		if t >= s.Duration {
+			return 0
+		}
+		return raw.value(t)
+	})
+}
+
+// gpuSeries is the busy ratio of gpu as the driver sees it: the sum of every
+// holder's ratio and of unallocated activity, capped at 1.
+func (s *Scenario) gpuSeries(gpu int, pods []series) series {
+	un := s.unallocatedSeries(gpu)
+	breaks := append([]time.Duration(nil), un.at...)
+	var on []series
+	for i, p := range s.Pods {
+		if holds(p, gpu) {
+			on = append(on, pods[i])
+			breaks = append(breaks, pods[i].at...)
+		}
+	}
+	return combine(breaks, func(t time.Duration) float64 {
+		v := un.value(t)
+		for _, p := range on {
+			v += p.value(t)
+		}
+		return min(v, 1)
+	})
+}
+
+// UtilAt is pod's busy ratio at scenario time t: 0 outside [From, To).
+func (s *Scenario) UtilAt(pod int, t time.Duration) float64 {
+	return s.podSeries(pod).value(t)
+}
+
+// GPUUtilAt is GPU gpu's busy ratio at scenario time t as the simulated
+// driver reports it: the holders' ratios plus unallocated activity, capped at 1.
+func (s *Scenario) GPUUtilAt(gpu int, t time.Duration) float64 {
+	pods := make([]series, len(s.Pods))
+	for i := range s.Pods {
+		pods[i] = s.podSeries(i)
+	}
+	return s.gpuSeries(gpu, pods).value(t)
+}
+
+// TruthRow is the exact ground truth of one pod on one device over the whole
+// scenario, for checking what the engine integrates from samples.
+type TruthRow struct {
+	Namespace string
+	Pod       string
+	Container string
+	// Device is the scenario device the pod holds.
+	Device DeviceSpec
+	// AllocatedSeconds is To−From.
+	AllocatedSeconds float64
+	// IdleSeconds is the allocated time the pod's own busy ratio was below
+	// the threshold.
+	IdleSeconds float64
+	// ActiveSeconds is the integral of the pod's own busy ratio.
+	ActiveSeconds float64
+}
+
+// Truth is the ground truth per pod and device, in scenario order. For a
+// shared GPU it counts each pod's own ratio, as the engine does with
+// per-process utilization.
+func (s *Scenario) Truth(threshold float64) []TruthRow {
+	var rows []TruthRow
+	for i, p := range s.Pods {
+		ser := s.podSeries(i)
+		for _, dev := range p.Devices {
+			rows = append(rows, TruthRow{
+				Namespace:        p.Namespace,
+				Pod:              p.Name,
+				Container:        p.Container,
+				Device:           dev,
+				AllocatedSeconds: (p.To - p.From).Seconds(),
+				IdleSeconds:      ser.below(threshold, p.From, p.To),
+				ActiveSeconds:    ser.integral(p.From, p.To),
+			})
+		}
+	}
+	return rows
+}
+
+// fmtDur prints a duration the way a scenario spells it: 1h30m, not 1h30m0s.
+func fmtDur(d time.Duration) string {
+	s := d.String()
+	if strings.HasSuffix(s, "m0s") {
+		s = strings.TrimSuffix(s, "0s")
+	}
+	if strings.HasSuffix(s, "h0m") {
+		s = strings.TrimSuffix(s, "0m")
+	}
+	return s
+}
+
+func fmtBytes(b uint64) string {
+	switch {
+	case b%(1<<30) == 0:
+		return fmt.Sprintf("%dGiB", b>>30)
+	case b >= 1<<30:
+		return strconv.FormatFloat(float64(b)/(1<<30), 'f', -1, 64) + "GiB"
+	case b%(1<<20) == 0:
+		return fmt.Sprintf("%dMiB", b>>20)
+	default:
+		return fmt.Sprintf("%dB", b)
+	}
+}
+
+func systemNames() []string {
+	names := make([]string, 0, len(systems))
+	for n := range systems {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	return names
+}
+
+// errNoScenario guards NewNode against a nil scenario.
+var errNoScenario = errors.New("sim: no scenario")
