@@ -1,0 +1,277 @@
+// Package kubelet reads which container holds which GPU from the kubelet's
+// pod-resources API, on one long-lived gRPC connection to its unix socket.
+package kubelet
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"go.uber.org/zap"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/backoff"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/status"
+	podresourcesv1 "k8s.io/kubelet/pkg/apis/podresources/v1"
+
+	"github.com/gpuxray/gpuxray/collector"
+)
+
+// Reasons of the *collector.SourceError values a Client returns, as they
+// appear in gpuxray_source_errors_total{source="kubelet",reason}.
+const (
+	// ReasonUnavailable: the socket is absent or the connection is down.
+	ReasonUnavailable = "unavailable"
+	// ReasonDeadline: the kubelet did not answer within Config.Timeout.
+	ReasonDeadline = "deadline"
+	// ReasonExhausted: the kubelet's rate limit refused the call (or the
+	// answer exceeded Config.MaxRecvBytes; the error text says which).
+	ReasonExhausted = "exhausted"
+	// ReasonOther: any other failure, including a cancelled context.
+	ReasonOther = "other"
+)
+
+// Backoff after ResourceExhausted: the kubelet's limit (QPS 100, burst 10) is
+// shared by every client on the node, so pressing on only starves the others.
+const (
+	backoffInitial = time.Second
+	backoffMax     = 30 * time.Second
+)
+
+// ErrBackoff is returned, as is and not as a *collector.SourceError, for a
+// call that was not sent because the client is backing off after
+// ResourceExhausted: the source is down, but no new attempt failed.
+var ErrBackoff = errors.New("backing off after the kubelet's rate limit refused a call")
+
+// Client reads GPU allocations from the kubelet. Its gRPC connection
+// reconnects by itself, with backoff, when the kubelet restarts. A Client is
+// safe for concurrent use.
+type Client struct {
+	cfg   Config
+	clock Clock
+	log   *zap.Logger
+	conn  *grpc.ClientConn
+	api   podresourcesv1.PodResourcesListerClient
+
+	malformed atomic.Uint64
+
+	mu       sync.Mutex
+	lastGood collector.AllocationList
+	backoff  time.Duration // length of the current window; 0 after a success
+	retryAt  time.Time     // calls before this instant are not sent
+}
+
+// New validates cfg and returns a Client. It does not connect: the connection
+// is made by the first call, so a node agent starts before its kubelet does.
+func New(cfg Config, logger *zap.Logger) (*Client, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	clock := cfg.Clock
+	if clock == nil {
+		clock = realClock{}
+	}
+	if logger == nil {
+		logger = zap.NewNop()
+	}
+	// grpc's own unix resolver dials the socket and never goes through a
+	// proxy; a custom dialer would be handed "unix://…" and have to strip it.
+	conn, err := grpc.NewClient("unix://"+cfg.Socket,
+		grpc.WithTransportCredentials(insecure.NewCredentials()),
+		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(cfg.MaxRecvBytes)),
+		grpc.WithConnectParams(grpc.ConnectParams{
+			Backoff: backoff.Config{
+				BaseDelay:  100 * time.Millisecond,
+				Multiplier: 1.6,
+				Jitter:     0.2,
+				MaxDelay:   5 * time.Second,
+			},
+			MinConnectTimeout: cfg.Timeout,
+		}),
+	)
+	if err != nil {
+		return nil, fmt.Errorf("kubelet client for %s: %w", cfg.Socket, err)
+	}
+	return &Client{
+		cfg:   cfg,
+		clock: clock,
+		log:   logger,
+		conn:  conn,
+		api:   podresourcesv1.NewPodResourcesListerClient(conn),
+	}, nil
+}
+
+// Close closes the connection. Calls after Close fail with ReasonOther.
+func (c *Client) Close() error {
+	return c.conn.Close()
+}
+
+// MalformedTotal is the number of device IDs that List and Allocatable have
+// skipped because collector.ParseDeviceID rejected them, counted once per
+// answer that listed them. A malformed ID does not fail the call.
+func (c *Client) MalformedTotal() uint64 {
+	return c.malformed.Load()
+}
+
+// List asks the kubelet, once, which GPU devices each container holds, and
+// returns them sorted by namespace, pod, container and device ID. The
+// Allocations slice is shared with later stale answers: treat it as read-only.
+//
+// The error contract lets a caller set gpuxray_source_up from err != nil and
+// count gpuxray_source_errors_total from the *collector.SourceError values
+// only, so that no failure is counted twice:
+//   - success: a fresh list (Stale false, At now) and a nil error;
+//   - the call failed: the last good list with Stale true and its own At (a
+//     zero list if there never was one) and a *collector.SourceError whose
+//     Reason is ReasonUnavailable, ReasonDeadline, ReasonExhausted or
+//     ReasonOther;
+//   - the call was not sent because a ResourceExhausted answer opened a
+//     backoff window (1s, doubling to 30s, reset by a success): the last good
+//     list with Stale true and ErrBackoff, which is not a SourceError since
+//     the call that met the refusal already reported it.
+//
+// List never retries; the next poll is the retry.
+func (c *Client) List(ctx context.Context) (collector.AllocationList, error) {
+	if c.backingOff() {
+		return c.stale(), ErrBackoff
+	}
+	ctx, cancel := context.WithTimeout(ctx, c.cfg.Timeout)
+	defer cancel()
+	resp, err := c.api.List(ctx, &podresourcesv1.ListPodResourcesRequest{})
+	if err != nil {
+		return c.stale(), c.failed("list pod resources", err)
+	}
+	list := collector.AllocationList{At: c.clock.Now(), Allocations: c.allocations(resp)}
+	c.mu.Lock()
+	c.lastGood, c.backoff, c.retryAt = list, 0, time.Time{}
+	c.mu.Unlock()
+	return list, nil
+}
+
+// Allocatable asks the kubelet for the GPU devices it can assign, sorted by
+// ID. Errors are *collector.SourceError values as for List, and a refusal
+// opens the backoff window List observes too, since the kubelet's limit is
+// shared; within a window the call is not sent and the error is ErrBackoff.
+func (c *Client) Allocatable(ctx context.Context) ([]collector.DeviceRef, error) {
+	if c.backingOff() {
+		return nil, ErrBackoff
+	}
+	ctx, cancel := context.WithTimeout(ctx, c.cfg.Timeout)
+	defer cancel()
+	resp, err := c.api.GetAllocatableResources(ctx, &podresourcesv1.AllocatableResourcesRequest{})
+	if err != nil {
+		return nil, c.failed("get allocatable resources", err)
+	}
+	var refs []collector.DeviceRef
+	for _, dev := range resp.GetDevices() {
+		if !c.cfg.matches(dev.GetResourceName()) {
+			continue
+		}
+		for _, id := range dev.GetDeviceIds() {
+			if ref, ok := c.parse(id, dev.GetResourceName(), zap.Skip()); ok {
+				refs = append(refs, ref)
+			}
+		}
+	}
+	slices.SortFunc(refs, func(a, b collector.DeviceRef) int { return strings.Compare(a.ID, b.ID) })
+	return refs, nil
+}
+
+// allocations converts an answer, keeping the devices of GPU resources only.
+func (c *Client) allocations(resp *podresourcesv1.ListPodResourcesResponse) []collector.Allocation {
+	var out []collector.Allocation
+	for _, pod := range resp.GetPodResources() {
+		for _, ctr := range pod.GetContainers() {
+			for _, dev := range ctr.GetDevices() {
+				name := dev.GetResourceName()
+				if !c.cfg.matches(name) {
+					continue
+				}
+				for _, id := range dev.GetDeviceIds() {
+					ref, ok := c.parse(id, name, zap.String("pod", pod.GetNamespace()+"/"+pod.GetName()))
+					if !ok {
+						continue
+					}
+					out = append(out, collector.Allocation{
+						Namespace: pod.GetNamespace(),
+						Pod:       pod.GetName(),
+						Container: ctr.GetName(),
+						Resource:  name,
+						Device:    ref,
+						Shared:    ref.Replicated || name == ResourceGPUShared,
+					})
+				}
+			}
+		}
+	}
+	slices.SortFunc(out, func(a, b collector.Allocation) int {
+		return cmp.Or(
+			strings.Compare(a.Namespace, b.Namespace),
+			strings.Compare(a.Pod, b.Pod),
+			strings.Compare(a.Container, b.Container),
+			strings.Compare(a.Device.ID, b.Device.ID),
+			strings.Compare(a.Resource, b.Resource),
+		)
+	})
+	return out
+}
+
+// parse parses a device ID, counting and logging one that gpuxray cannot map
+// to a device: it is skipped rather than failing the whole answer.
+func (c *Client) parse(id, resource string, where zap.Field) (collector.DeviceRef, bool) {
+	ref, err := collector.ParseDeviceID(id)
+	if err != nil {
+		c.malformed.Add(1)
+		c.log.Debug("skipping device ID", zap.String("resource", resource), where, zap.Error(err))
+		return ref, false
+	}
+	return ref, true
+}
+
+// backingOff reports whether calls are held back after ResourceExhausted.
+func (c *Client) backingOff() bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.clock.Now().Before(c.retryAt)
+}
+
+// stale returns the last good list marked stale.
+func (c *Client) stale() collector.AllocationList {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	list := c.lastGood
+	list.Stale = true
+	return list
+}
+
+// failed classifies a failed call and, on ResourceExhausted, opens or widens
+// the backoff window.
+func (c *Client) failed(op string, err error) error {
+	reason := ReasonOther
+	switch status.Code(err) {
+	case codes.Unavailable:
+		reason = ReasonUnavailable
+	case codes.DeadlineExceeded:
+		reason = ReasonDeadline
+	case codes.ResourceExhausted:
+		reason = ReasonExhausted
+		c.mu.Lock()
+		c.backoff = min(max(2*c.backoff, backoffInitial), backoffMax)
+		c.retryAt = c.clock.Now().Add(c.backoff)
+		window := c.backoff
+		c.mu.Unlock()
+		c.log.Debug("kubelet refused a call, backing off", zap.Duration("for", window))
+	}
+	return collector.NewSourceError(collector.SourceKubelet, reason, fmt.Errorf("%s: %w", op, err))
+}
+
+type realClock struct{}
+
+func (realClock) Now() time.Time { return time.Now() }
