@@ -1,0 +1,135 @@
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"strings"
+
+	gonvml "github.com/NVIDIA/go-nvml/pkg/nvml"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"go.uber.org/zap"
+	"golang.org/x/sync/errgroup"
+
+	"github.com/gpuxray/gpuxray/agent"
+	"github.com/gpuxray/gpuxray/collector/kubelet"
+	"github.com/gpuxray/gpuxray/collector/nvml"
+	"github.com/gpuxray/gpuxray/collector/sim"
+	"github.com/gpuxray/gpuxray/exporter"
+)
+
+func runAgent(ctx context.Context, args []string, stderr io.Writer) error {
+	fs := flag.NewFlagSet("gpuxray agent", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	engineCfg := agent.DefaultConfig()
+	engineFlags(fs, &engineCfg)
+	webCfg := exporter.DefaultConfig()
+	fs.StringVar(&webCfg.ListenAddress, "web.listen-address", webCfg.ListenAddress, "address to serve metrics and health on")
+	fs.StringVar(&webCfg.MetricsPath, "web.telemetry-path", webCfg.MetricsPath, "path of the metrics")
+	kubeCfg := kubelet.DefaultConfig()
+	fs.StringVar(&kubeCfg.Socket, "kubelet.pod-resources-socket", kubeCfg.Socket, "the kubelet's pod-resources socket")
+	fs.DurationVar(&kubeCfg.Timeout, "kubelet.timeout", kubeCfg.Timeout, "deadline of one pod-resources call")
+	var resourceNames string
+	fs.StringVar(&resourceNames, "kubelet.resource-names", "", "comma-separated extra GPU resource names (nvidia.com/gpu, nvidia.com/gpu.shared and nvidia.com/mig-* are always read)")
+	simulate := fs.Bool("simulate", false, "run on a simulated node: the scenario FILE given as argument, or the embedded demo")
+	var logCfg logConfig
+	logFlags(fs, &logCfg)
+	fs.Usage = func() {
+		fmt.Fprintf(fs.Output(), "Usage: gpuxray agent [flags] [--simulate [FILE]]\n\nFlags:\n")
+		fs.PrintDefaults()
+	}
+	if err := parseFlags(fs, args, os.Getenv); err != nil {
+		return err
+	}
+	var scenarioPath string
+	switch {
+	case fs.NArg() > 1 || (fs.NArg() == 1 && !*simulate):
+		return usagef("unexpected argument %q (flags go before the scenario FILE, which needs --simulate)", fs.Arg(0))
+	case fs.NArg() == 1:
+		scenarioPath = fs.Arg(0)
+	}
+	if resourceNames != "" {
+		for _, n := range strings.Split(resourceNames, ",") {
+			kubeCfg.ResourceNames = append(kubeCfg.ResourceNames, strings.TrimSpace(n))
+		}
+	}
+	for _, v := range []interface{ Validate() error }{engineCfg, webCfg, kubeCfg} {
+		if err := v.Validate(); err != nil {
+			return usageError{err}
+		}
+	}
+	logger, err := newLogger(logCfg, stderr)
+	if err != nil {
+		return err
+	}
+	defer logger.Sync() //nolint:errcheck // nothing to do if stderr is gone
+
+	var (
+		lib   gonvml.Interface
+		clock agent.Clock = wallClock{}
+	)
+	if *simulate {
+		sc, err := loadScenario(scenarioPath)
+		if err != nil {
+			return err
+		}
+		simClock := sim.RealClock(sc.Start)
+		s, err := startSimulation(sc, simClock)
+		if err != nil {
+			return err
+		}
+		defer s.stop()
+		lib, clock, kubeCfg.Socket = s.nvml(), simClock, s.socket
+		logger.Info("simulated node", zap.String("node", sc.Node), zap.String("scenario", scenarioName(scenarioPath)),
+			zap.Int("gpus", sc.GPUs), zap.Int("pods", len(sc.Pods)), zap.String("kubelet_socket", s.socket))
+	} else {
+		lib = gonvml.New()
+	}
+	kubeCfg.Clock = clock
+
+	reader := nvml.New(lib, logger.Named("nvml"), clock)
+	_ = reader.Init() // a failure is logged and retried; the agent serves without GPUs meanwhile
+	// NVML is shut down last, after every loop that reads it has ended.
+	defer reader.Shutdown()
+
+	kube, err := kubelet.New(kubeCfg, logger.Named("kubelet"))
+	if err != nil {
+		return usageError{err}
+	}
+	defer kube.Close()
+
+	engine, err := agent.New(engineCfg, reader, kube, clock, logger.Named("engine"))
+	if err != nil {
+		return usageError{err}
+	}
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(
+		exporter.NewCollector(engine, ptr(buildInfo())),
+		collectors.NewGoCollector(),
+		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
+	)
+	srv, err := exporter.Listen(webCfg, exporter.NewHandler(reg, webCfg.MetricsPath, engine.Ready, logger.Named("web")), logger.Named("web"))
+	if err != nil {
+		return err
+	}
+	logger.Info("gpuxray agent starting", zap.String("version", version), zap.Stringer("engine", engine))
+
+	g, gctx := errgroup.WithContext(ctx)
+	g.Go(func() error { return engine.Run(gctx) })
+	g.Go(func() error { return srv.Serve(gctx) })
+	err = g.Wait()
+	logger.Info("gpuxray agent stopped")
+	return err
+}
+
+func scenarioName(path string) string {
+	if path == "" {
+		return "embedded demo"
+	}
+	return path
+}
+
+func ptr[T any](v T) *T { return &v }

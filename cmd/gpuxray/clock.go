@@ -1,0 +1,8 @@
+package main
+
+import "time"
+
+// wallClock is the real clock.
+type wallClock struct{}
+
+func (wallClock) Now() time.Time { return time.Now() }

@@ -1,0 +1,80 @@
+// Command gpuxray is the gpuxray node agent: it attributes allocated-but-idle
+// GPU time to the pods that hold it and serves it to Prometheus.
+//
+//	gpuxray [agent] [flags]          run the agent (the default)
+//	gpuxray agent --simulate [FILE]  run it on a simulated node (FILE, or the embedded demo)
+//	gpuxray replay [flags] FILE      replay a scenario on a virtual clock, print the final metrics
+//	gpuxray version                  print the version
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"syscall"
+)
+
+// exitUsage is the exit code for bad flags, files or configuration.
+const exitUsage = 2
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	code := run(ctx, os.Args[1:], os.Stdout, os.Stderr)
+	stop()
+	os.Exit(code)
+}
+
+// usageError is bad input found at start-up: exit 2 with its one sentence.
+type usageError struct{ err error }
+
+func (e usageError) Error() string { return e.err.Error() }
+func (e usageError) Unwrap() error { return e.err }
+
+func usagef(format string, a ...any) error { return usageError{fmt.Errorf(format, a...)} }
+
+// run runs one command until it ends or ctx is done, and returns the exit code.
+func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	cmd := "agent"
+	if len(args) > 0 && len(args[0]) > 0 && args[0][0] != '-' {
+		cmd, args = args[0], args[1:]
+	}
+	var err error
+	switch cmd {
+	case "agent":
+		err = runAgent(ctx, args, stderr)
+	case "replay":
+		err = runReplay(ctx, args, stdout, stderr)
+	case "version":
+		fmt.Fprintln(stdout, versionString())
+	case "help":
+		fmt.Fprint(stdout, topUsage)
+	default:
+		err = usagef("unknown command %q; the commands are agent, replay and version", cmd)
+	}
+	var ue usageError
+	switch {
+	case err == nil:
+		return 0
+	case errors.As(err, &ue):
+		fmt.Fprintf(stderr, "gpuxray %s: %v\n", cmd, ue.err)
+		return exitUsage
+	default:
+		fmt.Fprintf(stderr, "gpuxray %s: %v\n", cmd, err)
+		return 1
+	}
+}
+
+const topUsage = `gpuxray: where the GPU time you own goes, and whose it is.
+
+Usage:
+  gpuxray [agent] [flags]          run the node agent (the default command)
+  gpuxray agent --simulate [FILE]  run the agent on a simulated node (FILE, or the embedded demo)
+  gpuxray replay [flags] FILE      replay a scenario as fast as possible and print the final metrics
+  gpuxray version                  print the version
+
+Run "gpuxray agent -h" or "gpuxray replay -h" for the flags. Every flag can also
+be set by an environment variable: --poll.interval is GPUXRAY_POLL_INTERVAL.
+`

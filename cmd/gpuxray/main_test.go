@@ -1,0 +1,237 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"flag"
+	"math"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+
+	"github.com/prometheus/client_golang/prometheus/testutil/promlint"
+	dto "github.com/prometheus/client_model/go"
+	"github.com/prometheus/common/expfmt"
+	"github.com/prometheus/common/model"
+
+	"github.com/gpuxray/gpuxray/collector/sim"
+)
+
+var update = flag.Bool("update", false, "rewrite the golden files in testdata/")
+
+func runCmd(t *testing.T, args ...string) (int, string, string) {
+	t.Helper()
+	var out, errb bytes.Buffer
+	code := run(context.Background(), args, &out, &errb)
+	return code, out.String(), errb.String()
+}
+
+// TestReplayGolden replays each scenario under test/scenarios and diffs the
+// whole exposition against testdata/<name>.prom; -update rewrites them.
+func TestReplayGolden(t *testing.T) {
+	t.Parallel()
+	files, err := filepath.Glob("../../test/scenarios/*.yaml")
+	if err != nil || len(files) == 0 {
+		t.Fatalf("no scenarios: %v", err)
+	}
+	for _, f := range files {
+		name := strings.TrimSuffix(filepath.Base(f), ".yaml")
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			code, out, errs := runCmd(t, "replay", f)
+			if code != 0 {
+				t.Fatalf("replay exited %d: %s", code, errs)
+			}
+			golden := filepath.Join("testdata", name+".prom")
+			if *update {
+				if err := os.WriteFile(golden, []byte(out), 0o644); err != nil {
+					t.Fatal(err)
+				}
+			}
+			want, err := os.ReadFile(golden)
+			if err != nil {
+				t.Fatalf("%v (run go test ./cmd/gpuxray -update to create it)", err)
+			}
+			if out != string(want) {
+				t.Errorf("replay of %s differs from %s (run with -update if the change is intended):\n%s", f, golden, firstDiff(string(want), out))
+			}
+			problems, err := promlint.New(strings.NewReader(out)).Lint()
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, p := range problems {
+				t.Errorf("promlint: %s: %s", p.Metric, p.Text)
+			}
+		})
+	}
+}
+
+// TestReplayDeterministic replays the embedded demo twice.
+func TestReplayDeterministic(t *testing.T) {
+	t.Parallel()
+	if testing.Short() {
+		t.Skip("replays four simulated hours twice")
+	}
+	const path = "../../collector/sim/demo.yaml"
+	_, a, _ := runCmd(t, "replay", path)
+	_, b, _ := runCmd(t, "replay", path)
+	if a == "" || a != b {
+		t.Errorf("two replays of the demo differ:\n%s", firstDiff(a, b))
+	}
+}
+
+func firstDiff(a, b string) string {
+	al, bl := strings.Split(a, "\n"), strings.Split(b, "\n")
+	for i := 0; i < len(al) || i < len(bl); i++ {
+		var x, y string
+		if i < len(al) {
+			x = al[i]
+		}
+		if i < len(bl) {
+			y = bl[i]
+		}
+		if x != y {
+			return "line " + strconv.Itoa(i+1) + ":\n- " + x + "\n+ " + y
+		}
+	}
+	return "(no difference)"
+}
+
+// TestReplayTruth checks the replayed counters of every exclusive allocation
+// against the ground truth computed from the scenario: within 1%.
+func TestReplayTruth(t *testing.T) {
+	t.Parallel()
+	const path = "../../test/scenarios/piecewise.yaml"
+	sc, err := sim.LoadScenario(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	code, out, errs := runCmd(t, "replay", path)
+	if code != 0 {
+		t.Fatalf("replay exited %d: %s", code, errs)
+	}
+	p := expfmt.NewTextParser(model.UTF8Validation)
+	mfs, err := p.TextToMetricFamilies(strings.NewReader(out))
+	if err != nil {
+		t.Fatal(err)
+	}
+	node, err := sim.NewNode(sc, sim.NewVirtualClock(sc.Start))
+	if err != nil {
+		t.Fatal(err)
+	}
+	sum := func(metric, pod, uuid string) (float64, bool) {
+		var v float64
+		found := false
+		for _, m := range mfs[metric].GetMetric() {
+			if label(m, "pod") == pod && label(m, "uuid") == uuid {
+				v += m.GetCounter().GetValue()
+				found = true
+			}
+		}
+		return v, found
+	}
+	checked := 0
+	for _, row := range sc.Truth(0.05) {
+		if row.Device.Replicated {
+			continue // shared GPUs: per-process attribution is checked with its own issue
+		}
+		uuid := node.DeviceUUID(row.Device.GPU)
+		for _, c := range []struct {
+			metric string
+			want   float64
+		}{
+			{"gpuxray_allocated_seconds_total", row.AllocatedSeconds},
+			{"gpuxray_allocated_idle_seconds_total", row.IdleSeconds},
+			{"gpuxray_allocated_active_seconds_total", row.ActiveSeconds},
+		} {
+			got, ok := sum(c.metric, row.Pod, uuid)
+			if !ok {
+				t.Errorf("%s{pod=%q} missing", c.metric, row.Pod)
+				continue
+			}
+			tol := 0.01 * c.want
+			if c.want == 0 {
+				tol = 0.01 * row.AllocatedSeconds
+			}
+			if math.Abs(got-c.want) > tol {
+				t.Errorf("%s{pod=%q} = %.2f, want %.2f ± 1%%", c.metric, row.Pod, got, c.want)
+			}
+			checked++
+		}
+	}
+	if checked < 6 {
+		t.Errorf("checked %d values, want the exclusive allocations of the scenario", checked)
+	}
+}
+
+func label(m *dto.Metric, name string) string {
+	for _, l := range m.GetLabel() {
+		if l.GetName() == name {
+			return l.GetValue()
+		}
+	}
+	return ""
+}
+
+func TestUsageErrors(t *testing.T) {
+	t.Parallel()
+	bad := filepath.Join(t.TempDir(), "bad.yaml")
+	if err := os.WriteFile(bad, []byte("start: 2026-12-01T08:00:00Z\nduration: 1h\nnode: n\nsystem: dgxh100\ngpus: 12\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	tests := []struct {
+		name string
+		args []string
+		env  map[string]string
+		code int
+		want string
+	}{
+		{"unknown command", []string{"frobnicate"}, nil, 2, `unknown command "frobnicate"`},
+		{"unknown flag", []string{"agent", "--no-such-flag"}, nil, 2, "flag provided but not defined: -no-such-flag"},
+		{"bad threshold", []string{"agent", "--idle.threshold=1.5"}, nil, 2, "idle threshold 1.5 must be a ratio in (0, 1]"},
+		{"bad listen address", []string{"agent", "--web.listen-address=9471"}, nil, 2, `listen address "9471" is not host:port`},
+		{"relative kubelet socket", []string{"agent", "--kubelet.pod-resources-socket=kubelet.sock"}, nil, 2, "not absolute"},
+		{"file without --simulate", []string{"agent", "demo.yaml"}, nil, 2, "needs --simulate"},
+		{"bad log level", []string{"agent", "--log.level=loud"}, nil, 2, `--log.level "loud"`},
+		{"replay without file", []string{"replay"}, nil, 2, "want exactly one scenario FILE"},
+		{"replay missing file", []string{"replay", "/nonexistent/x.yaml"}, nil, 2, "/nonexistent/x.yaml"},
+		{"replay invalid scenario", []string{"replay", bad}, nil, 2, "bad.yaml:5: gpus"},
+		{"version", []string{"version"}, nil, 0, "gpuxray dev"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			code, out, errs := runCmd(t, tc.args...)
+			if code != tc.code || !strings.Contains(out+errs, tc.want) {
+				t.Errorf("gpuxray %v = %d, %q; want %d containing %q", tc.args, code, out+errs, tc.code, tc.want)
+			}
+			if tc.code == 2 && strings.Count(strings.TrimSpace(errs), "\n") > 0 && !strings.Contains(errs, "Usage") {
+				t.Errorf("want one line on stderr, got %q", errs)
+			}
+		})
+	}
+}
+
+func TestEnvironmentFlags(t *testing.T) {
+	t.Parallel()
+	fs := flag.NewFlagSet("t", flag.ContinueOnError)
+	var d float64
+	var s string
+	fs.Float64Var(&d, "idle.threshold", 0.05, "")
+	fs.StringVar(&s, "web.listen-address", ":9471", "")
+	env := map[string]string{"GPUXRAY_IDLE_THRESHOLD": "0.1", "GPUXRAY_WEB_LISTEN_ADDRESS": "127.0.0.1:1"}
+	if err := parseFlags(fs, []string{"--web.listen-address=:2"}, func(k string) string { return env[k] }); err != nil {
+		t.Fatal(err)
+	}
+	if d != 0.1 || s != ":2" {
+		t.Errorf("threshold %g, address %q; want 0.1 from the environment and :2 from the command line", d, s)
+	}
+	env["GPUXRAY_IDLE_THRESHOLD"] = "lots"
+	fs2 := flag.NewFlagSet("t", flag.ContinueOnError)
+	fs2.Float64Var(&d, "idle.threshold", 0.05, "")
+	err := parseFlags(fs2, nil, func(k string) string { return env[k] })
+	if err == nil || !strings.Contains(err.Error(), `GPUXRAY_IDLE_THRESHOLD="lots"`) {
+		t.Errorf("bad environment value: %v", err)
+	}
+}

@@ -1,0 +1,113 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/common/expfmt"
+	"go.uber.org/zap"
+
+	"github.com/gpuxray/gpuxray/agent"
+	"github.com/gpuxray/gpuxray/collector/kubelet"
+	"github.com/gpuxray/gpuxray/collector/nvml"
+	"github.com/gpuxray/gpuxray/collector/sim"
+	"github.com/gpuxray/gpuxray/exporter"
+)
+
+// keepAll is replay's default retention: a replay reports every allocation
+// of the scenario, however early it ended.
+const keepAll = 100 * 365 * 24 * time.Hour
+
+func runReplay(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fs := flag.NewFlagSet("gpuxray replay", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	cfg := agent.DefaultConfig()
+	cfg.Retention = keepAll
+	engineFlags(fs, &cfg)
+	logCfg := logConfig{}
+	logFlags(fs, &logCfg)
+	fs.Lookup("log.level").DefValue, logCfg.level = "warn", "warn"
+	fs.Usage = func() {
+		fmt.Fprintf(fs.Output(), "Usage: gpuxray replay [flags] FILE\n\nReplays the scenario FILE on a virtual clock as fast as the CPU allows, through\nthe real NVML reader, kubelet client and engine, and prints the final metrics\nin the Prometheus text format.\n\nFlags:\n")
+		fs.PrintDefaults()
+	}
+	if err := parseFlags(fs, args, os.Getenv); err != nil {
+		return err
+	}
+	if fs.NArg() != 1 {
+		return usagef("want exactly one scenario FILE, got %d arguments", fs.NArg())
+	}
+	if err := cfg.Validate(); err != nil {
+		return usageError{err}
+	}
+	logger, err := newLogger(logCfg, stderr)
+	if err != nil {
+		return err
+	}
+	sc, err := loadScenario(fs.Arg(0))
+	if err != nil {
+		return err
+	}
+	out, err := replay(ctx, sc, cfg, logger)
+	if err != nil {
+		return err
+	}
+	_, err = stdout.Write(out)
+	return err
+}
+
+// replay runs sc from start to end, polling every cfg.PollInterval of
+// virtual time, and returns the final exposition in the text format.
+func replay(ctx context.Context, sc *sim.Scenario, cfg agent.Config, zl *zap.Logger) ([]byte, error) {
+	clock := sim.NewVirtualClock(sc.Start)
+	s, err := startSimulation(sc, clock)
+	if err != nil {
+		return nil, err
+	}
+	defer s.stop()
+
+	reader := nvml.New(s.nvml(), zl.Named("nvml"), clock)
+	if err := reader.Init(); err != nil {
+		return nil, err
+	}
+	defer reader.Shutdown()
+	kubeCfg := kubelet.DefaultConfig()
+	kubeCfg.Socket, kubeCfg.Clock = s.socket, clock
+	kube, err := kubelet.New(kubeCfg, zl.Named("kubelet"))
+	if err != nil {
+		return nil, err
+	}
+	defer kube.Close()
+	engine, err := agent.New(cfg, reader, kube, clock, zl.Named("engine"))
+	if err != nil {
+		return nil, usageError{err}
+	}
+	end := sc.Start.Add(sc.Duration)
+	for t := sc.Start; !t.After(end); t = t.Add(cfg.PollInterval) {
+		if err := ctx.Err(); err != nil {
+			return nil, err
+		}
+		clock.Set(t)
+		engine.Poll(ctx)
+	}
+	reg := prometheus.NewPedanticRegistry()
+	reg.MustRegister(exporter.NewCollector(engine, nil))
+	mfs, err := reg.Gather()
+	if err != nil {
+		return nil, fmt.Errorf("gather: %w", err)
+	}
+	var buf bytes.Buffer
+	enc := expfmt.NewEncoder(&buf, expfmt.NewFormat(expfmt.TypeTextPlain))
+	for _, mf := range mfs {
+		if err := enc.Encode(mf); err != nil {
+			return nil, fmt.Errorf("encode: %w", err)
+		}
+	}
+	return buf.Bytes(), nil
+}

@@ -1,0 +1,60 @@
+package main
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+
+	gonvml "github.com/NVIDIA/go-nvml/pkg/nvml"
+
+	"github.com/gpuxray/gpuxray/collector/sim"
+)
+
+// simulation is a simulated node: its NVML and a kubelet serving its pods
+// over the real pod-resources gRPC API on a unix socket, so the real readers
+// run against it.
+type simulation struct {
+	node    *sim.Node
+	kubelet *sim.KubeletServer
+	socket  string
+	dir     string
+}
+
+// loadScenario reads FILE, or returns the embedded demo when path is empty.
+// A bad file is a usage error naming the line and field.
+func loadScenario(path string) (*sim.Scenario, error) {
+	if path == "" {
+		return sim.Demo(), nil
+	}
+	sc, err := sim.LoadScenario(path)
+	if err != nil {
+		return nil, usageError{err}
+	}
+	return sc, nil
+}
+
+func startSimulation(sc *sim.Scenario, clock sim.Clock) (*simulation, error) {
+	node, err := sim.NewNode(sc, clock)
+	if err != nil {
+		return nil, usageError{err}
+	}
+	// Unix socket paths are limited to 108 bytes: keep the directory short.
+	dir, err := os.MkdirTemp("", "gpuxray-sim")
+	if err != nil {
+		return nil, fmt.Errorf("simulated kubelet: %w", err)
+	}
+	s := &simulation{node: node, dir: dir, socket: filepath.Join(dir, "kubelet.sock")}
+	s.kubelet = sim.NewKubeletServer(node.ListResponse)
+	if err := s.kubelet.Start(s.socket); err != nil {
+		os.RemoveAll(dir)
+		return nil, fmt.Errorf("simulated kubelet: %w", err)
+	}
+	return s, nil
+}
+
+func (s *simulation) nvml() gonvml.Interface { return s.node.NVML() }
+
+func (s *simulation) stop() {
+	s.kubelet.Stop()
+	os.RemoveAll(s.dir)
+}
