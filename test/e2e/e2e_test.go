@@ -1,0 +1,289 @@
+// Package e2e runs the gpuxray binary as a user would: the demo agent from
+// the README, checked by promtool and scraped by a real Prometheus server.
+package e2e
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/url"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/gpuxray/gpuxray/collector/sim"
+)
+
+var binary string
+
+func TestMain(m *testing.M) {
+	dir, err := os.MkdirTemp("", "gpuxray-e2e")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	binary = filepath.Join(dir, "gpuxray")
+	build := exec.Command("go", "build", "-o", binary, "../../cmd/gpuxray")
+	build.Env = append(os.Environ(), "CGO_CFLAGS=-Wno-deprecated-declarations", "CGO_ENABLED=1")
+	if out, err := build.CombinedOutput(); err != nil {
+		fmt.Fprintf(os.Stderr, "building gpuxray: %v\n%s", err, out)
+		os.Exit(1)
+	}
+	code := m.Run()
+	os.RemoveAll(dir)
+	os.Exit(code)
+}
+
+// need returns the path of a tool the test needs. Locally a missing tool
+// skips the test; in CI (CI=true), which installs it, it fails.
+func need(t *testing.T, tool string) string {
+	t.Helper()
+	p, err := exec.LookPath(tool)
+	if err != nil {
+		if os.Getenv("CI") != "" {
+			t.Fatalf("%s is not installed; .ci/run installs it", tool)
+		}
+		t.Skipf("%s is not installed (apt-get install prometheus)", tool)
+	}
+	return p
+}
+
+func freeAddr(t *testing.T) string {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	return l.Addr().String()
+}
+
+// process is a started command whose output is kept for failure messages.
+type process struct {
+	cmd *exec.Cmd
+	out *bytes.Buffer
+}
+
+func start(t *testing.T, name string, args ...string) *process {
+	t.Helper()
+	p := &process{cmd: exec.Command(name, args...), out: &bytes.Buffer{}}
+	p.cmd.Stdout, p.cmd.Stderr = p.out, p.out
+	if err := p.cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if p.cmd.ProcessState == nil {
+			_ = p.cmd.Process.Kill()
+			_ = p.cmd.Wait()
+		}
+		if t.Failed() {
+			t.Logf("%s output:\n%s", filepath.Base(name), p.out.String())
+		}
+	})
+	return p
+}
+
+// stop sends SIGTERM and returns the exit code.
+func (p *process) stop(t *testing.T) int {
+	t.Helper()
+	_ = p.cmd.Process.Signal(syscall.SIGTERM)
+	done := make(chan error, 1)
+	go func() { done <- p.cmd.Wait() }()
+	select {
+	case <-done:
+		return p.cmd.ProcessState.ExitCode()
+	case <-time.After(10 * time.Second):
+		t.Fatal("did not exit within 10s of SIGTERM")
+		return -1
+	}
+}
+
+func get(ctx context.Context, u string) (int, []byte, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u, nil)
+	if err != nil {
+		return 0, nil, err
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return 0, nil, err
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	return resp.StatusCode, b, err
+}
+
+// waitFor polls u until it answers 200, for at most d.
+func waitFor(t *testing.T, u string, d time.Duration) []byte {
+	t.Helper()
+	deadline := time.Now().Add(d)
+	for {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		code, body, err := get(ctx, u)
+		cancel()
+		if err == nil && code == http.StatusOK {
+			return body
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s did not answer 200 within %s (last: %d %v)", u, d, code, err)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// startDemo starts the README's demo command on a free port.
+func startDemo(t *testing.T) (*process, string) {
+	t.Helper()
+	addr := freeAddr(t)
+	p := start(t, binary, "agent", "--simulate", "--web.listen-address="+addr, "--log.format=json")
+	return p, addr
+}
+
+// TestDemoAgent: the demo agent answers /metrics within 5 s of start with the
+// demo's allocations, promtool accepts the output, and SIGTERM ends it with 0.
+func TestDemoAgent(t *testing.T) {
+	t.Parallel()
+	promtool := need(t, "promtool")
+	started := time.Now()
+	p, addr := startDemo(t)
+	waitFor(t, "http://"+addr+"/readyz", 5*time.Second)
+	body := waitFor(t, "http://"+addr+"/metrics", 5*time.Second-time.Since(started))
+	t.Logf("ready and serving metrics %s after start", time.Since(started).Round(time.Millisecond))
+
+	text := string(body)
+	for _, want := range []string{
+		`gpuxray_source_up{source="nvml"} 1`,
+		`gpuxray_source_up{source="kubelet"} 1`,
+		`gpuxray_allocation_info{attribution="device",container="jupyter",`,
+		`gpuxray_build_info{`,
+		`gpuxray_device_info{driver_version="550.54.15",gpu="7",`,
+		`process_resident_memory_bytes`,
+	} {
+		if !strings.Contains(text, want) {
+			t.Errorf("/metrics lacks %s", want)
+		}
+	}
+	if n, want := strings.Count(text, "\ngpuxray_allocation_info{"), demoAllocationsAtStart(t); n != want {
+		t.Errorf("%d gpuxray_allocation_info series, want %d (the demo's allocations at its start)", n, want)
+	}
+
+	check := exec.Command(promtool, "check", "metrics")
+	check.Stdin = bytes.NewReader(body)
+	if out, err := check.CombinedOutput(); err != nil {
+		t.Errorf("promtool check metrics: %v\n%s", err, out)
+	}
+	if code := p.stop(t); code != 0 {
+		t.Errorf("agent exited %d after SIGTERM, want 0", code)
+	}
+}
+
+func demoAllocationsAtStart(t *testing.T) int {
+	t.Helper()
+	n := 0
+	for _, p := range sim.Demo().Pods {
+		if p.From == 0 {
+			n += len(p.Devices)
+		}
+	}
+	if n == 0 {
+		t.Fatal("the demo has no allocation at its start")
+	}
+	return n
+}
+
+// TestPrometheusScrapesAgent: a real Prometheus server scrapes the demo agent
+// and its query API sees the notebook's idle seconds grow while the training
+// job's stay at zero.
+func TestPrometheusScrapesAgent(t *testing.T) {
+	t.Parallel()
+	prom := need(t, "prometheus")
+	agentProc, agentAddr := startDemo(t)
+	waitFor(t, "http://"+agentAddr+"/readyz", 10*time.Second)
+
+	dir := t.TempDir()
+	cfg := fmt.Sprintf(`global:
+  scrape_interval: 1s
+  scrape_timeout: 1s
+  evaluation_interval: 1s
+scrape_configs:
+  - job_name: gpuxray
+    static_configs:
+      - targets: [%q]
+`, agentAddr)
+	if err := os.WriteFile(filepath.Join(dir, "prometheus.yml"), []byte(cfg), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	promAddr := freeAddr(t)
+	start(t, prom,
+		"--config.file="+filepath.Join(dir, "prometheus.yml"),
+		"--storage.tsdb.path="+filepath.Join(dir, "data"),
+		"--web.listen-address="+promAddr,
+		"--log.level=warn",
+	)
+	waitFor(t, "http://"+promAddr+"/-/ready", 30*time.Second)
+
+	query := func(q string) (float64, bool) {
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		defer cancel()
+		_, body, err := get(ctx, "http://"+promAddr+"/api/v1/query?query="+url.QueryEscape(q))
+		if err != nil {
+			return 0, false
+		}
+		var r struct {
+			Status string
+			Data   struct {
+				Result []struct {
+					Value [2]any
+				}
+			}
+		}
+		if json.Unmarshal(body, &r) != nil || r.Status != "success" || len(r.Data.Result) != 1 {
+			return 0, false
+		}
+		s, _ := r.Data.Result[0].Value[1].(string)
+		v, err := strconv.ParseFloat(s, 64)
+		return v, err == nil
+	}
+	// Wait until Prometheus has a few scrapes of the notebook's idle time.
+	const notebookIdle = `sum(gpuxray_allocated_idle_seconds_total{pod="notebook-0"})`
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		if v, ok := query(notebookIdle); ok && v >= 3 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("Prometheus did not see %s reach 3s within 30s", notebookIdle)
+		}
+		time.Sleep(250 * time.Millisecond)
+	}
+	checks := []struct {
+		q        string
+		min, max float64
+		what     string
+	}{
+		{`up{job="gpuxray"}`, 1, 1, "the target is up"},
+		{`count(gpuxray_allocation_info)`, float64(demoAllocationsAtStart(t)), float64(demoAllocationsAtStart(t)), "every demo allocation is visible"},
+		{`sum(gpuxray_allocated_idle_seconds_total{pod="llama-train-0"})`, 0, 0, "the busy training job has no idle second"},
+		{`sum(gpuxray_allocated_active_seconds_total{pod="llama-train-0"}) / sum(gpuxray_allocated_seconds_total{pod="llama-train-0"})`, 0.92, 0.94, "the training job's efficiency is its 0.93 busy ratio"},
+		{`min(gpuxray_allocation_idle_streak_seconds{pod="notebook-0"})`, 2, 120, "the notebook's idle streak grows"},
+		{`sum(gpuxray_device_unallocated_seconds_total{gpu="7"})`, 2, 120, "gpu 7 is held by nobody"},
+		{`count(gpuxray_device_info)`, 8, 8, "eight GPUs"},
+	}
+	for _, c := range checks {
+		v, ok := query(c.q)
+		if !ok || v < c.min || v > c.max {
+			t.Errorf("%s: %s = %v (ok=%v), want in [%g, %g]", c.what, c.q, v, ok, c.min, c.max)
+		}
+	}
+	if code := agentProc.stop(t); code != 0 {
+		t.Errorf("agent exited %d after SIGTERM, want 0", code)
+	}
+}
