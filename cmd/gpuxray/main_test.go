@@ -199,6 +199,7 @@ func TestUsageErrors(t *testing.T) {
 		{"replay missing file", []string{"replay", "/nonexistent/x.yaml"}, nil, 2, "/nonexistent/x.yaml"},
 		{"replay invalid scenario", []string{"replay", bad}, nil, 2, "bad.yaml:5: gpus"},
 		{"version", []string{"version"}, nil, 0, "gpuxray dev"},
+		{"help", []string{"agent", "-h"}, nil, 0, "GPUXRAY_POLL_INTERVAL"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
