@@ -454,22 +454,14 @@ func (e *Engine) buildSnapshot(now time.Time) *Snapshot {
 		Sources:     make([]SourceSnapshot, 0, len(e.sources)),
 	}
 	for _, ds := range e.dev {
-		r := ds.reading
-		d := DeviceSnapshot{
-			Device:           ds.info,
-			Present:          ds.present,
-			Counters:         ds.c,
-			HasUtilization:   ds.hasUtil && ds.present,
-			Utilization:      ds.util,
-			HasMemory:        r.HasMemory && ds.present,
-			MemoryUsedBytes:  r.MemoryUsedBytes,
-			MemoryTotalBytes: r.MemoryTotalBytes,
-			HasPower:         r.HasPower && ds.present,
-			PowerWatts:       r.PowerWatts,
-			HasEnergy:        r.HasEnergy && ds.present,
-			EnergyJoules:     r.EnergyJoules,
-		}
-		s.Devices = append(s.Devices, d)
+		s.Devices = append(s.Devices, DeviceSnapshot{
+			Device:         ds.info,
+			Present:        ds.present,
+			Counters:       ds.c,
+			HasUtilization: ds.hasUtil && ds.present,
+			Utilization:    ds.util,
+			DeviceGauges:   ds.reading.DeviceGauges.Available(ds.present),
+		})
 	}
 	slices.SortFunc(s.Devices, func(a, b DeviceSnapshot) int {
 		return cmp.Or(cmp.Compare(a.GPU, b.GPU), cmp.Compare(a.UUID, b.UUID))

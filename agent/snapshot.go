@@ -42,15 +42,7 @@ type DeviceSnapshot struct {
 	HasUtilization bool
 	Utilization    float64
 
-	HasMemory        bool
-	MemoryUsedBytes  uint64
-	MemoryTotalBytes uint64
-
-	HasPower   bool
-	PowerWatts float64
-
-	HasEnergy    bool
-	EnergyJoules float64
+	collector.DeviceGauges
 
 	Counters [NumWindows]DeviceCounters
 }

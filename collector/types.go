@@ -53,15 +53,10 @@ type Process struct {
 	UsedMemoryBytes uint64
 }
 
-// DeviceReading is what one poll read of one device. Fields whose Has* flag is
-// false were not available (not supported, or the call failed) and must not be
-// exported as zero.
-type DeviceReading struct {
-	Device Device
-	// Samples are the utilization samples newer than those of the previous
-	// reading of this device, oldest first.
-	Samples []Sample
-
+// DeviceGauges are a device's instantaneous readings. A field whose Has* flag
+// is false was not available (not supported, or the call failed) and must not
+// be exported as zero.
+type DeviceGauges struct {
 	HasMemory        bool
 	MemoryUsedBytes  uint64
 	MemoryTotalBytes uint64
@@ -72,6 +67,24 @@ type DeviceReading struct {
 	// EnergyJoules is the driver's energy counter (since the driver loaded).
 	HasEnergy    bool
 	EnergyJoules float64
+}
+
+// Available returns g, or no gauge at all when present is false.
+func (g DeviceGauges) Available(present bool) DeviceGauges {
+	if !present {
+		return DeviceGauges{}
+	}
+	return g
+}
+
+// DeviceReading is what one poll read of one device.
+type DeviceReading struct {
+	Device Device
+	// Samples are the utilization samples newer than those of the previous
+	// reading of this device, oldest first.
+	Samples []Sample
+
+	DeviceGauges
 
 	HasProcesses bool
 	Processes    []Process

@@ -30,9 +30,11 @@ func testSnapshot() *agent.Snapshot {
 			},
 			Present:        true,
 			HasUtilization: true, Utilization: 0.25,
-			HasMemory: true, MemoryUsedBytes: 1 << 30, MemoryTotalBytes: 80 << 30,
-			HasPower: true, PowerWatts: 123.5,
-			HasEnergy: true, EnergyJoules: 1000,
+			DeviceGauges: collector.DeviceGauges{
+				HasMemory: true, MemoryUsedBytes: 1 << 30, MemoryTotalBytes: 80 << 30,
+				HasPower: true, PowerWatts: 123.5,
+				HasEnergy: true, EnergyJoules: 1000,
+			},
 		}},
 		Allocations: []agent.AllocationSnapshot{
 			{UUID: uuid0, GPU: 0, Namespace: "ml", Pod: "train-0", Container: "main", Resource: "nvidia.com/gpu",
