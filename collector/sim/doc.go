@@ -11,7 +11,10 @@
 //
 // # The simulated driver
 //
-// NVML() answers these calls; any other call panics, as go-nvml's mock does:
+// NVML() answers these calls itself, so go-nvml's mock, which keeps every
+// call it answers in a list nothing clears, records none of them, and a
+// simulation polled for days does not grow; any other call falls
+// through to the mock and panics:
 //
 //   - Init, Shutdown, SystemGetDriverVersion, SystemGetNVMLVersion,
 //     SystemGetCudaDriverVersion, DeviceGetCount, DeviceGetHandleByIndex,
@@ -21,7 +24,7 @@
 //     the calls listed here, so GPM reads as absent).
 //   - Per device (and as nvml.DeviceGet…(dev) on the interface): GetUUID,
 //     GetName, GetIndex, GetMinorNumber, GetBrand, GetArchitecture,
-//     GetCudaComputeCapability, GetPciInfo (from the mock); GetMigMode
+//     GetCudaComputeCapability, GetPciInfo (the mock's values); GetMigMode
 //     (always disabled); GetSamples (GPU_UTILIZATION_SAMPLES only, others
 //     ERROR_NOT_SUPPORTED); GetMemoryInfo and GetMemoryInfo_v2; GetPowerUsage;
 //     GetTotalEnergyConsumption; GetComputeRunningProcesses;

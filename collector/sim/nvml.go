@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"math"
 	"sort"
-	"strings"
 	"time"
 
 	"github.com/NVIDIA/go-nvml/pkg/nvml"
@@ -24,21 +23,6 @@ const (
 	samplePeriodMicros = 166667
 )
 
-// symbols are the NVML entry points the simulation implements. The mock
-// server answers LookupSymbol with "found" for any name, which would lead a
-// reader that gates newer calls (GPM) on LookupSymbol straight into a panic.
-var symbols = map[string]bool{
-	"nvmlInit_v2": true, "nvmlShutdown": true, "nvmlSystemGetDriverVersion": true,
-	"nvmlSystemGetNVMLVersion": true, "nvmlSystemGetCudaDriverVersion": true,
-	"nvmlDeviceGetCount_v2": true, "nvmlDeviceGetHandleByIndex_v2": true,
-	"nvmlDeviceGetHandleByUUID": true, "nvmlDeviceGetUUID": true, "nvmlDeviceGetName": true,
-	"nvmlDeviceGetIndex": true, "nvmlDeviceGetMigMode": true, "nvmlDeviceGetSamples": true,
-	"nvmlDeviceGetMemoryInfo": true, "nvmlDeviceGetMemoryInfo_v2": true,
-	"nvmlDeviceGetPowerUsage": true, "nvmlDeviceGetTotalEnergyConsumption": true,
-	"nvmlDeviceGetComputeRunningProcesses": true, "nvmlDeviceGetComputeRunningProcesses_v2": true,
-	"nvmlDeviceGetComputeRunningProcesses_v3": true, "nvmlDeviceGetProcessUtilization": true,
-}
-
 // Node is a simulated GPU node: NVML and the kubelet's pod-resources view of
 // one scenario, as pure functions of a Clock. It keeps no per-call state, so
 // it is safe for concurrent use.
@@ -47,6 +31,7 @@ type Node struct {
 	clock Clock
 	sys   system
 	srv   *server.Server
+	drv   *driver
 	uuids []string
 	pods  []series
 	gpus  []gpuModel
@@ -116,9 +101,8 @@ func NewNode(sc *Scenario, clock Clock) (*Node, error) {
 		n.uuids[g] = deviceUUID(sc.Node, g)
 		dev := srv.Devices[g].(*server.Device)
 		dev.UUID = n.uuids[g]
-		n.setDeviceFuncs(dev, g)
 	}
-	n.setServerFuncs()
+	n.drv = newDriver(n)
 	return n, nil
 }
 
@@ -133,9 +117,10 @@ func deviceUUID(node string, gpu int) string {
 }
 
 // NVML returns the simulated driver: go-nvml's mock server of the scenario's
-// system, trimmed to its GPUs. See the package documentation for the calls
+// system, trimmed to its GPUs, answering the simulated calls itself so that
+// the mock records none of them. See the package documentation for the calls
 // it answers; any other call panics, as the mock does.
-func (n *Node) NVML() nvml.Interface { return n.srv }
+func (n *Node) NVML() nvml.Interface { return n.drv }
 
 // Scenario returns the scenario the node plays.
 func (n *Node) Scenario() *Scenario { return n.sc }
@@ -266,78 +251,4 @@ func (n *Node) energyMillijoules(g int) uint64 {
 	}
 	j := n.sys.idleWatts*t.Seconds() + (n.sys.maxWatts-n.sys.idleWatts)*n.gpus[g].util.prefix(t)
 	return uint64(math.Floor(1000 * j))
-}
-
-func (n *Node) setDeviceFuncs(d *server.Device, g int) {
-	d.GetMigModeFunc = func() (int, int, nvml.Return) {
-		return nvml.DEVICE_MIG_DISABLE, nvml.DEVICE_MIG_DISABLE, nvml.SUCCESS
-	}
-	d.GetSamplesFunc = func(typ nvml.SamplingType, lastSeen uint64) (nvml.ValueType, []nvml.Sample, nvml.Return) {
-		return n.samples(g, typ, lastSeen)
-	}
-	d.GetMemoryInfo_v2Func = func() (nvml.Memory_v2, nvml.Return) {
-		return n.memory(g), nvml.SUCCESS
-	}
-	d.GetMemoryInfoFunc = func() (nvml.Memory, nvml.Return) {
-		// Version 1 counts the reserved memory as used, as the driver does.
-		m := n.memory(g)
-		return nvml.Memory{Total: m.Total, Used: m.Used + m.Reserved, Free: m.Free}, nvml.SUCCESS
-	}
-	d.GetPowerUsageFunc = func() (uint32, nvml.Return) {
-		return n.powerMilliwatts(g), nvml.SUCCESS
-	}
-	d.GetTotalEnergyConsumptionFunc = func() (uint64, nvml.Return) {
-		return n.energyMillijoules(g), nvml.SUCCESS
-	}
-	d.GetComputeRunningProcessesFunc = func() ([]nvml.ProcessInfo, nvml.Return) {
-		t, _ := n.now()
-		running := n.running(g, t)
-		out := make([]nvml.ProcessInfo, len(running))
-		for i, p := range running {
-			// MIG is off: NVML reports 0xFFFFFFFF for the instance IDs.
-			out[i] = nvml.ProcessInfo{Pid: p.pid, UsedGpuMemory: p.memory, GpuInstanceId: math.MaxUint32, ComputeInstanceId: math.MaxUint32}
-		}
-		return out, nvml.SUCCESS
-	}
-	d.GetProcessUtilizationFunc = func(lastSeen uint64) ([]nvml.ProcessUtilizationSample, nvml.Return) {
-		return n.processUtilization(g, lastSeen)
-	}
-}
-
-// setServerFuncs fixes the server-level calls: the library-style entry
-// points (nvml.DeviceGetSamples(dev, …)) delegate to the device, as the real
-// library does, and lookups answer as the real driver.
-func (n *Node) setServerFuncs() {
-	s := n.srv
-	s.LookupSymbolFunc = func(name string) error {
-		if symbols[name] {
-			return nil
-		}
-		return fmt.Errorf("sim: symbol %s: %w", name, nvml.ERROR_NOT_SUPPORTED)
-	}
-	s.DeviceGetHandleByUUIDFunc = func(uuid string) (nvml.Device, nvml.Return) {
-		for _, d := range s.Devices {
-			if strings.EqualFold(uuid, d.(*server.Device).UUID) {
-				return d, nvml.SUCCESS
-			}
-		}
-		return nil, nvml.ERROR_NOT_FOUND
-	}
-	s.DeviceGetUUIDFunc = func(d nvml.Device) (string, nvml.Return) { return d.GetUUID() }
-	s.DeviceGetNameFunc = func(d nvml.Device) (string, nvml.Return) { return d.GetName() }
-	s.DeviceGetIndexFunc = func(d nvml.Device) (int, nvml.Return) { return d.GetIndex() }
-	s.DeviceGetMigModeFunc = func(d nvml.Device) (int, int, nvml.Return) { return d.GetMigMode() }
-	s.DeviceGetSamplesFunc = func(d nvml.Device, typ nvml.SamplingType, lastSeen uint64) (nvml.ValueType, []nvml.Sample, nvml.Return) {
-		return d.GetSamples(typ, lastSeen)
-	}
-	s.DeviceGetMemoryInfoFunc = func(d nvml.Device) (nvml.Memory, nvml.Return) { return d.GetMemoryInfo() }
-	s.DeviceGetMemoryInfo_v2Func = func(d nvml.Device) (nvml.Memory_v2, nvml.Return) { return d.GetMemoryInfo_v2() }
-	s.DeviceGetPowerUsageFunc = func(d nvml.Device) (uint32, nvml.Return) { return d.GetPowerUsage() }
-	s.DeviceGetTotalEnergyConsumptionFunc = func(d nvml.Device) (uint64, nvml.Return) { return d.GetTotalEnergyConsumption() }
-	s.DeviceGetComputeRunningProcessesFunc = func(d nvml.Device) ([]nvml.ProcessInfo, nvml.Return) {
-		return d.GetComputeRunningProcesses()
-	}
-	s.DeviceGetProcessUtilizationFunc = func(d nvml.Device, lastSeen uint64) ([]nvml.ProcessUtilizationSample, nvml.Return) {
-		return d.GetProcessUtilization(lastSeen)
-	}
 }

@@ -1,0 +1,213 @@
+package sim
+
+import (
+	"fmt"
+	"math"
+	"strings"
+
+	"github.com/NVIDIA/go-nvml/pkg/nvml"
+	"github.com/NVIDIA/go-nvml/pkg/nvml/mock/server"
+)
+
+// driver is the simulated NVML library that Node.NVML returns. It embeds
+// go-nvml's mock server, so that it is an nvml.Interface and its devices
+// carry the mock's identity, but answers every call the simulation supports
+// with its own method: the mock appends each call it answers to a list that
+// nothing clears, which an agent polling every second would grow without
+// bound. Calls the simulation does not support fall through to the mock,
+// which panics on them.
+type driver struct {
+	*server.Server
+	n       *Node
+	handles []*handle // by index
+}
+
+// handle is one simulated GPU as the driver hands it out, embedding the
+// mock device for the same reason as driver embeds the mock server.
+type handle struct {
+	*server.Device
+	n *Node
+	g int
+}
+
+var (
+	_ nvml.Interface         = (*driver)(nil)
+	_ nvml.ExtendedInterface = (*driver)(nil)
+	_ nvml.Device            = (*handle)(nil)
+)
+
+// symbols are the NVML entry points the simulation implements. The mock
+// server answers LookupSymbol with "found" for any name, which would lead a
+// reader that gates newer calls (GPM) on LookupSymbol straight into a panic.
+var symbols = map[string]bool{
+	"nvmlInit_v2": true, "nvmlShutdown": true, "nvmlSystemGetDriverVersion": true,
+	"nvmlSystemGetNVMLVersion": true, "nvmlSystemGetCudaDriverVersion": true,
+	"nvmlDeviceGetCount_v2": true, "nvmlDeviceGetHandleByIndex_v2": true,
+	"nvmlDeviceGetHandleByUUID": true, "nvmlDeviceGetUUID": true, "nvmlDeviceGetName": true,
+	"nvmlDeviceGetIndex": true, "nvmlDeviceGetMigMode": true, "nvmlDeviceGetSamples": true,
+	"nvmlDeviceGetMemoryInfo": true, "nvmlDeviceGetMemoryInfo_v2": true,
+	"nvmlDeviceGetPowerUsage": true, "nvmlDeviceGetTotalEnergyConsumption": true,
+	"nvmlDeviceGetComputeRunningProcesses": true, "nvmlDeviceGetComputeRunningProcesses_v2": true,
+	"nvmlDeviceGetComputeRunningProcesses_v3": true, "nvmlDeviceGetProcessUtilization": true,
+}
+
+// newDriver wraps n's mock server, whose devices must already be trimmed to
+// the scenario's GPUs and carry their UUIDs.
+func newDriver(n *Node) *driver {
+	d := &driver{Server: n.srv, n: n, handles: make([]*handle, len(n.srv.Devices))}
+	for g, dev := range n.srv.Devices {
+		d.handles[g] = &handle{Device: dev.(*server.Device), n: n, g: g}
+	}
+	return d
+}
+
+// Library-level calls.
+
+func (d *driver) Init() nvml.Return     { return nvml.SUCCESS }
+func (d *driver) Shutdown() nvml.Return { return nvml.SUCCESS }
+
+func (d *driver) Extensions() nvml.ExtendedInterface { return d }
+
+func (d *driver) LookupSymbol(name string) error {
+	if symbols[name] {
+		return nil
+	}
+	return fmt.Errorf("sim: symbol %s: %w", name, nvml.ERROR_NOT_SUPPORTED)
+}
+
+func (d *driver) SystemGetDriverVersion() (string, nvml.Return) { return d.DriverVersion, nvml.SUCCESS }
+func (d *driver) SystemGetNVMLVersion() (string, nvml.Return)   { return d.NvmlVersion, nvml.SUCCESS }
+func (d *driver) SystemGetCudaDriverVersion() (int, nvml.Return) {
+	return d.CudaDriverVersion, nvml.SUCCESS
+}
+
+func (d *driver) DeviceGetCount() (int, nvml.Return) { return len(d.handles), nvml.SUCCESS }
+
+func (d *driver) DeviceGetHandleByIndex(i int) (nvml.Device, nvml.Return) {
+	if i < 0 || i >= len(d.handles) {
+		return nil, nvml.ERROR_INVALID_ARGUMENT
+	}
+	return d.handles[i], nvml.SUCCESS
+}
+
+// DeviceGetHandleByUUID answers ERROR_NOT_FOUND for an unknown UUID, as the
+// driver does (the mock says ERROR_INVALID_ARGUMENT).
+func (d *driver) DeviceGetHandleByUUID(uuid string) (nvml.Device, nvml.Return) {
+	for _, h := range d.handles {
+		if strings.EqualFold(uuid, h.UUID) {
+			return h, nvml.SUCCESS
+		}
+	}
+	return nil, nvml.ERROR_NOT_FOUND
+}
+
+func (d *driver) DeviceGetHandleByPciBusId(busID string) (nvml.Device, nvml.Return) {
+	for _, h := range d.handles {
+		if busID == h.PciBusID {
+			return h, nvml.SUCCESS
+		}
+	}
+	return nil, nvml.ERROR_INVALID_ARGUMENT
+}
+
+// The library-style per-device calls (nvml.DeviceGetSamples(dev, …))
+// delegate to the device, as the real library does.
+
+func (d *driver) DeviceGetUUID(h nvml.Device) (string, nvml.Return)     { return h.GetUUID() }
+func (d *driver) DeviceGetName(h nvml.Device) (string, nvml.Return)     { return h.GetName() }
+func (d *driver) DeviceGetIndex(h nvml.Device) (int, nvml.Return)       { return h.GetIndex() }
+func (d *driver) DeviceGetMinorNumber(h nvml.Device) (int, nvml.Return) { return h.GetMinorNumber() }
+func (d *driver) DeviceGetBrand(h nvml.Device) (nvml.BrandType, nvml.Return) {
+	return h.GetBrand()
+}
+func (d *driver) DeviceGetArchitecture(h nvml.Device) (nvml.DeviceArchitecture, nvml.Return) {
+	return h.GetArchitecture()
+}
+func (d *driver) DeviceGetCudaComputeCapability(h nvml.Device) (int, int, nvml.Return) {
+	return h.GetCudaComputeCapability()
+}
+func (d *driver) DeviceGetPciInfo(h nvml.Device) (nvml.PciInfo, nvml.Return) { return h.GetPciInfo() }
+func (d *driver) DeviceGetMigMode(h nvml.Device) (int, int, nvml.Return)     { return h.GetMigMode() }
+func (d *driver) DeviceGetSamples(h nvml.Device, typ nvml.SamplingType, lastSeen uint64) (nvml.ValueType, []nvml.Sample, nvml.Return) {
+	return h.GetSamples(typ, lastSeen)
+}
+func (d *driver) DeviceGetMemoryInfo(h nvml.Device) (nvml.Memory, nvml.Return) {
+	return h.GetMemoryInfo()
+}
+func (d *driver) DeviceGetMemoryInfo_v2(h nvml.Device) (nvml.Memory_v2, nvml.Return) {
+	return h.GetMemoryInfo_v2()
+}
+func (d *driver) DeviceGetPowerUsage(h nvml.Device) (uint32, nvml.Return) { return h.GetPowerUsage() }
+func (d *driver) DeviceGetTotalEnergyConsumption(h nvml.Device) (uint64, nvml.Return) {
+	return h.GetTotalEnergyConsumption()
+}
+func (d *driver) DeviceGetComputeRunningProcesses(h nvml.Device) ([]nvml.ProcessInfo, nvml.Return) {
+	return h.GetComputeRunningProcesses()
+}
+func (d *driver) DeviceGetProcessUtilization(h nvml.Device, lastSeen uint64) ([]nvml.ProcessUtilizationSample, nvml.Return) {
+	return h.GetProcessUtilization(lastSeen)
+}
+
+// Identity, as the mock device has it.
+
+func (h *handle) GetUUID() (string, nvml.Return)     { return h.UUID, nvml.SUCCESS }
+func (h *handle) GetName() (string, nvml.Return)     { return h.Config.Name, nvml.SUCCESS }
+func (h *handle) GetIndex() (int, nvml.Return)       { return h.Index, nvml.SUCCESS }
+func (h *handle) GetMinorNumber() (int, nvml.Return) { return h.Minor, nvml.SUCCESS }
+func (h *handle) GetBrand() (nvml.BrandType, nvml.Return) {
+	return h.Config.Brand, nvml.SUCCESS
+}
+func (h *handle) GetArchitecture() (nvml.DeviceArchitecture, nvml.Return) {
+	return h.Config.Architecture, nvml.SUCCESS
+}
+func (h *handle) GetCudaComputeCapability() (int, int, nvml.Return) {
+	return h.Config.CudaMajor, h.Config.CudaMinor, nvml.SUCCESS
+}
+func (h *handle) GetPciInfo() (nvml.PciInfo, nvml.Return) {
+	return nvml.PciInfo{PciDeviceId: h.Config.PciDeviceId}, nvml.SUCCESS
+}
+
+// GetMigMode answers disabled: the simulation has no MIG.
+func (h *handle) GetMigMode() (int, int, nvml.Return) {
+	return nvml.DEVICE_MIG_DISABLE, nvml.DEVICE_MIG_DISABLE, nvml.SUCCESS
+}
+
+// Activity, from the scenario.
+
+func (h *handle) GetSamples(typ nvml.SamplingType, lastSeen uint64) (nvml.ValueType, []nvml.Sample, nvml.Return) {
+	return h.n.samples(h.g, typ, lastSeen)
+}
+
+func (h *handle) GetMemoryInfo_v2() (nvml.Memory_v2, nvml.Return) {
+	return h.n.memory(h.g), nvml.SUCCESS
+}
+
+// GetMemoryInfo counts the reserved memory as used, as the driver's
+// version 1 does.
+func (h *handle) GetMemoryInfo() (nvml.Memory, nvml.Return) {
+	m := h.n.memory(h.g)
+	return nvml.Memory{Total: m.Total, Used: m.Used + m.Reserved, Free: m.Free}, nvml.SUCCESS
+}
+
+func (h *handle) GetPowerUsage() (uint32, nvml.Return) {
+	return h.n.powerMilliwatts(h.g), nvml.SUCCESS
+}
+
+func (h *handle) GetTotalEnergyConsumption() (uint64, nvml.Return) {
+	return h.n.energyMillijoules(h.g), nvml.SUCCESS
+}
+
+func (h *handle) GetComputeRunningProcesses() ([]nvml.ProcessInfo, nvml.Return) {
+	t, _ := h.n.now()
+	running := h.n.running(h.g, t)
+	out := make([]nvml.ProcessInfo, len(running))
+	for i, p := range running {
+		// MIG is off: NVML reports 0xFFFFFFFF for the instance IDs.
+		out[i] = nvml.ProcessInfo{Pid: p.pid, UsedGpuMemory: p.memory, GpuInstanceId: math.MaxUint32, ComputeInstanceId: math.MaxUint32}
+	}
+	return out, nvml.SUCCESS
+}
+
+func (h *handle) GetProcessUtilization(lastSeen uint64) ([]nvml.ProcessUtilizationSample, nvml.Return) {
+	return h.n.processUtilization(h.g, lastSeen)
+}
