@@ -38,6 +38,14 @@ type Device struct {
 	DriverVersion string
 	// UtilizationSource says where busy ratios come from; see Utilization*.
 	UtilizationSource string
+	// MIGEnabled is set on a whole GPU in MIG mode: its activity and its
+	// allocations belong to its MIG instances, which are devices of their own.
+	MIGEnabled bool
+	// GPUInstance and ComputeInstance are a MIG instance's IDs on its parent
+	// (legacy MIG-GPU-<uuid>/<gi>/<ci> and GKE nvidia<N>/gi<M> device IDs
+	// name them); they mean something only when ParentUUID is set.
+	GPUInstance     int
+	ComputeInstance int
 }
 
 // Sample is one utilization sample as the driver stamps it: the busy ratio over
@@ -51,6 +59,23 @@ type Sample struct {
 type Process struct {
 	PID             uint32
 	UsedMemoryBytes uint64
+}
+
+// ProcessSample is one per-process utilization sample: the busy ratio of the
+// process's kernels over the sampling period that ends at Time. NVML lists
+// only processes that were active in the period.
+type ProcessSample struct {
+	PID   uint32
+	Time  time.Time
+	Value float64 // 0..1
+}
+
+// GPMGauges are GPM's activity ratios (Hopper and newer) over the last poll.
+type GPMGauges struct {
+	HasGPM       bool
+	SMActive     float64 // fraction of SM cycles with a warp resident
+	SMOccupancy  float64 // resident warps over the maximum
+	TensorActive float64 // fraction of cycles a tensor pipe was active
 }
 
 // DeviceGauges are a device's instantaneous readings. A field whose Has* flag
@@ -88,6 +113,14 @@ type DeviceReading struct {
 
 	HasProcesses bool
 	Processes    []Process
+
+	// ProcessSamples are per-process utilization samples newer than those of
+	// the previous reading; HasProcessSamples is false when the device does
+	// not support them (MIG, or the call failed).
+	HasProcessSamples bool
+	ProcessSamples    []ProcessSample
+
+	GPMGauges
 }
 
 // DeviceSnapshot is one poll of every device on the node.
@@ -98,6 +131,41 @@ type DeviceSnapshot struct {
 	// Errors are the failures of individual calls during the read; the
 	// readings above are still valid. Each is a *SourceError.
 	Errors []error
+}
+
+// Pod is what the pod source knows of a pod that pod-resources does not say.
+type Pod struct {
+	UID       string
+	Namespace string
+	Name      string
+	// Phase is the pod's phase: Pending, Running, Succeeded, Failed, Unknown.
+	Phase string
+	// WorkloadKind and Workload name the owner a person created (Deployment,
+	// Job, PyTorchJob, …), resolved through the owner chain.
+	WorkloadKind string
+	Workload     string
+	// Model is the model the pod serves or trains, from its labels or
+	// annotations; empty when none says.
+	Model string
+	// ExtraLabels are extra Prometheus labels (sanitised name → capped value).
+	ExtraLabels map[string]string
+	// ContainerIDs maps container name → container ID (the runtime's 64-hex
+	// ID, without the "containerd://" scheme).
+	ContainerIDs map[string]string
+}
+
+// Terminal reports whether the pod has finished: its GPUs are no longer in
+// use even if an older kubelet still lists them.
+func (p Pod) Terminal() bool { return p.Phase == "Succeeded" || p.Phase == "Failed" }
+
+// ProcessInfo is what /proc says of a host PID running on a GPU.
+type ProcessInfo struct {
+	PID         uint32
+	PodUID      string // empty when the process is not in a pod's cgroup
+	ContainerID string // 64-hex, empty when unknown
+	// Cmdline is the process's argument vector. It can hold secrets: only a
+	// model name derived from it may ever be exported.
+	Cmdline []string
 }
 
 // Allocation is one device assigned to one container, as the kubelet lists it.
