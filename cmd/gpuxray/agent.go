@@ -26,6 +26,8 @@ func runAgent(ctx context.Context, args []string, stderr io.Writer) error {
 	fs.SetOutput(stderr)
 	engineCfg := agent.DefaultConfig()
 	engineFlags(fs, &engineCfg)
+	nvmlCfg := nvml.DefaultConfig()
+	readerFlags(fs, &nvmlCfg)
 	webCfg := exporter.DefaultConfig()
 	fs.StringVar(&webCfg.ListenAddress, "web.listen-address", webCfg.ListenAddress, "address to serve metrics and health on")
 	fs.StringVar(&webCfg.MetricsPath, "web.telemetry-path", webCfg.MetricsPath, "path of the metrics")
@@ -56,7 +58,7 @@ func runAgent(ctx context.Context, args []string, stderr io.Writer) error {
 			kubeCfg.ResourceNames = append(kubeCfg.ResourceNames, strings.TrimSpace(n))
 		}
 	}
-	for _, v := range []interface{ Validate() error }{engineCfg, webCfg, kubeCfg} {
+	for _, v := range []interface{ Validate() error }{engineCfg, nvmlCfg, webCfg, kubeCfg} {
 		if err := v.Validate(); err != nil {
 			return usageError{err}
 		}
@@ -90,7 +92,7 @@ func runAgent(ctx context.Context, args []string, stderr io.Writer) error {
 	}
 	kubeCfg.Clock = clock
 
-	reader := nvml.New(lib, logger.Named("nvml"), clock)
+	reader := nvml.New(lib, nvmlCfg, logger.Named("nvml"), clock)
 	_ = reader.Init() // a failure is logged and retried; the agent serves without GPUs meanwhile
 	// NVML is shut down last, after every loop that reads it has ended.
 	defer reader.Shutdown()

@@ -11,6 +11,7 @@ import (
 	"go.uber.org/zap/zapcore"
 
 	"github.com/gpuxray/gpuxray/agent"
+	"github.com/gpuxray/gpuxray/collector/nvml"
 )
 
 // envName is the environment variable of a flag: --poll.interval is
@@ -96,4 +97,9 @@ func newLogger(c logConfig, w io.Writer) (*zap.Logger, error) {
 		return nil, usagef("--log.format %q is not one of json, console, auto", c.format)
 	}
 	return zap.New(zapcore.NewCore(enc, zapcore.AddSync(w), lvl)), nil
+}
+
+// readerFlags binds the NVML reader's flags shared by agent and replay.
+func readerFlags(fs *flag.FlagSet, cfg *nvml.Config) {
+	fs.StringVar(&cfg.IdleSource, "idle.source", cfg.IdleSource, "activity source that decides idleness on whole GPUs that have both: samples (NVML utilization samples) or gpm (SM activity, Hopper and newer)")
 }

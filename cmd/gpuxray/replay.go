@@ -30,6 +30,8 @@ func runReplay(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	cfg := agent.DefaultConfig()
 	cfg.Retention = keepAll
 	engineFlags(fs, &cfg)
+	nvmlCfg := nvml.DefaultConfig()
+	readerFlags(fs, &nvmlCfg)
 	logCfg := logConfig{}
 	logFlags(fs, &logCfg)
 	fs.Lookup("log.level").DefValue, logCfg.level = "warn", "warn"
@@ -43,8 +45,10 @@ func runReplay(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	if fs.NArg() != 1 {
 		return usagef("want exactly one scenario FILE, got %d arguments", fs.NArg())
 	}
-	if err := cfg.Validate(); err != nil {
-		return usageError{err}
+	for _, v := range []interface{ Validate() error }{cfg, nvmlCfg} {
+		if err := v.Validate(); err != nil {
+			return usageError{err}
+		}
 	}
 	logger, err := newLogger(logCfg, stderr)
 	if err != nil {
@@ -54,7 +58,7 @@ func runReplay(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	if err != nil {
 		return err
 	}
-	out, err := replay(ctx, sc, cfg, logger)
+	out, err := replay(ctx, sc, cfg, nvmlCfg, logger)
 	if err != nil {
 		return err
 	}
@@ -64,7 +68,7 @@ func runReplay(ctx context.Context, args []string, stdout, stderr io.Writer) err
 
 // replay runs sc from start to end, polling every cfg.PollInterval of
 // virtual time, and returns the final exposition in the text format.
-func replay(ctx context.Context, sc *sim.Scenario, cfg agent.Config, zl *zap.Logger) ([]byte, error) {
+func replay(ctx context.Context, sc *sim.Scenario, cfg agent.Config, nvmlCfg nvml.Config, zl *zap.Logger) ([]byte, error) {
 	clock := sim.NewVirtualClock(sc.Start)
 	s, err := startSimulation(sc, clock)
 	if err != nil {
@@ -72,7 +76,7 @@ func replay(ctx context.Context, sc *sim.Scenario, cfg agent.Config, zl *zap.Log
 	}
 	defer s.stop()
 
-	reader := nvml.New(s.nvml(), zl.Named("nvml"), clock)
+	reader := nvml.New(s.nvml(), nvmlCfg, zl.Named("nvml"), clock)
 	if err := reader.Init(); err != nil {
 		return nil, err
 	}

@@ -40,9 +40,12 @@ const (
 // Read calls; the engine polls from one goroutine.
 type Reader struct {
 	lib    nvml.Interface
+	cfg    Config
 	log    *zap.Logger
 	clock  Clock
 	driver string
+	// metrics is GPM's request/answer buffer (about 23 KB), reused.
+	metrics nvml.GpmMetricsGetType
 
 	mu          sync.Mutex // guards the fields below against Shutdown during Read
 	initialized bool
@@ -52,26 +55,35 @@ type Reader struct {
 	devices     []*device
 }
 
-// device is one enumerated NVML device and what the reader remembers of it.
+// device is one enumerated NVML device (a whole GPU or a MIG instance) and
+// what the reader remembers of it.
 type device struct {
 	handle nvml.Device
 	info   collector.Device
 	// lastSeen is the newest sample timestamp read, in NVML's microseconds.
 	lastSeen uint64
+	// lastProcSeen is the newest per-process sample timestamp read.
+	lastProcSeen uint64
 	// noSamples is set once the driver says samples are not supported, so the
-	// call is not repeated every poll.
-	noSamples bool
-	// noMemoryV2 is set once GetMemoryInfo_v2 is not supported (old drivers).
-	noMemoryV2 bool
+	// call is not repeated every poll; likewise noProcSamples and noMemoryV2.
+	noSamples     bool
+	noProcSamples bool
+	noMemoryV2    bool
+	// gpm samples SM activity where GPM works; useGPM says its samples are
+	// the device's utilization samples.
+	gpm    *gpmSampler
+	useGPM bool
+	// mig is set on a MIG instance: no power or energy of its own.
+	mig bool
 }
 
 // New returns a reader over lib, which is nvml.New() on a node or a simulated
-// node's interface. Call Init before Read.
-func New(lib nvml.Interface, logger *zap.Logger, clock Clock) *Reader {
+// node's interface. cfg must be valid. Call Init before Read.
+func New(lib nvml.Interface, cfg Config, logger *zap.Logger, clock Clock) *Reader {
 	if clock == nil {
 		clock = realClock{}
 	}
-	return &Reader{lib: lib, log: logger, clock: clock, initBackoff: initRetryMin}
+	return &Reader{lib: lib, cfg: cfg, log: logger, clock: clock, initBackoff: initRetryMin}
 }
 
 // Init initialises NVML and enumerates the devices. On failure (no
@@ -117,7 +129,7 @@ func (r *Reader) enumerate() error {
 	if ret != nvml.SUCCESS {
 		return collector.NewSourceError(collector.SourceNVML, "device_count", retError(ret))
 	}
-	r.devices = r.devices[:0]
+	r.freeDevices()
 	for i := 0; i < n; i++ {
 		h, ret := r.lib.DeviceGetHandleByIndex(i)
 		if ret != nvml.SUCCESS {
@@ -134,7 +146,10 @@ func (r *Reader) enumerate() error {
 		if ret != nvml.SUCCESS {
 			idx = i
 		}
-		r.devices = append(r.devices, &device{
+		mode, _, ret := h.GetMigMode()
+		migEnabled := ret == nvml.SUCCESS && mode == nvml.DEVICE_MIG_ENABLE
+		gpm := gpmSupported(r.lib, h)
+		d := &device{
 			handle: h,
 			info: collector.Device{
 				UUID:              uuid,
@@ -142,10 +157,45 @@ func (r *Reader) enumerate() error {
 				Name:              name,
 				DriverVersion:     r.driver,
 				UtilizationSource: collector.UtilizationSamples,
+				MIGEnabled:        migEnabled,
 			},
-		})
+		}
+		switch {
+		case migEnabled:
+			// NVML has no utilization samples on a MIG-enabled GPU; its
+			// activity is its instances'.
+			d.info.UtilizationSource, d.noSamples, d.noProcSamples = collector.UtilizationNone, true, true
+		case gpm:
+			d.gpm = r.sampler(h, -1)
+			if d.gpm != nil && r.cfg.IdleSource == collector.UtilizationGPM {
+				d.info.UtilizationSource, d.useGPM, d.noSamples = collector.UtilizationGPM, true, true
+			}
+		}
+		r.devices = append(r.devices, d)
+		if migEnabled {
+			r.devices = append(r.devices, r.migDevices(d, gpm)...)
+		}
 	}
 	return nil
+}
+
+// sampler allocates a GPM sampler, or returns nil (logged) when it cannot.
+func (r *Reader) sampler(parent nvml.Device, gi int) *gpmSampler {
+	g, ret := newGPMSampler(r.lib, parent, gi)
+	if ret != nvml.SUCCESS {
+		r.log.Info("GPM samples cannot be allocated; GPM is off for this device", zap.Int("gpu_instance", gi), zap.Error(retError(ret)))
+		return nil
+	}
+	return g
+}
+
+func (r *Reader) freeDevices() {
+	for _, d := range r.devices {
+		if d.gpm != nil {
+			d.gpm.free(r.lib)
+		}
+	}
+	r.devices = r.devices[:0]
 }
 
 // Read reads every device once. It returns ErrNotInitialized (wrapped in a
@@ -176,7 +226,7 @@ func (r *Reader) Read(ctx context.Context) (collector.DeviceSnapshot, error) {
 func (r *Reader) readDevice(d *device, errs *[]error) collector.DeviceReading {
 	fail := func(reason string, ret nvml.Return) {
 		*errs = append(*errs, collector.NewSourceError(collector.SourceNVML, reason,
-			fmt.Errorf("%s (GPU %d): %w", reason, d.info.GPU, retError(ret))))
+			fmt.Errorf("%s (GPU %d %s): %w", reason, d.info.GPU, d.info.UUID, retError(ret))))
 	}
 	rd := collector.DeviceReading{}
 
@@ -184,18 +234,48 @@ func (r *Reader) readDevice(d *device, errs *[]error) collector.DeviceReading {
 		samples, ret := readSamples(d.handle, d.lastSeen)
 		switch ret {
 		case nvml.SUCCESS:
-			if n := len(samples); n > 0 {
-				d.lastSeen = uint64(samples[n-1].Time.UnixMicro())
-			}
+			d.lastSeen = uint64(samples[len(samples)-1].Time.UnixMicro())
 			rd.Samples = samples
 		case nvml.ERROR_NOT_FOUND: // no sample newer than lastSeen
 		case nvml.ERROR_NOT_SUPPORTED:
 			d.noSamples = true
-			d.info.UtilizationSource = collector.UtilizationNone
-			r.log.Info("GPU has no utilization samples; its idle time cannot be measured",
-				zap.Int("gpu", d.info.GPU), zap.String("uuid", d.info.UUID))
+			if d.gpm == nil {
+				d.info.UtilizationSource = collector.UtilizationNone
+				r.log.Info("GPU has no utilization samples; its idle time cannot be measured",
+					zap.Int("gpu", d.info.GPU), zap.String("uuid", d.info.UUID))
+			} else {
+				d.info.UtilizationSource, d.useGPM = collector.UtilizationGPM, true
+			}
 		default:
 			fail("samples", ret)
+		}
+	}
+	if d.gpm != nil {
+		s, gauges, ok, ret := d.gpm.read(r.lib, &r.metrics, r.clock.Now())
+		switch {
+		case ret != nvml.SUCCESS:
+			fail("gpm", ret)
+		case ok:
+			rd.GPMGauges = gauges
+			if d.useGPM {
+				rd.Samples = []collector.Sample{s}
+			}
+		}
+	}
+	if !d.noProcSamples {
+		ps, ret := readProcessSamples(d.handle, d.lastProcSeen)
+		switch ret {
+		case nvml.SUCCESS:
+			rd.HasProcessSamples, rd.ProcessSamples = true, ps
+			for _, p := range ps {
+				d.lastProcSeen = max(d.lastProcSeen, uint64(p.Time.UnixMicro()))
+			}
+		case nvml.ERROR_NOT_FOUND: // no process was active since lastProcSeen
+			rd.HasProcessSamples = true
+		case nvml.ERROR_NOT_SUPPORTED:
+			d.noProcSamples = true
+		default:
+			fail("process_samples", ret)
 		}
 	}
 	rd.Device = d.info
@@ -203,15 +283,17 @@ func (r *Reader) readDevice(d *device, errs *[]error) collector.DeviceReading {
 	if mem, ok := r.memory(d, fail); ok {
 		rd.HasMemory, rd.MemoryUsedBytes, rd.MemoryTotalBytes = true, mem.Used, mem.Total
 	}
-	if mw, ret := d.handle.GetPowerUsage(); ret == nvml.SUCCESS {
-		rd.HasPower, rd.PowerWatts = true, float64(mw)/1000
-	} else if ret != nvml.ERROR_NOT_SUPPORTED {
-		fail("power", ret)
-	}
-	if mj, ret := d.handle.GetTotalEnergyConsumption(); ret == nvml.SUCCESS {
-		rd.HasEnergy, rd.EnergyJoules = true, float64(mj)/1000
-	} else if ret != nvml.ERROR_NOT_SUPPORTED {
-		fail("energy", ret)
+	if !d.mig {
+		if mw, ret := d.handle.GetPowerUsage(); ret == nvml.SUCCESS {
+			rd.HasPower, rd.PowerWatts = true, float64(mw)/1000
+		} else if ret != nvml.ERROR_NOT_SUPPORTED {
+			fail("power", ret)
+		}
+		if mj, ret := d.handle.GetTotalEnergyConsumption(); ret == nvml.SUCCESS {
+			rd.HasEnergy, rd.EnergyJoules = true, float64(mj)/1000
+		} else if ret != nvml.ERROR_NOT_SUPPORTED {
+			fail("energy", ret)
+		}
 	}
 	if procs, ret := d.handle.GetComputeRunningProcesses(); ret == nvml.SUCCESS {
 		rd.HasProcesses = true
@@ -283,6 +365,7 @@ func (r *Reader) Shutdown() {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if r.initialized {
+		r.freeDevices()
 		r.lib.Shutdown()
 		r.initialized = false
 	}

@@ -28,7 +28,7 @@ func TestInitFailureMakesNoOtherCall(t *testing.T) {
 	ret := gonvml.ERROR_LIBRARY_NOT_FOUND
 	lib := &mock.Interface{InitFunc: func() gonvml.Return { inits++; return ret }}
 	clock := &stepClock{t: time.Unix(1_800_000_000, 0)}
-	r := New(lib, zap.NewNop(), clock)
+	r := New(lib, DefaultConfig(), zap.NewNop(), clock)
 
 	err := r.Init()
 	var se *collector.SourceError
@@ -89,7 +89,7 @@ func TestReadSimulatedNode(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	r := New(node.NVML(), zap.NewNop(), clock)
+	r := New(node.NVML(), DefaultConfig(), zap.NewNop(), clock)
 	if err := r.Init(); err != nil {
 		t.Fatal(err)
 	}

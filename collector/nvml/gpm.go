@@ -1,0 +1,103 @@
+package nvml
+
+import (
+	"time"
+
+	"github.com/NVIDIA/go-nvml/pkg/nvml"
+
+	"github.com/gpuxray/gpuxray/collector"
+)
+
+// gpmMinInterval is the shortest interval between two GPM samples that NVML
+// computes metrics over.
+const gpmMinInterval = 100 * time.Millisecond
+
+// gpmSymbols are the GPM entry points; drivers before R520 lack them, and
+// calling a missing symbol kills the process.
+var gpmSymbols = []string{"nvmlGpmQueryDeviceSupport", "nvmlGpmSampleAlloc", "nvmlGpmSampleGet", "nvmlGpmMigSampleGet", "nvmlGpmMetricsGet"}
+
+// gpmSampler keeps the previous GPM sample of one device (or MIG instance)
+// and turns each new one into activity ratios over the interval between them.
+type gpmSampler struct {
+	parent  nvml.Device // the whole GPU
+	gi      int         // GPU instance for a MIG instance, -1 for the whole GPU
+	prev    nvml.GpmSample
+	cur     nvml.GpmSample
+	prevAt  time.Time
+	hasPrev bool
+}
+
+// gpmSupported reports whether the library has GPM and the device supports it.
+func gpmSupported(lib nvml.Interface, h nvml.Device) bool {
+	ext := lib.Extensions()
+	for _, s := range gpmSymbols {
+		if ext.LookupSymbol(s) != nil {
+			return false
+		}
+	}
+	sup, ret := h.GpmQueryDeviceSupport()
+	return ret == nvml.SUCCESS && sup.IsSupportedDevice != 0
+}
+
+func newGPMSampler(lib nvml.Interface, parent nvml.Device, gi int) (*gpmSampler, nvml.Return) {
+	a, ret := lib.GpmSampleAlloc()
+	if ret != nvml.SUCCESS {
+		return nil, ret
+	}
+	b, ret := lib.GpmSampleAlloc()
+	if ret != nvml.SUCCESS {
+		lib.GpmSampleFree(a)
+		return nil, ret
+	}
+	return &gpmSampler{parent: parent, gi: gi, prev: a, cur: b}, nvml.SUCCESS
+}
+
+func (g *gpmSampler) free(lib nvml.Interface) {
+	lib.GpmSampleFree(g.prev)
+	lib.GpmSampleFree(g.cur)
+}
+
+// read takes a GPM sample at now and, when a previous one is at least
+// gpmMinInterval older, returns SM activity over the interval as a sample
+// ending at now, plus the gauges. ok is false on the first sample.
+func (g *gpmSampler) read(lib nvml.Interface, m *nvml.GpmMetricsGetType, now time.Time) (collector.Sample, collector.GPMGauges, bool, nvml.Return) {
+	if g.hasPrev && now.Sub(g.prevAt) < gpmMinInterval {
+		return collector.Sample{}, collector.GPMGauges{}, false, nvml.SUCCESS
+	}
+	var ret nvml.Return
+	if g.gi >= 0 {
+		ret = lib.GpmMigSampleGet(g.parent, g.gi, g.cur)
+	} else {
+		ret = lib.GpmSampleGet(g.parent, g.cur)
+	}
+	if ret != nvml.SUCCESS {
+		return collector.Sample{}, collector.GPMGauges{}, false, ret
+	}
+	first := !g.hasPrev
+	g.prev, g.cur = g.cur, g.prev
+	g.hasPrev, g.prevAt = true, now
+	if first {
+		return collector.Sample{}, collector.GPMGauges{}, false, nvml.SUCCESS
+	}
+	// g.cur now holds the older sample.
+	m.NumMetrics = 3
+	m.Sample1, m.Sample2 = g.cur, g.prev
+	m.Metrics[0] = nvml.GpmMetric{MetricId: uint32(nvml.GPM_METRIC_SM_UTIL)}
+	m.Metrics[1] = nvml.GpmMetric{MetricId: uint32(nvml.GPM_METRIC_SM_OCCUPANCY)}
+	m.Metrics[2] = nvml.GpmMetric{MetricId: uint32(nvml.GPM_METRIC_ANY_TENSOR_UTIL)}
+	if ret := lib.GpmMetricsGet(m); ret != nvml.SUCCESS {
+		return collector.Sample{}, collector.GPMGauges{}, false, ret
+	}
+	if m.Metrics[0].NvmlReturn != uint32(nvml.SUCCESS) || m.Metrics[0].Value != m.Metrics[0].Value {
+		return collector.Sample{}, collector.GPMGauges{}, false, nvml.Return(m.Metrics[0].NvmlReturn)
+	}
+	ratio := func(i int) float64 {
+		v := m.Metrics[i].Value / 100
+		if m.Metrics[i].NvmlReturn != uint32(nvml.SUCCESS) || v != v {
+			return 0
+		}
+		return min(max(v, 0), 1)
+	}
+	gauges := collector.GPMGauges{HasGPM: true, SMActive: ratio(0), SMOccupancy: ratio(1), TensorActive: ratio(2)}
+	return collector.Sample{Time: now, Value: gauges.SMActive}, gauges, true, nvml.SUCCESS
+}

@@ -1,0 +1,76 @@
+package nvml
+
+import (
+	"fmt"
+
+	"github.com/NVIDIA/go-nvml/pkg/nvml"
+	"go.uber.org/zap"
+
+	"github.com/gpuxray/gpuxray/collector"
+)
+
+// migDevices enumerates the MIG instances of a MIG-enabled GPU. Slots
+// without an instance answer ERROR_NOT_FOUND and are skipped.
+func (r *Reader) migDevices(parent *device, gpm bool) []*device {
+	n, ret := parent.handle.GetMaxMigDeviceCount()
+	if ret != nvml.SUCCESS {
+		r.log.Warn("cannot count MIG devices", zap.Int("gpu", parent.info.GPU), zap.Error(retError(ret)))
+		return nil
+	}
+	var out []*device
+	for i := 0; i < n; i++ {
+		h, ret := parent.handle.GetMigDeviceHandleByIndex(i)
+		if ret == nvml.ERROR_NOT_FOUND {
+			continue
+		}
+		if ret != nvml.SUCCESS {
+			r.log.Warn("cannot read MIG device", zap.Int("gpu", parent.info.GPU), zap.Int("slot", i), zap.Error(retError(ret)))
+			continue
+		}
+		uuid, ret := h.GetUUID()
+		if ret != nvml.SUCCESS {
+			r.log.Warn("skipping MIG device whose UUID cannot be read", zap.Int("gpu", parent.info.GPU), zap.Int("slot", i), zap.Error(retError(ret)))
+			continue
+		}
+		gi, ret1 := h.GetGpuInstanceId()
+		ci, ret2 := h.GetComputeInstanceId()
+		if ret1 != nvml.SUCCESS || ret2 != nvml.SUCCESS {
+			gi, ci = -1, -1
+		}
+		name, _ := h.GetName()
+		d := &device{
+			handle: h,
+			mig:    true,
+			// NVML has no utilization samples on MIG instances.
+			noSamples:     true,
+			noProcSamples: true,
+			info: collector.Device{
+				UUID:              uuid,
+				GPU:               parent.info.GPU,
+				Name:              name,
+				ParentUUID:        parent.info.UUID,
+				DriverVersion:     r.driver,
+				UtilizationSource: collector.UtilizationNone,
+				GPUInstance:       gi,
+				ComputeInstance:   ci,
+			},
+		}
+		if attrs, ret := h.GetAttributes(); ret == nvml.SUCCESS {
+			d.info.MIGProfile = migProfile(attrs)
+		}
+		if gpm && gi >= 0 {
+			if d.gpm = r.sampler(parent.handle, gi); d.gpm != nil {
+				d.info.UtilizationSource, d.useGPM = collector.UtilizationGPM, true
+			}
+		}
+		out = append(out, d)
+	}
+	return out
+}
+
+// migProfile names a MIG instance's profile as nvidia-smi does, e.g.
+// "3g.40gb": GPU instance slices and framebuffer rounded up to whole GB.
+func migProfile(a nvml.DeviceAttributes) string {
+	gb := (a.MemorySizeMB + 1023) / 1024
+	return fmt.Sprintf("%dg.%dgb", a.GpuInstanceSliceCount, gb)
+}

@@ -1,0 +1,36 @@
+package nvml
+
+import (
+	"sort"
+	"time"
+
+	"github.com/NVIDIA/go-nvml/pkg/nvml"
+
+	"github.com/gpuxray/gpuxray/collector"
+)
+
+// readProcessSamples returns per-process utilization samples newer than
+// lastSeen, oldest first. (GetProcessesUtilizationInfo in go-nvml v0.13.4-1
+// never returns samples, so the older call is used.)
+func readProcessSamples(h nvml.Device, lastSeen uint64) ([]collector.ProcessSample, nvml.Return) {
+	raw, ret := h.GetProcessUtilization(lastSeen)
+	if ret != nvml.SUCCESS {
+		return nil, ret
+	}
+	sort.Slice(raw, func(i, j int) bool { return raw[i].TimeStamp < raw[j].TimeStamp })
+	out := make([]collector.ProcessSample, 0, len(raw))
+	for _, p := range raw {
+		if p.TimeStamp <= lastSeen || p.Pid == 0 {
+			continue
+		}
+		out = append(out, collector.ProcessSample{
+			PID:   p.Pid,
+			Time:  time.UnixMicro(int64(p.TimeStamp)),
+			Value: min(float64(p.SmUtil)/100, 1),
+		})
+	}
+	if len(out) == 0 {
+		return nil, nvml.ERROR_NOT_FOUND
+	}
+	return out, nvml.SUCCESS
+}
