@@ -1,0 +1,292 @@
+package proc
+
+import (
+	"errors"
+	"os"
+	"path/filepath"
+	"reflect"
+	"strconv"
+	"strings"
+	"testing"
+
+	"github.com/gpuxray/gpuxray/collector"
+)
+
+const (
+	uidA = "0a1b2c3d-4e5f-4a6b-8c7d-9e0f1a2b3c4d"
+	uidB = "f0e1d2c3-b4a5-4968-8776-5a4b3c2d1e0f"
+	cidA = "3f4e5d6c7b8a99887766554433221100ffeeddccbbaa00112233445566778899"
+	cidB = "bbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbb"
+)
+
+// statLine is a realistic /proc/<pid>/stat line with comm and starttime.
+func statLine(pid uint32, comm string, start uint64) string {
+	return strconv.FormatUint(uint64(pid), 10) + " (" + comm + ") S 1 4242 4242 0 -1 4194560 50633 0 12 0 " +
+		"1207 312 0 0 20 0 57 0 " + strconv.FormatUint(start, 10) +
+		" 36511506432 1209863 18446744073709551615 1 1 0 0 0 0 0 16781312 17642 0 0 0 17 3 0 0 0 0 0 0 0 0 0 0 0 0 0\n"
+}
+
+func cgroupOf(uid, cid string) string {
+	return "0::/kubepods.slice/kubepods-besteffort.slice/kubepods-besteffort-pod" +
+		strings.ReplaceAll(uid, "-", "_") + ".slice/cri-containerd-" + cid + ".scope\n"
+}
+
+// writeProc writes /proc/<pid>/{stat,cgroup,cmdline} under root.
+func writeProc(t *testing.T, root string, pid uint32, comm string, start uint64, cgroup string, args ...string) {
+	t.Helper()
+	dir := filepath.Join(root, strconv.FormatUint(uint64(pid), 10))
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	cmdline := ""
+	if len(args) > 0 {
+		cmdline = strings.Join(args, "\x00") + "\x00"
+	}
+	for name, content := range map[string]string{"stat": statLine(pid, comm, start), "cgroup": cgroupOf(uidA, cidA), "cmdline": cmdline} {
+		if name == "cgroup" {
+			content = cgroup
+		}
+		if err := os.WriteFile(filepath.Join(dir, name), []byte(content), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+func TestConfigValidate(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		root, want string
+	}{
+		{"/proc", ""},
+		{"/host/proc", ""},
+		{"", "the proc root is empty"},
+		{"host/proc", `the proc root "host/proc" is not absolute`},
+	}
+	for _, tt := range tests {
+		err := Config{Root: tt.root}.Validate()
+		if got := errString(err); got != tt.want {
+			t.Errorf("Validate(%q) = %q, want %q", tt.root, got, tt.want)
+		}
+	}
+	if err := DefaultConfig().Validate(); err != nil {
+		t.Errorf("DefaultConfig().Validate() = %v", err)
+	}
+}
+
+func errString(err error) string {
+	if err == nil {
+		return ""
+	}
+	return err.Error()
+}
+
+func TestResolve(t *testing.T) {
+	t.Parallel()
+	root := t.TempDir()
+	writeProc(t, root, 100, "python3", 5000, cgroupOf(uidA, cidA), "python3", "train.py", "--model", "llama")
+	writeProc(t, root, 200, "leak", 6000, "0::/system.slice/leak.service\n", "/opt/leak")
+	writeProc(t, root, 300, "crio", 7000, "0::/kubepods/besteffort/pod"+uidB+"/crio-conmon-"+cidB+"\n")
+	r := New(Config{Root: root}, nil)
+
+	got, errs := r.Resolve([]uint32{100, 200, 300, 404, 100})
+	if len(errs) != 0 {
+		t.Errorf("errors: %v", errs)
+	}
+	want := map[uint32]collector.ProcessInfo{
+		100: {PID: 100, PodUID: uidA, ContainerID: cidA, Cmdline: []string{"python3", "train.py", "--model", "llama"}},
+		200: {PID: 200, Cmdline: []string{"/opt/leak"}},
+		300: {PID: 300, PodUID: uidB},
+	}
+	if !reflect.DeepEqual(got, want) {
+		t.Errorf("Resolve = %+v\nwant %+v", got, want)
+	}
+	if len(r.cache) != 3 {
+		t.Errorf("cache holds %d PIDs, want 3", len(r.cache))
+	}
+
+	// A PID that is no longer asked for is forgotten.
+	if _, errs := r.Resolve([]uint32{100}); len(errs) != 0 {
+		t.Errorf("errors: %v", errs)
+	}
+	if _, ok := r.cache[200]; ok || len(r.cache) != 1 {
+		t.Errorf("cache holds %v, want only PID 100", keys(r.cache))
+	}
+	if got, _ := r.Resolve(nil); len(got) != 0 || len(r.cache) != 0 {
+		t.Errorf("Resolve(nil) = %v with %d cached, want nothing", got, len(r.cache))
+	}
+}
+
+func keys(m map[uint32]entry) []uint32 {
+	var out []uint32
+	for k := range m {
+		out = append(out, k)
+	}
+	return out
+}
+
+// TestResolvePIDReuse checks that a cached PID is answered from the cache
+// while its process lives, and read afresh once the kernel hands the PID to
+// a process that started later.
+func TestResolvePIDReuse(t *testing.T) {
+	t.Parallel()
+	root := t.TempDir()
+	writeProc(t, root, 4242, "python3", 1000, cgroupOf(uidA, cidA), "python3", "a.py")
+	r := New(Config{Root: root}, nil)
+	if got, _ := r.Resolve([]uint32{4242}); got[4242].PodUID != uidA {
+		t.Fatalf("first read: %+v", got[4242])
+	}
+
+	// Same start time: a cache hit reads only stat, so a changed cgroup file
+	// is not seen (proving the hit), and the old answer stands.
+	writeProc(t, root, 4242, "python3", 1000, cgroupOf(uidB, cidB), "python3", "b.py")
+	got, errs := r.Resolve([]uint32{4242})
+	if len(errs) != 0 || got[4242].PodUID != uidA || got[4242].Cmdline[1] != "a.py" {
+		t.Errorf("same start time: %+v, %v; want the cached pod %s", got[4242], errs, uidA)
+	}
+
+	// A new start time is a new process: read it again.
+	writeProc(t, root, 4242, "python3", 9000, cgroupOf(uidB, cidB), "python3", "b.py")
+	got, errs = r.Resolve([]uint32{4242})
+	want := collector.ProcessInfo{PID: 4242, PodUID: uidB, ContainerID: cidB, Cmdline: []string{"python3", "b.py"}}
+	if len(errs) != 0 || !reflect.DeepEqual(got[4242], want) {
+		t.Errorf("reused PID: %+v, %v; want %+v", got[4242], errs, want)
+	}
+}
+
+// TestResolveGone checks that a process that exits between polls, or
+// between the reads of one poll, is left out without an error.
+func TestResolveGone(t *testing.T) {
+	t.Parallel()
+	root := t.TempDir()
+	writeProc(t, root, 7, "python3", 1000, cgroupOf(uidA, cidA), "python3")
+	writeProc(t, root, 8, "python3", 1000, cgroupOf(uidA, cidA), "python3")
+	if err := os.Remove(filepath.Join(root, "8", "cgroup")); err != nil {
+		t.Fatal(err)
+	}
+	r := New(Config{Root: root}, nil)
+	if _, errs := r.Resolve([]uint32{7}); len(errs) != 0 {
+		t.Fatal(errs)
+	}
+	if err := os.RemoveAll(filepath.Join(root, "7")); err != nil {
+		t.Fatal(err)
+	}
+	got, errs := r.Resolve([]uint32{7, 8, 9})
+	if len(got) != 0 || len(errs) != 0 {
+		t.Errorf("Resolve of exited processes = %v, %v; want nothing and no error", got, errs)
+	}
+	if len(r.cache) != 0 {
+		t.Errorf("cache holds %v after the processes exited", keys(r.cache))
+	}
+}
+
+func TestResolveErrors(t *testing.T) {
+	t.Parallel()
+	root := t.TempDir()
+	writeProc(t, root, 1, "ok", 10, cgroupOf(uidA, cidA), "ok")
+	writeProc(t, root, 2, "badstat", 10, cgroupOf(uidA, cidA))
+	if err := os.WriteFile(filepath.Join(root, "2", "stat"), []byte("2 (badstat S 1\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	writeProc(t, root, 3, "shortstat", 10, cgroupOf(uidA, cidA))
+	if err := os.WriteFile(filepath.Join(root, "3", "stat"), []byte("3 (shortstat) S 1 2 3\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	writeProc(t, root, 4, "unreadable", 10, "")
+	// A directory where the cgroup file should be: reading it fails with EISDIR.
+	if err := os.Remove(filepath.Join(root, "4", "cgroup")); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Mkdir(filepath.Join(root, "4", "cgroup"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+
+	r := New(Config{Root: root}, nil)
+	got, errs := r.Resolve([]uint32{1, 2, 3, 4})
+	if len(got) != 1 || got[1].PodUID != uidA {
+		t.Errorf("Resolve = %v, want only PID 1", got)
+	}
+	var reasons []string
+	for _, err := range errs {
+		var se *collector.SourceError
+		if !errors.As(err, &se) || se.Source != collector.SourceProc {
+			t.Errorf("error %v is %T, want a proc *collector.SourceError", err, err)
+			continue
+		}
+		reasons = append(reasons, se.Reason)
+	}
+	if want := []string{"parse", "parse", "read"}; !reflect.DeepEqual(reasons, want) {
+		t.Errorf("reasons %v, want %v (errors %v)", reasons, want, errs)
+	}
+}
+
+func TestResolveHugeCmdline(t *testing.T) {
+	t.Parallel()
+	root := t.TempDir()
+	long := strings.Repeat("x", 1<<20)
+	writeProc(t, root, 1, "python3", 10, cgroupOf(uidA, cidA), "python3", "--token="+long, "tail")
+	many := make([]string, 100000)
+	for i := range many {
+		many[i] = "-v"
+	}
+	writeProc(t, root, 2, "python3", 10, cgroupOf(uidA, cidA), many...)
+	r := New(Config{Root: root}, nil)
+	got, errs := r.Resolve([]uint32{1, 2})
+	if len(errs) != 0 {
+		t.Fatal(errs)
+	}
+	one := got[1].Cmdline
+	if len(one) != 2 || one[0] != "python3" || len(one[0])+1+len(one[1]) != MaxCmdlineBytes {
+		t.Errorf("1 MiB argument: %d args, %d bytes; want the first %d bytes in 2 args", len(one), len(strings.Join(one, "\x00")), MaxCmdlineBytes)
+	}
+	if n := len(got[2].Cmdline); n != MaxCmdlineArgs {
+		t.Errorf("100,000 arguments: kept %d, want %d", n, MaxCmdlineArgs)
+	}
+	if got[1].PodUID != uidA || got[2].PodUID != uidA {
+		t.Errorf("pods %q, %q; want %q", got[1].PodUID, got[2].PodUID, uidA)
+	}
+}
+
+func TestParseStartTime(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		name, stat string
+		want       uint64
+		err        bool
+	}{
+		{"plain", statLine(1, "python3", 123456), 123456, false},
+		{"spaces in comm", statLine(1, "my worker 3", 77), 77, false},
+		{"parentheses in comm", statLine(1, "a) S 1 2 (b", 88), 88, false},
+		{"only a closing parenthesis in comm", statLine(1, ") ) )", 99), 99, false},
+		{"no comm", "1 python3 S 1", 0, true},
+		{"truncated", "1 (python3) S 1 1 1 0 -1", 0, true},
+		{"starttime not a number", strings.Replace(statLine(1, "p", 5), " 5 ", " five ", 1), 0, true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			got, err := ParseStartTime([]byte(tt.stat))
+			if got != tt.want || (err != nil) != tt.err {
+				t.Errorf("ParseStartTime(%q) = %d, %v; want %d, error %v", tt.stat, got, err, tt.want, tt.err)
+			}
+		})
+	}
+}
+
+func TestSplitCmdline(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		in   string
+		want []string
+	}{
+		{"", nil},
+		{"\x00", nil},
+		{"python3\x00train.py\x00", []string{"python3", "train.py"}},
+		{"python3\x00\x00x\x00", []string{"python3", "", "x"}},
+		{"nginx: worker process", []string{"nginx: worker process"}}, // setproctitle
+	}
+	for _, tt := range tests {
+		if got := SplitCmdline([]byte(tt.in)); !reflect.DeepEqual(got, tt.want) {
+			t.Errorf("SplitCmdline(%q) = %q, want %q", tt.in, got, tt.want)
+		}
+	}
+}
