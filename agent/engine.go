@@ -48,6 +48,8 @@ type Engine struct {
 	allocs  AllocationSource
 	clock   Clock
 	log     *zap.Logger
+	pods    PodSource       // optional
+	procs   ProcessResolver // optional
 
 	mu      sync.Mutex // serialises Poll
 	dev     map[string]*deviceState
@@ -57,6 +59,10 @@ type Engine struct {
 	polls   uint64
 
 	snap atomic.Pointer[Snapshot]
+
+	// Scratch space reused by credit, so a poll does not allocate per sample.
+	states []*allocState
+	shares map[allocKey]float64
 }
 
 type allocKey struct {
@@ -82,6 +88,10 @@ type deviceState struct {
 	util       float64
 	hasUtil    bool
 	c          [NumWindows]DeviceCounters
+	// unattributedMem is the memory of processes no holder owns, known
+	// only with process attribution.
+	hasUnattributed bool
+	unattributedMem uint64
 }
 
 type allocState struct {
@@ -95,6 +105,12 @@ type allocState struct {
 	c         [NumWindows]AllocationCounters
 	hasStreak bool
 	streak    time.Duration
+	// byProcess is true when the last credit came from the allocation's own
+	// processes rather than the device's samples.
+	byProcess bool
+	hasMemory bool
+	memory    uint64
+	pod       collector.Pod // identity from the pod source, when it knows the pod
 }
 
 type sourceState struct {
@@ -104,7 +120,7 @@ type sourceState struct {
 }
 
 // New returns an engine over the given sources. cfg must be valid.
-func New(cfg Config, devices DeviceSource, allocs AllocationSource, clock Clock, logger *zap.Logger) (*Engine, error) {
+func New(cfg Config, devices DeviceSource, allocs AllocationSource, clock Clock, logger *zap.Logger, opts ...Option) (*Engine, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
@@ -120,8 +136,19 @@ func New(cfg Config, devices DeviceSource, allocs AllocationSource, clock Clock,
 		dev:     map[string]*deviceState{},
 		alloc:   map[allocKey]*allocState{},
 		sources: map[string]*sourceState{},
+		shares:  map[allocKey]float64{},
 	}
-	for _, s := range []string{collector.SourceNVML, collector.SourceKubelet} {
+	for _, o := range opts {
+		o(e)
+	}
+	sources := []string{collector.SourceNVML, collector.SourceKubelet}
+	if e.pods != nil {
+		sources = append(sources, collector.SourcePods)
+	}
+	if e.procs != nil && e.pods != nil {
+		sources = append(sources, collector.SourceProc)
+	}
+	for _, s := range sources {
 		e.sources[s] = &sourceState{errors: map[string]uint64{}}
 	}
 	e.snap.Store(&Snapshot{})
@@ -159,6 +186,7 @@ func (e *Engine) Poll(ctx context.Context) {
 	e.observeSource(collector.SourceNVML, devErr, devSnap.Errors)
 	list, listErr := e.allocs.List(ctx)
 	e.observeSource(collector.SourceKubelet, listErr, nil)
+	e.observePods()
 	now := e.clock.Now()
 
 	if devErr != nil {
@@ -186,8 +214,11 @@ func (e *Engine) Poll(ctx context.Context) {
 	e.updateAllocations(list, listErr == nil, now)
 
 	if devErr == nil {
+		owners := e.owners(devSnap)
 		for _, rd := range devSnap.Devices {
-			e.integrate(e.dev[rd.Device.UUID], rd, now)
+			ds := e.dev[rd.Device.UUID]
+			e.integrate(ds, rd, now, owners)
+			e.memory(ds, rd, owners)
 		}
 	}
 	e.expire(now)
@@ -231,6 +262,15 @@ func (e *Engine) updateAllocations(list collector.AllocationList, fresh bool, no
 			e.sources[collector.SourceKubelet].errors["unresolved_device"]++
 			continue
 		}
+		var pod collector.Pod
+		if e.pods != nil {
+			if p, ok := e.pods.Pod(a.Namespace, a.Pod); ok {
+				if p.Terminal() {
+					continue // an older kubelet still lists finished pods
+				}
+				pod = p
+			}
+		}
 		k := allocKey{UUID: uuid, Namespace: a.Namespace, Pod: a.Pod, Container: a.Container}
 		if current[k] {
 			continue // the same device listed twice for one container
@@ -242,7 +282,7 @@ func (e *Engine) updateAllocations(list collector.AllocationList, fresh bool, no
 			as = &allocState{key: k}
 			e.alloc[k] = as
 		}
-		as.gpu, as.resource, as.shared = gpu, a.Resource, a.Shared
+		as.gpu, as.resource, as.shared, as.pod = gpu, a.Resource, a.Shared, pod
 		as.live, as.stale, as.ended = true, list.Stale || !fresh, time.Time{}
 	}
 	// Several pods on one device share it whatever the resource says.
@@ -275,16 +315,34 @@ func (e *Engine) resolve(ref collector.DeviceRef) (string, int, bool) {
 		}
 		return ref.UUID, -1, true
 	case collector.RefIndex:
-		if ref.HasGI {
-			return "", 0, false
-		}
 		for uuid, ds := range e.dev {
-			if ds.info.GPU == ref.GPU && ds.info.ParentUUID == "" {
-				return uuid, ds.info.GPU, true
+			d := ds.info
+			switch {
+			case d.GPU != ref.GPU:
+			case !ref.HasGI && d.ParentUUID == "":
+				return uuid, d.GPU, true
+			case ref.HasGI && d.ParentUUID != "" && d.GPUInstance == ref.GI:
+				return uuid, d.GPU, true
+			}
+		}
+	case collector.RefLegacyMIG:
+		for uuid, ds := range e.dev {
+			d := ds.info
+			if d.ParentUUID == ref.UUID && d.GPUInstance == ref.GI && d.ComputeInstance == ref.CI {
+				return uuid, d.GPU, true
 			}
 		}
 	}
 	return "", 0, false
+}
+
+// latestHolders returns who holds device uuid in the latest allocation list.
+func (e *Engine) latestHolders(uuid string) ([]allocKey, bool) {
+	if len(e.history) == 0 {
+		return nil, false
+	}
+	h := &e.history[len(e.history)-1]
+	return h.byDevice[uuid], h.known
 }
 
 // holdersAt returns who held device uuid at time t, and whether that is known.
@@ -334,8 +392,15 @@ func (e *Engine) holdersAt(uuid string, t time.Time) ([]allocKey, bool) {
 
 // integrate credits the new samples of one device (or, for a device with no
 // utilization source, the time since the last poll) to the device and to
-// the allocations that held it.
-func (e *Engine) integrate(ds *deviceState, rd collector.DeviceReading, now time.Time) {
+// the allocations that held it. On a shared GPU with process attribution,
+// each holder is credited with its own processes' busy share instead of the
+// device's samples.
+func (e *Engine) integrate(ds *deviceState, rd collector.DeviceReading, now time.Time, owners map[uint32]procOwner) {
+	if rd.Device.MIGEnabled {
+		// Its time is its MIG instances'; counting it too would add up twice.
+		ds.hasUtil = false
+		return
+	}
 	if rd.Device.UtilizationSource == collector.UtilizationNone {
 		ds.hasUtil = false
 		if !ds.lastPoll.IsZero() && now.After(ds.lastPoll) {
@@ -344,7 +409,7 @@ func (e *Engine) integrate(ds *deviceState, rd collector.DeviceReading, now time
 				e.gap(ds, from, now.Add(-e.cfg.PollInterval))
 				from = now.Add(-e.cfg.PollInterval)
 			}
-			e.credit(ds, from, now, 0, false)
+			e.credit(ds, from, now, 0, false, nil)
 		}
 		ds.lastPoll = now
 		return
@@ -356,6 +421,10 @@ func (e *Engine) integrate(ds *deviceState, rd collector.DeviceReading, now time
 			ds.lastSample = rd.Samples[n-1].Time
 		}
 		return
+	}
+	var procs *processShares
+	if owners != nil && rd.HasProcessSamples {
+		procs = &processShares{samples: rd.ProcessSamples, owners: owners, baseline: ds.lastSample}
 	}
 	var busy, covered time.Duration
 	for _, s := range rd.Samples {
@@ -370,7 +439,7 @@ func (e *Engine) integrate(ds *deviceState, rd collector.DeviceReading, now time
 		} else {
 			ds.period = d
 		}
-		e.credit(ds, from, s.Time, s.Value, true)
+		e.credit(ds, from, s.Time, s.Value, true, procs)
 		covered += s.Time.Sub(from)
 		busy += time.Duration(float64(s.Time.Sub(from)) * s.Value)
 		ds.lastSample = s.Time
@@ -387,21 +456,31 @@ func (e *Engine) gap(ds *deviceState, from, to time.Time) {
 }
 
 // credit adds the period [from, to) with busy ratio v (when known) to the
-// device and its holders at the end of the period.
-func (e *Engine) credit(ds *deviceState, from, to time.Time, v float64, known bool) {
+// device and its holders at the end of the period. With procs, holders of a
+// shared device are credited with their own processes' share, and the share
+// of processes no holder owns counts as unallocated activity.
+func (e *Engine) credit(ds *deviceState, from, to time.Time, v float64, known bool, procs *processShares) {
 	holders, holdersKnown := e.holdersAt(ds.info.UUID, to)
-	idle := known && v < e.cfg.IdleThreshold
-	states := make([]*allocState, 0, len(holders))
+	states := e.states[:0]
+	shared := false
 	for _, k := range holders {
 		if as := e.alloc[k]; as != nil {
 			states = append(states, as)
+			shared = shared || as.shared
 		}
 	}
+	e.states = states
+	byProcess := known && shared && procs != nil
+	var unattributed float64
+	if procs != nil && known {
+		unattributed = procs.period(to, holders, e.shares)
+	}
+	deviceIdle := known && v < e.cfg.IdleThreshold
 	e.cfg.Windows.Split(from, to, func(w Window, d time.Duration) {
 		sec := d.Seconds()
 		c := &ds.c[w]
 		c.Observed += sec
-		if idle {
+		if deviceIdle {
 			c.Idle += sec
 		}
 		if holdersKnown && len(states) == 0 {
@@ -409,15 +488,22 @@ func (e *Engine) credit(ds *deviceState, from, to time.Time, v float64, known bo
 			if known {
 				c.UnallocatedActive += sec * v
 			}
+		} else if known {
+			c.UnallocatedActive += sec * unattributed
 		}
 		for _, as := range states {
 			ac := &as.c[w]
 			ac.Allocated += sec
-			if known {
-				ac.Active += sec * v
-				if idle {
-					ac.Idle += sec
-				}
+			if !known {
+				continue
+			}
+			u := v
+			if byProcess {
+				u = e.shares[as.key]
+			}
+			ac.Active += sec * u
+			if u < e.cfg.IdleThreshold {
+				ac.Idle += sec
 			}
 		}
 	})
@@ -425,8 +511,12 @@ func (e *Engine) credit(ds *deviceState, from, to time.Time, v float64, known bo
 		return
 	}
 	for _, as := range states {
-		as.hasStreak = true
-		if idle {
+		u := v
+		if byProcess {
+			u = e.shares[as.key]
+		}
+		as.hasStreak, as.byProcess = true, byProcess
+		if u < e.cfg.IdleThreshold {
 			as.streak += to.Sub(from)
 		} else {
 			as.streak = 0
@@ -461,34 +551,43 @@ func (e *Engine) buildSnapshot(now time.Time) *Snapshot {
 			HasUtilization: ds.hasUtil && ds.present,
 			Utilization:    ds.util,
 			DeviceGauges:   ds.reading.DeviceGauges.Available(ds.present),
+			GPMGauges:      ds.reading.GPMGauges,
+
+			HasUnattributedMemory:   ds.hasUnattributed && ds.present,
+			UnattributedMemoryBytes: ds.unattributedMem,
 		})
+		if !ds.present {
+			s.Devices[len(s.Devices)-1].GPMGauges = collector.GPMGauges{}
+		}
 	}
 	slices.SortFunc(s.Devices, func(a, b DeviceSnapshot) int {
 		return cmp.Or(cmp.Compare(a.GPU, b.GPU), cmp.Compare(a.UUID, b.UUID))
 	})
 	for _, as := range e.alloc {
-		a := AllocationSnapshot{
-			UUID:          as.key.UUID,
-			GPU:           as.gpu,
-			Namespace:     as.key.Namespace,
-			Pod:           as.key.Pod,
-			Container:     as.key.Container,
-			Resource:      as.resource,
-			Shared:        as.shared,
-			Attribution:   "device",
-			Live:          as.live,
-			Stale:         as.stale,
-			Counters:      as.c,
-			HasIdleStreak: as.hasStreak && as.live,
-			IdleStreak:    as.streak.Seconds(),
+		attribution := "device"
+		if as.byProcess {
+			attribution = "process"
 		}
-		if ds := e.dev[as.key.UUID]; ds != nil && as.live && !as.shared && ds.present && ds.reading.HasProcesses {
-			a.HasMemory = true
-			for _, p := range ds.reading.Processes {
-				a.MemoryUsedBytes += p.UsedMemoryBytes
-			}
-		}
-		s.Allocations = append(s.Allocations, a)
+		s.Allocations = append(s.Allocations, AllocationSnapshot{
+			UUID:            as.key.UUID,
+			GPU:             as.gpu,
+			Namespace:       as.key.Namespace,
+			Pod:             as.key.Pod,
+			Container:       as.key.Container,
+			Resource:        as.resource,
+			Shared:          as.shared,
+			Attribution:     attribution,
+			WorkloadKind:    as.pod.WorkloadKind,
+			Workload:        as.pod.Workload,
+			Model:           as.pod.Model,
+			Live:            as.live,
+			Stale:           as.stale,
+			Counters:        as.c,
+			HasIdleStreak:   as.hasStreak && as.live,
+			IdleStreak:      as.streak.Seconds(),
+			HasMemory:       as.hasMemory && as.live,
+			MemoryUsedBytes: as.memory,
+		})
 	}
 	slices.SortFunc(s.Allocations, func(a, b AllocationSnapshot) int {
 		return cmp.Or(cmp.Compare(a.UUID, b.UUID), cmp.Compare(a.Namespace, b.Namespace),

@@ -158,7 +158,7 @@ func findAlloc(s *Snapshot, pod string) *AllocationSnapshot {
 
 func near(t *testing.T, what string, got, want float64) {
 	t.Helper()
-	if math.Abs(got-want) > 1e-6 {
+	if math.Abs(got-want) > 1e-6*max(1, math.Abs(want)) {
 		t.Errorf("%s = %.6f, want %.6f", what, got, want)
 	}
 }

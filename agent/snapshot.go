@@ -43,6 +43,13 @@ type DeviceSnapshot struct {
 	Utilization    float64
 
 	collector.DeviceGauges
+	collector.GPMGauges
+
+	// UnattributedMemoryBytes is the memory of GPU processes that belong to
+	// no pod holding the device (outside Kubernetes, or a leak); known only
+	// with process attribution.
+	HasUnattributedMemory   bool
+	UnattributedMemoryBytes uint64
 
 	Counters [NumWindows]DeviceCounters
 }

@@ -71,6 +71,14 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 		if dev.HasEnergy {
 			counter(d.deviceEnergy, dev.EnergyJoules, dev.UUID, gpu)
 		}
+		if dev.HasGPM {
+			gauge(d.deviceSMActive, dev.SMActive, dev.UUID, gpu)
+			gauge(d.deviceSMOccupancy, dev.SMOccupancy, dev.UUID, gpu)
+			gauge(d.deviceTensorActive, dev.TensorActive, dev.UUID, gpu)
+		}
+		if dev.HasUnattributedMemory {
+			gauge(d.deviceUnattributedMem, float64(dev.UnattributedMemoryBytes), dev.UUID, gpu)
+		}
 		for w := agent.Window(0); w < agent.NumWindows; w++ {
 			wc, win := dev.Counters[w], w.String()
 			counter(d.deviceObserved, wc.Observed, dev.UUID, gpu, win)

@@ -19,6 +19,7 @@ var (
 // labels are read in one place.
 type descs struct {
 	deviceInfo, deviceUtil, deviceMemUsed, deviceMemTotal, devicePower, deviceEnergy *prometheus.Desc
+	deviceSMActive, deviceSMOccupancy, deviceTensorActive, deviceUnattributedMem     *prometheus.Desc
 	deviceObserved, deviceIdle, deviceUnalloc, deviceUnallocActive, deviceGap        *prometheus.Desc
 	allocInfo, allocSeconds, allocIdle, allocActive, allocStreak, allocMemory        *prometheus.Desc
 	sourceUp, sourceErrors, buildInfo                                                *prometheus.Desc
@@ -29,32 +30,37 @@ func newDescs() *descs {
 		return prometheus.NewDesc(namespace+"_"+name, help, labels, nil)
 	}
 	return &descs{
-		deviceInfo:          d("device_info", "GPU or MIG device identity; utilization_source says where busy ratios come from (samples, gpm, none).", deviceInfoLabels),
-		deviceUtil:          d("device_utilization_ratio", "Mean busy ratio of the device's samples read in the last poll.", deviceLabels),
-		deviceMemUsed:       d("device_memory_used_bytes", "Framebuffer memory in use.", deviceLabels),
-		deviceMemTotal:      d("device_memory_total_bytes", "Framebuffer memory in total.", deviceLabels),
-		devicePower:         d("device_power_watts", "Power draw.", deviceLabels),
-		deviceEnergy:        d("device_energy_joules_total", "Energy consumed since the driver loaded.", deviceLabels),
-		deviceObserved:      d("device_observed_seconds_total", "Time covered by utilization samples (by polls, for a device with no utilization source).", deviceWinLabels),
-		deviceIdle:          d("device_idle_seconds_total", "Observed time whose samples were below the idle threshold.", deviceWinLabels),
-		deviceUnalloc:       d("device_unallocated_seconds_total", "Observed time while no pod held the device.", deviceWinLabels),
-		deviceUnallocActive: d("device_unallocated_active_seconds_total", "Utilization-weighted time the device was busy while no pod held it.", deviceWinLabels),
-		deviceGap:           d("device_sample_gap_seconds_total", "Time between samples that no sample covered; neither idle nor busy.", deviceWinLabels),
-		allocInfo:           d("allocation_info", "A device allocated to a container, as the kubelet lists it; stale=\"true\" while the kubelet cannot be read.", allocInfoLabels),
-		allocSeconds:        d("allocated_seconds_total", "Observed time the device was allocated to the container.", allocWinLabels),
-		allocIdle:           d("allocated_idle_seconds_total", "Allocated time whose samples were below the idle threshold.", allocWinLabels),
-		allocActive:         d("allocated_active_seconds_total", "Utilization-weighted allocated time (effective GPU-seconds).", allocWinLabels),
-		allocStreak:         d("allocation_idle_streak_seconds", "How long the allocation has been idle without a break.", allocLabels),
-		allocMemory:         d("allocation_memory_used_bytes", "Framebuffer memory of the allocation's own processes.", allocLabels),
-		sourceUp:            d("source_up", "Whether the last read of the source succeeded.", []string{"source"}),
-		sourceErrors:        d("source_errors_total", "Failed source calls, by reason.", []string{"source", "reason"}),
-		buildInfo:           d("build_info", "Build information of the running gpuxray.", []string{"version", "revision", "goversion"}),
+		deviceInfo:            d("device_info", "GPU or MIG device identity; utilization_source says where busy ratios come from (samples, gpm, none).", deviceInfoLabels),
+		deviceUtil:            d("device_utilization_ratio", "Mean busy ratio of the device's samples read in the last poll.", deviceLabels),
+		deviceMemUsed:         d("device_memory_used_bytes", "Framebuffer memory in use.", deviceLabels),
+		deviceMemTotal:        d("device_memory_total_bytes", "Framebuffer memory in total.", deviceLabels),
+		devicePower:           d("device_power_watts", "Power draw.", deviceLabels),
+		deviceEnergy:          d("device_energy_joules_total", "Energy consumed since the driver loaded.", deviceLabels),
+		deviceSMActive:        d("device_sm_active_ratio", "GPM: fraction of SM cycles with at least one warp resident, over the last poll (Hopper and newer).", deviceLabels),
+		deviceSMOccupancy:     d("device_sm_occupancy_ratio", "GPM: resident warps over the SMs' maximum, over the last poll.", deviceLabels),
+		deviceTensorActive:    d("device_tensor_active_ratio", "GPM: fraction of cycles any tensor pipe was active, over the last poll.", deviceLabels),
+		deviceUnattributedMem: d("device_unattributed_memory_bytes", "Framebuffer memory of GPU processes that belong to no pod holding the device: work outside Kubernetes, or a leak.", deviceLabels),
+		deviceObserved:        d("device_observed_seconds_total", "Time covered by utilization samples (by polls, for a device with no utilization source).", deviceWinLabels),
+		deviceIdle:            d("device_idle_seconds_total", "Observed time whose samples were below the idle threshold.", deviceWinLabels),
+		deviceUnalloc:         d("device_unallocated_seconds_total", "Observed time while no pod held the device.", deviceWinLabels),
+		deviceUnallocActive:   d("device_unallocated_active_seconds_total", "Utilization-weighted time the device was busy while no pod held it, or with processes no holding pod owns (with process attribution).", deviceWinLabels),
+		deviceGap:             d("device_sample_gap_seconds_total", "Time between samples that no sample covered; neither idle nor busy.", deviceWinLabels),
+		allocInfo:             d("allocation_info", "A device allocated to a container, as the kubelet lists it; stale=\"true\" while the kubelet cannot be read.", allocInfoLabels),
+		allocSeconds:          d("allocated_seconds_total", "Observed time the device was allocated to the container.", allocWinLabels),
+		allocIdle:             d("allocated_idle_seconds_total", "Allocated time whose samples were below the idle threshold.", allocWinLabels),
+		allocActive:           d("allocated_active_seconds_total", "Utilization-weighted allocated time (effective GPU-seconds).", allocWinLabels),
+		allocStreak:           d("allocation_idle_streak_seconds", "How long the allocation has been idle without a break.", allocLabels),
+		allocMemory:           d("allocation_memory_used_bytes", "Framebuffer memory of the allocation's own processes.", allocLabels),
+		sourceUp:              d("source_up", "Whether the last read of the source succeeded.", []string{"source"}),
+		sourceErrors:          d("source_errors_total", "Failed source calls, by reason.", []string{"source", "reason"}),
+		buildInfo:             d("build_info", "Build information of the running gpuxray.", []string{"version", "revision", "goversion"}),
 	}
 }
 
 func (d *descs) all() []*prometheus.Desc {
 	return []*prometheus.Desc{
 		d.deviceInfo, d.deviceUtil, d.deviceMemUsed, d.deviceMemTotal, d.devicePower, d.deviceEnergy,
+		d.deviceSMActive, d.deviceSMOccupancy, d.deviceTensorActive, d.deviceUnattributedMem,
 		d.deviceObserved, d.deviceIdle, d.deviceUnalloc, d.deviceUnallocActive, d.deviceGap,
 		d.allocInfo, d.allocSeconds, d.allocIdle, d.allocActive, d.allocStreak, d.allocMemory,
 		d.sourceUp, d.sourceErrors, d.buildInfo,

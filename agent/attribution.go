@@ -1,0 +1,200 @@
+package agent
+
+import (
+	"errors"
+	"slices"
+	"time"
+
+	"github.com/gpuxray/gpuxray/collector"
+)
+
+// PodSource knows what pod-resources does not: a pod's UID, phase, owner
+// and container IDs. The simulated node and the pod informer satisfy it.
+type PodSource interface {
+	Pod(namespace, name string) (collector.Pod, bool)
+	PodByUID(uid string) (collector.Pod, bool)
+}
+
+// ProcessResolver maps host PIDs to the pod and container whose cgroup they
+// run in (collector/proc). Errors are counted under source "proc".
+type ProcessResolver interface {
+	Resolve(pids []uint32) (map[uint32]collector.ProcessInfo, []error)
+}
+
+// Option configures optional sources of an Engine.
+type Option func(*Engine)
+
+// WithPods gives the engine a pod source: allocation series gain workload and
+// model, pods in a terminal phase stop accruing, and shared GPUs can be
+// attributed per process.
+func WithPods(p PodSource) Option { return func(e *Engine) { e.pods = p } }
+
+// WithProcesses gives the engine a PID resolver for per-process attribution
+// on shared GPUs.
+func WithProcesses(r ProcessResolver) Option { return func(e *Engine) { e.procs = r } }
+
+// procOwner is the pod (and, when known, container) a GPU process runs in.
+type procOwner struct {
+	namespace, pod, container string
+}
+
+// owners resolves every PID seen on a GPU to the pod it runs in. It returns
+// nil when process attribution is not possible (no resolver or pod source):
+// shared GPUs then fall back to the device's samples.
+func (e *Engine) owners(snap collector.DeviceSnapshot) map[uint32]procOwner {
+	if e.procs == nil || e.pods == nil {
+		return nil
+	}
+	var pids []uint32
+	for _, rd := range snap.Devices {
+		for _, p := range rd.Processes {
+			pids = append(pids, p.PID)
+		}
+		for _, p := range rd.ProcessSamples {
+			pids = append(pids, p.PID)
+		}
+	}
+	slices.Sort(pids)
+	pids = slices.Compact(pids)
+	infos, errs := e.procs.Resolve(pids)
+	e.observeSource(collector.SourceProc, nil, errs)
+	out := make(map[uint32]procOwner, len(infos))
+	for pid, info := range infos {
+		if info.PodUID == "" {
+			continue
+		}
+		pod, ok := e.pods.PodByUID(info.PodUID)
+		if !ok {
+			continue
+		}
+		o := procOwner{namespace: pod.Namespace, pod: pod.Name}
+		if info.ContainerID != "" {
+			for name, id := range pod.ContainerIDs {
+				if id == info.ContainerID {
+					o.container = name
+				}
+			}
+		}
+		out[pid] = o
+	}
+	return out
+}
+
+// holderOf returns which of holders the process belongs to.
+func holderOf(o procOwner, holders []allocKey) (allocKey, bool) {
+	var podMatch allocKey
+	found := false
+	for _, k := range holders {
+		if k.Namespace != o.namespace || k.Pod != o.pod {
+			continue
+		}
+		if o.container == "" || k.Container == o.container {
+			return k, true
+		}
+		if !found {
+			podMatch, found = k, true
+		}
+	}
+	return podMatch, found
+}
+
+// processShares splits the per-process samples of one device by the
+// device's sample periods: for each period ending at `to`, the summed busy
+// ratio of each holder's processes, and of processes no holder owns.
+type processShares struct {
+	samples []collector.ProcessSample
+	owners  map[uint32]procOwner
+	// baseline is the device's last integrated sample: process samples up
+	// to it belong to time already credited.
+	baseline time.Time
+	next     int
+}
+
+// period fills shares with each holder's share of the period ending at to
+// (capped at 1) and returns the unattributed share. Periods must come in
+// time order.
+func (p *processShares) period(to time.Time, holders []allocKey, shares map[allocKey]float64) float64 {
+	clear(shares)
+	var unattributed float64
+	for ; p.next < len(p.samples); p.next++ {
+		s := p.samples[p.next]
+		if s.Time.After(to) {
+			break
+		}
+		if !s.Time.After(p.baseline) {
+			continue
+		}
+		if o, ok := p.owners[s.PID]; ok {
+			if k, ok := holderOf(o, holders); ok {
+				shares[k] = min(shares[k]+s.Value, 1)
+				continue
+			}
+		}
+		unattributed += s.Value
+	}
+	return min(unattributed, 1)
+}
+
+// memory credits each process's memory to the allocation that owns it on
+// device uuid now, or to the device's unattributed memory.
+func (e *Engine) memory(ds *deviceState, rd collector.DeviceReading, owners map[uint32]procOwner) {
+	holders, known := e.latestHolders(ds.info.UUID)
+	for _, k := range holders {
+		if as := e.alloc[k]; as != nil {
+			as.hasMemory, as.memory = false, 0
+		}
+	}
+	ds.hasUnattributed, ds.unattributedMem = false, 0
+	if !rd.HasProcesses || !known || ds.info.MIGEnabled {
+		return
+	}
+	if owners == nil {
+		// Without process attribution the only sure case is one exclusive
+		// holder: every process on the device is taken to be its.
+		if len(holders) == 1 && !e.alloc[holders[0]].shared {
+			as := e.alloc[holders[0]]
+			as.hasMemory = true
+			for _, p := range rd.Processes {
+				as.memory += p.UsedMemoryBytes
+			}
+		}
+		return
+	}
+	ds.hasUnattributed = true
+	for _, k := range holders {
+		e.alloc[k].hasMemory = true
+	}
+	for _, p := range rd.Processes {
+		if o, ok := owners[p.PID]; ok {
+			if k, ok := holderOf(o, holders); ok {
+				e.alloc[k].memory += p.UsedMemoryBytes
+				continue
+			}
+		}
+		ds.unattributedMem += p.UsedMemoryBytes
+	}
+}
+
+// podHealth lets a pod source report its own health (an informer that
+// cannot reach the API server) and the failures it met since the last call,
+// which are counted; the simulated node has none to report.
+type podHealth interface {
+	Health() (up bool, errs []error)
+}
+
+var errPodsDown = errors.New("pod source is down")
+
+func (e *Engine) observePods() {
+	if e.pods == nil {
+		return
+	}
+	up, errs := true, []error(nil)
+	if h, ok := e.pods.(podHealth); ok {
+		up, errs = h.Health()
+	}
+	var down error
+	if !up {
+		down = errPodsDown
+	}
+	e.observeSource(collector.SourcePods, down, errs)
+}
