@@ -40,4 +40,23 @@
 // ratio and list only processes busy in their period. Power is linear in the
 // busy ratio between the GPU's idle and maximum watts, and the energy counter
 // is its exact integral from the scenario start.
+//
+// # Processes and pods
+//
+// A pod's UID and its container's ID are derived from the node, namespace
+// and name (PodUID, ContainerID); Pod and PodByUID answer them as a pod
+// informer would, with the phase following the clock (Pending before from,
+// Running, then Succeeded from to). WriteProc writes /proc/<pid>/{stat,
+// cgroup,cmdline} for every GPU process, for collector/proc to read as on
+// a node, with cgroup files in the style the scenario's top-level `cgroup`
+// key names: systemd-containerd (the default), cgroupfs-containerd,
+// systemd-crio, v1-cgroupfs-docker, v1-systemd-docker or private-namespace
+// (paths relative to an agent in its own cgroup namespace).
+//
+// Unattributed processes (the `unattributed` key: device, pid, memory,
+// cmdline, from, to, util) belong to no pod: work started outside
+// Kubernetes, or a leak. The driver lists each with its memory within
+// [from, to) and samples it while busy; its busy ratio adds to its GPU's
+// (capped at 1 with the pods') and its memory to the GPU's used memory. Its
+// cgroup is a Docker container's on the host.
 package sim

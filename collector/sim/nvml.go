@@ -90,6 +90,7 @@ func NewNode(sc *Scenario, clock Clock) (*Node, error) {
 			n.gpus[d.GPU].procs = append(n.gpus[d.GPU].procs, proc{pid: sc.PID(i, k), pod: i, from: p.From, to: p.To, memory: p.Memory})
 		}
 	}
+	n.addUnattributed()
 	for g := range n.gpus {
 		procs := n.gpus[g].procs
 		sort.Slice(procs, func(a, b int) bool { return procs[a].pid < procs[b].pid })

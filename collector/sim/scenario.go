@@ -35,6 +35,12 @@ type Scenario struct {
 	GPUs        int
 	Pods        []Pod
 	Unallocated []UnallocatedStep
+
+	// Cgroup is the style of the simulated /proc's cgroup files, one of
+	// the Cgroup* constants; CgroupSystemdContainerd when the file names none.
+	Cgroup string
+	// Unattributed are GPU processes that belong to no pod.
+	Unattributed []UnattributedProcess
 }
 
 // Pod is one simulated pod with a single container holding GPUs.
@@ -420,7 +426,7 @@ func (d *decoder) step(n *yaml.Node, m map[string]*yaml.Node, path string, total
 }
 
 func (d *decoder) scenario(root *yaml.Node) (*Scenario, error) {
-	m, err := d.mapping(root, "", "start", "duration", "node", "system", "gpus", "pods", "unallocated")
+	m, err := d.mapping(root, "", "start", "duration", "node", "system", "gpus", "pods", "unallocated", "cgroup", "unattributed")
 	if err != nil {
 		return nil, err
 	}
@@ -471,6 +477,9 @@ func (d *decoder) scenario(root *yaml.Node) (*Scenario, error) {
 		}
 	}
 	if err := d.crossCheck(s); err != nil {
+		return nil, err
+	}
+	if err := d.processes(m, s); err != nil {
 		return nil, err
 	}
 	return s, nil
@@ -818,6 +827,7 @@ func (s *Scenario) gpuSeries(gpu int, pods []series) series {
 			breaks = append(breaks, pods[i].at...)
 		}
 	}
+	on, breaks = s.withUnattributed(gpu, on, breaks)
 	return combine(breaks, func(t time.Duration) float64 {
 		v := un.value(t)
 		for _, p := range on {

@@ -1,0 +1,501 @@
+package sim
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+
+	"go.yaml.in/yaml/v3"
+
+	"github.com/gpuxray/gpuxray/collector"
+)
+
+// Cgroup styles: how a scenario's /proc/<pid>/cgroup files are written, by
+// cgroup version, cgroup driver and container runtime.
+const (
+	// CgroupSystemdContainerd is cgroup v2, the systemd driver and
+	// containerd: …/kubepods-besteffort-pod<uid_>.slice/cri-containerd-<id>.scope.
+	CgroupSystemdContainerd = "systemd-containerd"
+	// CgroupCgroupfsContainerd is cgroup v2, the cgroupfs driver and
+	// containerd: /kubepods/besteffort/pod<uid>/<id>.
+	CgroupCgroupfsContainerd = "cgroupfs-containerd"
+	// CgroupSystemdCRIO is cgroup v2, the systemd driver and CRI-O:
+	// …/kubepods-besteffort-pod<uid_>.slice/crio-<id>.scope.
+	CgroupSystemdCRIO = "systemd-crio"
+	// CgroupV1CgroupfsDocker is cgroup v1 (twelve hierarchies), the cgroupfs
+	// driver and Docker: N:controller:/kubepods/besteffort/pod<uid>/<id>.
+	CgroupV1CgroupfsDocker = "v1-cgroupfs-docker"
+	// CgroupV1SystemdDocker is cgroup v1, the systemd driver and Docker:
+	// N:controller:…/kubepods-besteffort-pod<uid_>.slice/docker-<id>.scope.
+	CgroupV1SystemdDocker = "v1-systemd-docker"
+	// CgroupPrivateNamespace is systemd-containerd as an agent in its own
+	// cgroup namespace sees it, relative to its own cgroup (a besteffort
+	// pod's container): 0::/../../kubepods-besteffort-pod<uid_>.slice/….
+	CgroupPrivateNamespace = "private-namespace"
+)
+
+// cgroupStyles are the styles a scenario's `cgroup` key accepts, sorted.
+var cgroupStyles = []string{
+	CgroupCgroupfsContainerd, CgroupPrivateNamespace, CgroupSystemdContainerd,
+	CgroupSystemdCRIO, CgroupV1CgroupfsDocker, CgroupV1SystemdDocker,
+}
+
+// UnattributedProcess is a GPU process that belongs to no pod: work started
+// outside Kubernetes, or a leak. Its busy ratio adds to the GPU's, its
+// memory to the GPU's used memory, and NVML lists it like any process.
+type UnattributedProcess struct {
+	// GPU is the whole GPU the process runs on.
+	GPU     int
+	PID     uint32
+	Cmdline []string
+	// From and To bound the process's life: [From, To).
+	From, To time.Duration
+	Memory   uint64
+	// Util is the busy ratio, as a pod's: 0 before the first step, and
+	// counted only within [From, To).
+	Util []Step
+}
+
+var unattributedKeys = []string{"device", "pid", "memory", "cmdline", "from", "to", "util"}
+
+// processes decodes the scenario's `cgroup` and `unattributed` keys and
+// checks the processes against the pods'. It runs after crossCheck.
+func (d *decoder) processes(m map[string]*yaml.Node, s *Scenario) error {
+	s.Cgroup = CgroupSystemdContainerd
+	if n := m["cgroup"]; n != nil {
+		v, err := d.str(n, "cgroup")
+		if err != nil {
+			return err
+		}
+		if !contains(cgroupStyles, v) {
+			return d.errf(n, "cgroup", "%q is not a cgroup style; want one of %s", v, strings.Join(cgroupStyles, ", "))
+		}
+		s.Cgroup = v
+	}
+	n := m["unattributed"]
+	if n == nil {
+		return nil
+	}
+	items, err := d.seq(n, "unattributed")
+	if err != nil {
+		return err
+	}
+	usable := systems[s.System].memTotal() - reservedMemory
+	pidNodes := make([]*yaml.Node, len(items))
+	memNodes := make([]*yaml.Node, len(items))
+	for i, it := range items {
+		p := fmt.Sprintf("unattributed[%d]", i)
+		m, err := d.mapping(it, p, unattributedKeys...)
+		if err != nil {
+			return err
+		}
+		for _, k := range []string{"device", "pid"} {
+			if m[k] == nil {
+				return d.errf(it, join(p, k), "missing")
+			}
+		}
+		u := UnattributedProcess{To: s.Duration}
+		spec, err := d.device(m["device"], p+".device", s.GPUs)
+		if err != nil {
+			return err
+		}
+		if spec.Replicated {
+			return d.errf(m["device"], p+".device", "%s: a process runs on a whole GPU; want gpu:%d", spec, spec.GPU)
+		}
+		u.GPU = spec.GPU
+		pid, err := d.integer(m["pid"], p+".pid", 1, 4194304)
+		if err != nil {
+			return err
+		}
+		u.PID, pidNodes[i] = uint32(pid), m["pid"]
+		if n := m["cmdline"]; n != nil {
+			if u.Cmdline, err = d.args(n, p+".cmdline"); err != nil {
+				return err
+			}
+		}
+		if n := m["from"]; n != nil {
+			if u.From, err = d.offset(n, p+".from", s.Duration); err != nil {
+				return err
+			}
+		}
+		if n := m["to"]; n != nil {
+			if u.To, err = d.offset(n, p+".to", s.Duration); err != nil {
+				return err
+			}
+		}
+		if u.From >= u.To {
+			n := m["to"]
+			if n == nil {
+				n = m["from"]
+			}
+			return d.errf(n, p+".to", "%s is not after from (%s)", fmtDur(u.To), fmtDur(u.From))
+		}
+		memNodes[i] = it
+		if n := m["memory"]; n != nil {
+			if u.Memory, err = d.bytes(n, p+".memory"); err != nil {
+				return err
+			}
+			memNodes[i] = n
+		}
+		if n := m["util"]; n != nil {
+			if u.Util, err = d.steps(n, p+".util", s.Duration); err != nil {
+				return err
+			}
+		}
+		s.Unattributed = append(s.Unattributed, u)
+	}
+
+	// Host PIDs are unique for the whole scenario, as the tree WriteProc
+	// writes holds every process at once.
+	owner := map[uint32]string{}
+	for i, p := range s.Pods {
+		for k := range p.Devices {
+			owner[s.PID(i, k)] = fmt.Sprintf("pods[%d]", i)
+		}
+	}
+	for i, u := range s.Unattributed {
+		if o, dup := owner[u.PID]; dup {
+			return d.errf(pidNodes[i], fmt.Sprintf("unattributed[%d].pid", i), "process %d is also a process of %s", u.PID, o)
+		}
+		owner[u.PID] = fmt.Sprintf("unattributed[%d]", i)
+	}
+
+	// Memory peaks when a process starts: check each start on the GPU while
+	// the process lives.
+	for i, u := range s.Unattributed {
+		starts := []time.Duration{u.From}
+		for _, p := range s.Pods {
+			if holds(p, u.GPU) && u.From < p.From && p.From < u.To {
+				starts = append(starts, p.From)
+			}
+		}
+		for _, o := range s.Unattributed {
+			if o.GPU == u.GPU && u.From < o.From && o.From < u.To {
+				starts = append(starts, o.From)
+			}
+		}
+		for _, t := range starts {
+			var sum uint64
+			for _, p := range s.Pods {
+				if holds(p, u.GPU) && p.From <= t && t < p.To {
+					sum += p.Memory
+				}
+			}
+			for _, o := range s.Unattributed {
+				if o.GPU == u.GPU && o.From <= t && t < o.To {
+					sum += o.Memory
+				}
+			}
+			if sum > usable {
+				return d.errf(memNodes[i], fmt.Sprintf("unattributed[%d].memory", i),
+					"gpu:%d would need %s at %s with the pods and processes on it, more than its %s",
+					u.GPU, fmtBytes(sum), fmtDur(t), fmtBytes(usable))
+			}
+		}
+	}
+	return nil
+}
+
+// args decodes a command line: a list of non-empty strings.
+func (d *decoder) args(n *yaml.Node, field string) ([]string, error) {
+	items, err := d.seq(n, field)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]string, 0, len(items))
+	for j, a := range items {
+		v, err := d.str(a, fmt.Sprintf("%s[%d]", field, j))
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, v)
+	}
+	return out, nil
+}
+
+// unattributedSeries is unattributed process i's busy ratio, 0 outside [From, To).
+func (s *Scenario) unattributedSeries(i int) series {
+	u := s.Unattributed[i]
+	raw := stepSeries(u.Util)
+	return combine(append(append([]time.Duration(nil), raw.at...), u.From, u.To), func(t time.Duration) float64 {
+		if t < u.From || t >= u.To {
+			return 0
+		}
+		return raw.value(t)
+	})
+}
+
+// withUnattributed adds the unattributed processes on gpu to the series a
+// GPU's busy ratio sums, and their breakpoints to breaks.
+func (s *Scenario) withUnattributed(gpu int, on []series, breaks []time.Duration) ([]series, []time.Duration) {
+	for i, u := range s.Unattributed {
+		if u.GPU == gpu {
+			ser := s.unattributedSeries(i)
+			on, breaks = append(on, ser), append(breaks, ser.at...)
+		}
+	}
+	return on, breaks
+}
+
+// UnattributedUtilAt is unattributed process i's busy ratio at scenario time
+// t: 0 outside [From, To).
+func (s *Scenario) UnattributedUtilAt(i int, t time.Duration) float64 {
+	return s.unattributedSeries(i).value(t)
+}
+
+// addUnattributed gives the simulated driver the unattributed processes:
+// their busy ratios follow the pods' in n.pods, which proc.pod indexes.
+func (n *Node) addUnattributed() {
+	for i, u := range n.sc.Unattributed {
+		n.pods = append(n.pods, n.sc.unattributedSeries(i))
+		n.gpus[u.GPU].procs = append(n.gpus[u.GPU].procs,
+			proc{pid: u.PID, pod: len(n.sc.Pods) + i, from: u.From, to: u.To, memory: u.Memory})
+	}
+}
+
+// Pod identity: stable per node, namespace and name, so golden files and a
+// replayed run agree with the live one.
+
+// PodUID is the simulated UID of pod namespace/name on node: a name-based
+// (version 5 style) UUID.
+func PodUID(node, namespace, name string) string {
+	h := sha256.Sum256(fmt.Appendf(nil, "gpuxray-sim/%s/pod/%s/%s", node, namespace, name))
+	h[6] = h[6]&0x0f | 0x50
+	h[8] = h[8]&0x3f | 0x80
+	return fmt.Sprintf("%x-%x-%x-%x-%x", h[0:4], h[4:6], h[6:8], h[8:10], h[10:16])
+}
+
+// ContainerID is the simulated runtime ID (64 hex digits) of a pod's container.
+func ContainerID(node, namespace, name, container string) string {
+	h := sha256.Sum256(fmt.Appendf(nil, "gpuxray-sim/%s/pod/%s/%s/container/%s", node, namespace, name, container))
+	return hex.EncodeToString(h[:])
+}
+
+// Pod returns what a pod informer knows of scenario pod namespace/name at the
+// clock's now: its UID, its phase (Pending before from, Running within
+// [from, to), Succeeded after) and its container's ID. Owner, model and
+// labels are left empty.
+func (n *Node) Pod(namespace, name string) (collector.Pod, bool) {
+	for i, p := range n.sc.Pods {
+		if p.Namespace == namespace && p.Name == name {
+			return n.pod(i), true
+		}
+	}
+	return collector.Pod{}, false
+}
+
+// PodByUID returns the scenario pod whose UID is uid, as Pod does. The UIDs
+// are derived on each call; a scenario has few pods.
+func (n *Node) PodByUID(uid string) (collector.Pod, bool) {
+	for i, p := range n.sc.Pods {
+		if PodUID(n.sc.Node, p.Namespace, p.Name) == uid {
+			return n.pod(i), true
+		}
+	}
+	return collector.Pod{}, false
+}
+
+func (n *Node) pod(i int) collector.Pod {
+	p := n.sc.Pods[i]
+	t, _ := n.now()
+	phase := "Running"
+	switch {
+	case t < p.From:
+		phase = "Pending"
+	case t >= p.To:
+		phase = "Succeeded"
+	}
+	return collector.Pod{
+		UID:          PodUID(n.sc.Node, p.Namespace, p.Name),
+		Namespace:    p.Namespace,
+		Name:         p.Name,
+		Phase:        phase,
+		ContainerIDs: map[string]string{p.Container: ContainerID(n.sc.Node, p.Namespace, p.Name, p.Container)},
+	}
+}
+
+// The simulated /proc.
+
+// bootUptime is how long the simulated node has been up at the scenario
+// start, so that process start times are far from zero as on a real node.
+const bootUptime = time.Hour
+
+// clockTicks is USER_HZ, the unit of a stat file's start time.
+const clockTicks = 100
+
+// WriteProc writes the simulated node's GPU processes as a proc filesystem
+// under dir, for collector/proc to read: <dir>/<pid>/{stat,cgroup,cmdline}
+// for every process of every pod and every unattributed process. The tree
+// holds every process of the scenario, whether running at the clock's now
+// or not: a scenario's PIDs are unique, and the reader only asks for the
+// PIDs NVML lists, so one static tree written at start-up serves the whole
+// run. The cgroup files follow the scenario's cgroup style; a pod's QoS
+// class is besteffort, burstable or guaranteed by its index modulo 3, so
+// every style shows all three.
+func (n *Node) WriteProc(dir string) error {
+	type entry struct {
+		pid     uint32
+		comm    string
+		from    time.Duration
+		cgroup  string
+		cmdline []string
+	}
+	var entries []entry
+	for i, p := range n.sc.Pods {
+		uid := PodUID(n.sc.Node, p.Namespace, p.Name)
+		cid := ContainerID(n.sc.Node, p.Namespace, p.Name, p.Container)
+		path := podCgroupPath(n.sc.Cgroup, qosClasses[i%len(qosClasses)], uid, cid)
+		for k := range p.Devices {
+			entries = append(entries, entry{pid: n.sc.PID(i, k), comm: comm(p.Cmdline, p.Container), from: p.From,
+				cgroup: cgroupFile(n.sc.Cgroup, path), cmdline: p.Cmdline})
+		}
+	}
+	for _, u := range n.sc.Unattributed {
+		h := sha256.Sum256(fmt.Appendf(nil, "gpuxray-sim/%s/process/%d", n.sc.Node, u.PID))
+		path := hostCgroupPath(n.sc.Cgroup, hex.EncodeToString(h[:]))
+		entries = append(entries, entry{pid: u.PID, comm: comm(u.Cmdline, "unattributed"), from: u.From,
+			cgroup: cgroupFile(n.sc.Cgroup, path), cmdline: u.Cmdline})
+	}
+	sort.Slice(entries, func(a, b int) bool { return entries[a].pid < entries[b].pid })
+	for _, e := range entries {
+		pdir := filepath.Join(dir, strconv.FormatUint(uint64(e.pid), 10))
+		if err := os.MkdirAll(pdir, 0o755); err != nil {
+			return fmt.Errorf("sim: writing /proc: %w", err)
+		}
+		start := uint64((bootUptime + e.from) / (time.Second / clockTicks))
+		files := map[string]string{
+			"stat":    statLine(e.pid, e.comm, start),
+			"cgroup":  e.cgroup,
+			"cmdline": cmdlineFile(e.cmdline),
+		}
+		for name, content := range files {
+			if err := os.WriteFile(filepath.Join(pdir, name), []byte(content), 0o644); err != nil {
+				return fmt.Errorf("sim: writing /proc: %w", err)
+			}
+		}
+	}
+	return nil
+}
+
+var qosClasses = []string{"besteffort", "burstable", "guaranteed"}
+
+// podCgroupPath is the cgroup of a pod's container in style, for QoS class
+// qos; the guaranteed class has no level of its own.
+func podCgroupPath(style, qos, uid, cid string) string {
+	switch style {
+	case CgroupCgroupfsContainerd, CgroupV1CgroupfsDocker:
+		if qos == "guaranteed" {
+			return "/kubepods/pod" + uid + "/" + cid
+		}
+		return "/kubepods/" + qos + "/pod" + uid + "/" + cid
+	}
+	scope := "cri-containerd-" + cid + ".scope"
+	switch style {
+	case CgroupSystemdCRIO:
+		scope = "crio-" + cid + ".scope"
+	case CgroupV1SystemdDocker:
+		scope = "docker-" + cid + ".scope"
+	}
+	u := strings.ReplaceAll(uid, "-", "_")
+	path := "/kubepods.slice/kubepods-pod" + u + ".slice/" + scope
+	if qos != "guaranteed" {
+		path = "/kubepods.slice/kubepods-" + qos + ".slice/kubepods-" + qos + "-pod" + u + ".slice/" + scope
+	}
+	if style == CgroupPrivateNamespace {
+		return relativeCgroup(agentCgroup, path)
+	}
+	return path
+}
+
+// hostCgroupPath is the cgroup of a container started by hand on the host
+// with Docker, outside Kubernetes.
+func hostCgroupPath(style, id string) string {
+	switch style {
+	case CgroupCgroupfsContainerd, CgroupV1CgroupfsDocker:
+		return "/docker/" + id
+	case CgroupPrivateNamespace:
+		return relativeCgroup(agentCgroup, "/system.slice/docker-"+id+".scope")
+	}
+	return "/system.slice/docker-" + id + ".scope"
+}
+
+// agentCgroup is where the private-namespace style puts the agent itself:
+// the container of a besteffort pod, whose cgroup is its namespace's root.
+var agentCgroup = "/kubepods.slice/kubepods-besteffort.slice/kubepods-besteffort-pod" +
+	strings.ReplaceAll(PodUID("agent", "gpuxray", "gpuxray-agent"), "-", "_") +
+	".slice/cri-containerd-" + ContainerID("agent", "gpuxray", "gpuxray-agent", "agent") + ".scope"
+
+// relativeCgroup is to as seen from a cgroup namespace rooted at from, as
+// the kernel writes it: "/" then ".." for each level up from from.
+func relativeCgroup(from, to string) string {
+	f := strings.Split(strings.Trim(from, "/"), "/")
+	t := strings.Split(strings.Trim(to, "/"), "/")
+	i := 0
+	for i < len(f) && i < len(t) && f[i] == t[i] {
+		i++
+	}
+	parts := make([]string, 0, len(f)-i+len(t)-i)
+	for range f[i:] {
+		parts = append(parts, "..")
+	}
+	return "/" + strings.Join(append(parts, t[i:]...), "/")
+}
+
+// v1Controllers are the hierarchies of a cgroup v1 host, highest ID first,
+// as /proc/<pid>/cgroup lists them.
+var v1Controllers = []string{"pids", "hugetlb", "net_cls,net_prio", "perf_event", "memory", "devices",
+	"cpuset", "blkio", "freezer", "cpu,cpuacct", "rdma", "name=systemd"}
+
+// cgroupFile is the content of /proc/<pid>/cgroup for a process in path.
+func cgroupFile(style, path string) string {
+	if style != CgroupV1CgroupfsDocker && style != CgroupV1SystemdDocker {
+		return "0::" + path + "\n"
+	}
+	var b strings.Builder
+	for i, c := range v1Controllers {
+		p := path
+		if c == "rdma" {
+			p = "/" // runtimes leave rdma at the root
+		}
+		fmt.Fprintf(&b, "%d:%s:%s\n", len(v1Controllers)-i, c, p)
+	}
+	b.WriteString("0::/\n") // the empty unified hierarchy of a hybrid host
+	return b.String()
+}
+
+// comm is the kernel's name of a process: its executable's base name, cut
+// to 15 bytes; fallback when there is no command line.
+func comm(cmdline []string, fallback string) string {
+	c := fallback
+	if len(cmdline) > 0 {
+		c = filepath.Base(cmdline[0])
+	}
+	if len(c) > 15 {
+		c = c[:15]
+	}
+	return c
+}
+
+// statLine is a /proc/<pid>/stat line: a sleeping process whose parent is
+// init, with starttime (field 22) in clock ticks since boot.
+func statLine(pid uint32, comm string, start uint64) string {
+	// Fields 3 to 21: state, ppid, pgrp, session, tty_nr, tpgid, flags, the
+	// four fault counters, the four CPU times, priority, nice, num_threads,
+	// itrealvalue.
+	return fmt.Sprintf("%d (%s) S 1 %d %d 0 -1 4194560 0 0 0 0 0 0 0 0 20 0 1 0 %d "+
+		"0 0 18446744073709551615 0 0 0 0 0 0 0 0 0 0 0 0 17 0 0 0 0 0 0 0 0 0 0 0 0 0 0\n", pid, comm, pid, pid, start)
+}
+
+// cmdlineFile is /proc/<pid>/cmdline: each argument NUL-terminated.
+func cmdlineFile(args []string) string {
+	if len(args) == 0 {
+		return ""
+	}
+	return strings.Join(args, "\x00") + "\x00"
+}
