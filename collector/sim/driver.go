@@ -2,7 +2,6 @@ package sim
 
 import (
 	"fmt"
-	"math"
 	"strings"
 
 	"github.com/NVIDIA/go-nvml/pkg/nvml"
@@ -28,6 +27,9 @@ type handle struct {
 	*server.Device
 	n *Node
 	g int
+	// migs are the GPU's MIG devices by index, nil entries for empty
+	// indices; nil when the GPU is not in MIG mode.
+	migs []*migHandle
 }
 
 var (
@@ -57,6 +59,7 @@ func newDriver(n *Node) *driver {
 	d := &driver{Server: n.srv, n: n, handles: make([]*handle, len(n.srv.Devices))}
 	for g, dev := range n.srv.Devices {
 		d.handles[g] = &handle{Device: dev.(*server.Device), n: n, g: g}
+		d.handles[g].migs = newMIGHandles(d.handles[g])
 	}
 	return d
 }
@@ -69,7 +72,7 @@ func (d *driver) Shutdown() nvml.Return { return nvml.SUCCESS }
 func (d *driver) Extensions() nvml.ExtendedInterface { return d }
 
 func (d *driver) LookupSymbol(name string) error {
-	if symbols[name] {
+	if symbols[name] || migSymbols[name] {
 		return nil
 	}
 	return fmt.Errorf("sim: symbol %s: %w", name, nvml.ERROR_NOT_SUPPORTED)
@@ -96,6 +99,11 @@ func (d *driver) DeviceGetHandleByUUID(uuid string) (nvml.Device, nvml.Return) {
 	for _, h := range d.handles {
 		if strings.EqualFold(uuid, h.UUID) {
 			return h, nvml.SUCCESS
+		}
+		for _, m := range h.migs {
+			if m != nil && strings.EqualFold(uuid, m.m.uuid) {
+				return m, nvml.SUCCESS
+			}
 		}
 	}
 	return nil, nvml.ERROR_NOT_FOUND
@@ -167,8 +175,12 @@ func (h *handle) GetPciInfo() (nvml.PciInfo, nvml.Return) {
 	return nvml.PciInfo{PciDeviceId: h.Config.PciDeviceId}, nvml.SUCCESS
 }
 
-// GetMigMode answers disabled: the simulation has no MIG.
+// GetMigMode answers enabled (current and pending) for a GPU with a MIG
+// layout, disabled for the others.
 func (h *handle) GetMigMode() (int, int, nvml.Return) {
+	if h.n.migEnabled(h.g) {
+		return nvml.DEVICE_MIG_ENABLE, nvml.DEVICE_MIG_ENABLE, nvml.SUCCESS
+	}
 	return nvml.DEVICE_MIG_DISABLE, nvml.DEVICE_MIG_DISABLE, nvml.SUCCESS
 }
 
@@ -202,8 +214,10 @@ func (h *handle) GetComputeRunningProcesses() ([]nvml.ProcessInfo, nvml.Return) 
 	running := h.n.running(h.g, t)
 	out := make([]nvml.ProcessInfo, len(running))
 	for i, p := range running {
-		// MIG is off: NVML reports 0xFFFFFFFF for the instance IDs.
-		out[i] = nvml.ProcessInfo{Pid: p.pid, UsedGpuMemory: p.memory, GpuInstanceId: math.MaxUint32, ComputeInstanceId: math.MaxUint32}
+		// Without MIG, NVML reports 0xFFFFFFFF for the instance IDs; in MIG
+		// mode the parent lists every instance's processes with theirs.
+		gi, ci := h.n.instanceIDs(h.g, p.pid)
+		out[i] = nvml.ProcessInfo{Pid: p.pid, UsedGpuMemory: p.memory, GpuInstanceId: gi, ComputeInstanceId: ci}
 	}
 	return out, nvml.SUCCESS
 }

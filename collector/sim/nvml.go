@@ -35,6 +35,9 @@ type Node struct {
 	uuids []string
 	pods  []series
 	gpus  []gpuModel
+	// mig holds the MIG devices by GPU and index: nil for a GPU without
+	// MIG, nil entries for empty indices.
+	mig [][]*migDevice
 }
 
 // gpuModel is what the simulated driver knows of one GPU.
@@ -95,6 +98,12 @@ func NewNode(sc *Scenario, clock Clock) (*Node, error) {
 		procs := n.gpus[g].procs
 		sort.Slice(procs, func(a, b int) bool { return procs[a].pid < procs[b].pid })
 	}
+
+	mig, err := newMIGDevices(n)
+	if err != nil {
+		return nil, err
+	}
+	n.mig = mig
 
 	srv.Devices = srv.Devices[:sc.GPUs]
 	n.uuids = make([]string, sc.GPUs)
@@ -173,7 +182,7 @@ func percent(s series, k int64) uint32 {
 }
 
 func (n *Node) samples(g int, typ nvml.SamplingType, lastSeen uint64) (nvml.ValueType, []nvml.Sample, nvml.Return) {
-	if typ != nvml.GPU_UTILIZATION_SAMPLES {
+	if typ != nvml.GPU_UTILIZATION_SAMPLES || n.migEnabled(g) {
 		return nvml.VALUE_TYPE_UNSIGNED_INT, nil, nvml.ERROR_NOT_SUPPORTED
 	}
 	first, last, ok := n.window(lastSeen)
@@ -192,6 +201,9 @@ func (n *Node) samples(g int, typ nvml.SamplingType, lastSeen uint64) (nvml.Valu
 // processUtilization lists, per sample period newer than lastSeen, the
 // processes that were busy in it: NVML leaves idle processes out.
 func (n *Node) processUtilization(g int, lastSeen uint64) ([]nvml.ProcessUtilizationSample, nvml.Return) {
+	if n.migEnabled(g) {
+		return nil, nvml.ERROR_NOT_SUPPORTED
+	}
 	first, last, ok := n.window(lastSeen)
 	if !ok {
 		return nil, nvml.ERROR_NOT_FOUND

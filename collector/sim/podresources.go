@@ -46,8 +46,12 @@ func (n *Node) ListResponse() *podresourcesv1.ListPodResourcesResponse {
 }
 
 // DeviceID is the kubelet's device ID for a scenario device: the GPU's UUID,
-// with "::R" for a time-slicing replica, as the NVIDIA device plugin names it.
+// with "::R" for a time-slicing replica, or the MIG device's UUID, as the
+// NVIDIA device plugin names them.
 func (n *Node) DeviceID(d DeviceSpec) string {
+	if d.MIG {
+		return n.MIGDeviceUUID(d.GPU, d.MIGSlot)
+	}
 	id := n.uuids[d.GPU]
 	if d.Replicated {
 		id += "::" + strconv.Itoa(d.Replica)

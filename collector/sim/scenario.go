@@ -31,8 +31,11 @@ type Scenario struct {
 	Duration time.Duration
 	Node     string
 	// System is one of dgxa100, dgxh100, dgxh200, dgxb200.
-	System      string
-	GPUs        int
+	System string
+	GPUs   int
+	// MIG is the MIG layout of each GPU in MIG mode: the profile of each
+	// MIG device index ("3g.40gb"), "" for an index with no device.
+	MIG         map[int][]string
 	Pods        []Pod
 	Unallocated []UnallocatedStep
 
@@ -72,16 +75,22 @@ type Owner struct {
 	Name string
 }
 
-// DeviceSpec is a scenario device: "gpu:N" (a whole GPU) or "gpu:N::R"
-// (time-slicing replica R of GPU N).
+// DeviceSpec is a scenario device: "gpu:N" (a whole GPU), "gpu:N::R"
+// (time-slicing replica R of GPU N) or "mig:N/S" (MIG device S of GPU N).
 type DeviceSpec struct {
 	GPU        int
 	Replicated bool
 	Replica    int
+	MIG        bool
+	// MIGSlot is the MIG device's index in its GPU's layout.
+	MIGSlot int
 }
 
-// String returns the scenario spelling, "gpu:N" or "gpu:N::R".
+// String returns the scenario spelling, "gpu:N", "gpu:N::R" or "mig:N/S".
 func (d DeviceSpec) String() string {
+	if d.MIG {
+		return fmt.Sprintf("mig:%d/%d", d.GPU, d.MIGSlot)
+	}
 	if d.Replicated {
 		return fmt.Sprintf("gpu:%d::%d", d.GPU, d.Replica)
 	}
@@ -426,7 +435,7 @@ func (d *decoder) step(n *yaml.Node, m map[string]*yaml.Node, path string, total
 }
 
 func (d *decoder) scenario(root *yaml.Node) (*Scenario, error) {
-	m, err := d.mapping(root, "", "start", "duration", "node", "system", "gpus", "pods", "unallocated", "cgroup", "unattributed")
+	m, err := d.mapping(root, "", "start", "duration", "node", "system", "gpus", "mig", "pods", "unallocated", "cgroup", "unattributed")
 	if err != nil {
 		return nil, err
 	}
@@ -466,6 +475,11 @@ func (d *decoder) scenario(root *yaml.Node) (*Scenario, error) {
 		return nil, err
 	}
 	s.GPUs = int(gpus)
+	if n := m["mig"]; n != nil {
+		if err := d.mig(n, s); err != nil {
+			return nil, err
+		}
+	}
 	if n := m["pods"]; n != nil {
 		if err := d.pods(n, s); err != nil {
 			return nil, err
@@ -572,8 +586,8 @@ func (d *decoder) pods(n *yaml.Node, s *Scenario) error {
 			if pod.Resource, err = d.str(r, p+".resource"); err != nil {
 				return err
 			}
-			if pod.Resource != ResourceGPU && pod.Resource != ResourceGPUShared {
-				return d.errf(r, p+".resource", "%q is not %s or %s", pod.Resource, ResourceGPU, ResourceGPUShared)
+			if pod.Resource != ResourceGPU && pod.Resource != ResourceGPUShared && !strings.HasPrefix(pod.Resource, ResourceMIGPrefix) {
+				return d.errf(r, p+".resource", "%q is not %s, %s or %s<profile>", pod.Resource, ResourceGPU, ResourceGPUShared, ResourceMIGPrefix)
 			}
 		}
 		d.pidNode = append(d.pidNode, m["pid"])
@@ -593,16 +607,16 @@ func (d *decoder) pods(n *yaml.Node, s *Scenario) error {
 		}
 		for j, dn := range devs {
 			f := fmt.Sprintf("%s.devices[%d]", p, j)
-			spec, err := d.device(dn, f, s.GPUs)
+			spec, err := d.podDevice(dn, f, s)
 			if err != nil {
 				return err
 			}
 			for _, prev := range pod.Devices {
-				if prev.GPU == spec.GPU {
+				if prev.GPU == spec.GPU && !(prev.MIG && spec.MIG && prev.MIGSlot != spec.MIGSlot) {
 					return d.errf(dn, f, "%s: the pod already holds %s", spec, prev)
 				}
 			}
-			if pod.Resource == ResourceGPUShared && !spec.Replicated {
+			if pod.Resource == ResourceGPUShared && !spec.Replicated && !spec.MIG {
 				return d.errf(dn, f, "%s is a whole GPU, but %s hands out replicas (gpu:N::R)", spec, ResourceGPUShared)
 			}
 			pod.Devices = append(pod.Devices, spec)
@@ -638,6 +652,9 @@ func (d *decoder) pods(n *yaml.Node, s *Scenario) error {
 				return err
 			}
 		}
+		if err := d.migPod(p, m, devs, &pod, s); err != nil {
+			return err
+		}
 		s.Pods = append(s.Pods, pod)
 		d.podNode = append(d.podNode, it)
 		d.devNodes = append(d.devNodes, devs)
@@ -668,6 +685,9 @@ func (d *decoder) unallocated(n *yaml.Node, s *Scenario) error {
 		if spec.Replicated {
 			return d.errf(m["device"], p+".device", "%s: unallocated activity is per GPU; want gpu:%d", spec, spec.GPU)
 		}
+		if _, on := s.MIG[spec.GPU]; on {
+			return d.errf(m["device"], p+".device", "%s is in MIG mode; the simulation has no activity outside its MIG devices", spec)
+		}
 		st, err := d.step(it, m, p, s.Duration)
 		if err != nil {
 			return err
@@ -696,7 +716,7 @@ func (d *decoder) crossCheck(s *Scenario) error {
 					continue
 				}
 				for _, da := range a.Devices {
-					if da.GPU != db.GPU || (da.Replicated && db.Replicated && da.Replica != db.Replica) {
+					if da.GPU != db.GPU || (da.Replicated && db.Replicated && da.Replica != db.Replica) || (da.MIG && db.MIG && da.MIGSlot != db.MIGSlot) {
 						continue
 					}
 					return d.errf(d.devNodes[j][di], fmt.Sprintf("pods[%d].devices[%d]", j, di),
@@ -818,6 +838,9 @@ func (s *Scenario) unallocatedSeries(gpu int) series {
 // gpuSeries is the busy ratio of gpu as the driver sees it: the sum of every
 // holder's ratio and of unallocated activity, capped at 1.
 func (s *Scenario) gpuSeries(gpu int, pods []series) series {
+	if _, on := s.MIG[gpu]; on {
+		return s.migGPUSeries(gpu, pods)
+	}
 	un := s.unallocatedSeries(gpu)
 	breaks := append([]time.Duration(nil), un.at...)
 	var on []series
@@ -844,6 +867,8 @@ func (s *Scenario) UtilAt(pod int, t time.Duration) float64 {
 
 // GPUUtilAt is GPU gpu's busy ratio at scenario time t as the simulated
 // driver reports it: the holders' ratios plus unallocated activity, capped at 1.
+// For a GPU in MIG mode it is its MIG devices' ratios weighted by their
+// compute slices (a busy 3g device makes the GPU 3/7 busy).
 func (s *Scenario) GPUUtilAt(gpu int, t time.Duration) float64 {
 	pods := make([]series, len(s.Pods))
 	for i := range s.Pods {

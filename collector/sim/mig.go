@@ -1,0 +1,633 @@
+package sim
+
+import (
+	"crypto/sha256"
+	"fmt"
+	"math"
+	"regexp"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/NVIDIA/go-nvml/pkg/nvml"
+	"github.com/NVIDIA/go-nvml/pkg/nvml/mock"
+	"go.yaml.in/yaml/v3"
+)
+
+// ResourceMIGPrefix starts the extended resource of a MIG device, as the
+// NVIDIA device plugin's mixed strategy names it: nvidia.com/mig-3g.40gb.
+const ResourceMIGPrefix = "nvidia.com/mig-"
+
+const (
+	// MaxMIGDevices is what GetMaxMigDeviceCount answers on a MIG-enabled
+	// GPU, and the most slots a scenario's MIG layout may list.
+	MaxMIGDevices = 7
+	// migComputeSlices and migMemorySlices are what one GPU divides into:
+	// seven compute slices and eight eighths of its memory.
+	migComputeSlices = 7
+	migMemorySlices  = 8
+	// migEmpty marks an unused slot in a scenario's MIG layout.
+	migEmpty = "empty"
+)
+
+// migProfile is one MIG GPU-instance profile of a system's GPU, named as
+// nvidia-smi and the device plugin name it.
+type migProfile struct {
+	name string
+	info nvml.GpuInstanceProfileInfo
+	// memSlices is how many eighths of the GPU's memory the instance takes.
+	memSlices int
+}
+
+// migProfileName is the profile name a reader derives from a MIG device's
+// attributes: <slices>g.<memory in GiB, rounded up>gb.
+func migProfileName(slices uint32, memoryMB uint64) string {
+	return fmt.Sprintf("%dg.%dgb", slices, (memoryMB+1023)/1024)
+}
+
+// migProfiles lists the GPU-instance profiles of the system's GPU, smallest
+// first, from go-nvml's mock tables. The media-extension profiles (1g.10gb+me)
+// are left out: their attributes read the same as the plain profile's, so a
+// reader could not tell them apart by name.
+func (s system) migProfiles() []migProfile {
+	var out []migProfile
+	for id, info := range s.gpu.MIGProfiles.GpuInstanceProfiles {
+		if id == nvml.GPU_INSTANCE_PROFILE_1_SLICE_REV1 {
+			continue
+		}
+		mem := int(math.Round(float64(info.MemorySizeMB) * migMemorySlices / float64(s.gpu.MemoryMB)))
+		out = append(out, migProfile{name: migProfileName(info.SliceCount, info.MemorySizeMB), info: info, memSlices: mem})
+	}
+	sort.Slice(out, func(i, j int) bool {
+		if out[i].info.SliceCount != out[j].info.SliceCount {
+			return out[i].info.SliceCount < out[j].info.SliceCount
+		}
+		return out[i].info.MemorySizeMB < out[j].info.MemorySizeMB
+	})
+	return out
+}
+
+func (s system) migProfile(name string) (migProfile, bool) {
+	for _, p := range s.migProfiles() {
+		if p.name == name {
+			return p, true
+		}
+	}
+	return migProfile{}, false
+}
+
+func (s system) migProfileNames() []string {
+	var names []string
+	for _, p := range s.migProfiles() {
+		names = append(names, p.name)
+	}
+	return names
+}
+
+// fmtLayout prints a MIG layout as a scenario spells it.
+func fmtLayout(layout []string) string {
+	out := make([]string, len(layout))
+	for i, p := range layout {
+		out[i] = p
+		if p == "" {
+			out[i] = migEmpty
+		}
+	}
+	return "[" + strings.Join(out, ", ") + "]"
+}
+
+// mig decodes the top-level mig mapping: GPU to the profile of each MIG
+// device slot, "empty" for a slot with no device. The instances must fit the
+// GPU: at most seven compute slices, eight eighths of its memory, and no more
+// instances of a profile than the GPU offers.
+func (d *decoder) mig(n *yaml.Node, s *Scenario) error {
+	if n.Kind != yaml.MappingNode {
+		return d.errf(n, "mig", `want a mapping of GPUs to MIG layouts, such as {"gpu:0": [3g.40gb, 2g.20gb]}, got %s`, kindName(n))
+	}
+	sys := systems[s.System]
+	s.MIG = make(map[int][]string, len(n.Content)/2)
+	for i := 0; i+1 < len(n.Content); i += 2 {
+		k, v := n.Content[i], resolve(n.Content[i+1])
+		f := "mig." + k.Value
+		if k.Value == "<<" {
+			return d.errf(k, "mig", "merge keys (<<) are not supported")
+		}
+		spec, err := d.device(k, f, s.GPUs)
+		if err != nil {
+			return err
+		}
+		if spec.Replicated {
+			return d.errf(k, f, "MIG layouts are per GPU; want gpu:%d", spec.GPU)
+		}
+		if _, dup := s.MIG[spec.GPU]; dup {
+			return d.errf(k, f, "given twice")
+		}
+		items, err := d.seq(v, f)
+		if err != nil {
+			return err
+		}
+		if len(items) > MaxMIGDevices {
+			return d.errf(v, f, "%d slots, more than the %d MIG devices a GPU holds", len(items), MaxMIGDevices)
+		}
+		layout := make([]string, len(items))
+		count := map[string]uint32{}
+		var compute, memory uint32
+		for j, it := range items {
+			fj := fmt.Sprintf("%s[%d]", f, j)
+			name, err := d.str(it, fj)
+			if err != nil {
+				return err
+			}
+			if name == migEmpty {
+				continue
+			}
+			p, ok := sys.migProfile(name)
+			if !ok {
+				return d.errf(it, fj, "%q is not a MIG profile of the %s; want one of %s, or %s for an unused slot",
+					name, sys.gpu.Name, strings.Join(sys.migProfileNames(), ", "), migEmpty)
+			}
+			if count[name]++; count[name] > p.info.InstanceCount {
+				return d.errf(it, fj, "a GPU holds at most %d %s instances", p.info.InstanceCount, name)
+			}
+			if compute += p.info.SliceCount; compute > migComputeSlices {
+				return d.errf(it, fj, "%s brings gpu:%d to %d compute slices, more than the %d it has", name, spec.GPU, compute, migComputeSlices)
+			}
+			if memory += uint32(p.memSlices); memory > migMemorySlices {
+				return d.errf(it, fj, "%s brings gpu:%d to %d eighths of its memory, more than the %d it has", name, spec.GPU, memory, migMemorySlices)
+			}
+			layout[j] = name
+		}
+		s.MIG[spec.GPU] = layout
+	}
+	return nil
+}
+
+var migDeviceRE = regexp.MustCompile(`^mig:([0-9]+)/([0-9]+)$`)
+
+// podDevice decodes a device a pod holds: gpu:N, gpu:N::R, or mig:N/S (slot
+// S of GPU N's MIG layout). A GPU in MIG mode is held only by its slots.
+func (d *decoder) podDevice(n *yaml.Node, field string, s *Scenario) (DeviceSpec, error) {
+	v, err := d.scalar(n, field)
+	if err != nil {
+		return DeviceSpec{}, err
+	}
+	if m := migDeviceRE.FindStringSubmatch(v); m != nil {
+		gpu, err1 := strconv.Atoi(m[1])
+		if err1 != nil || gpu >= s.GPUs {
+			return DeviceSpec{}, d.errf(n, field, "%s is not on one of the node's %d GPUs (gpu:0 to gpu:%d)", v, s.GPUs, s.GPUs-1)
+		}
+		layout, on := s.MIG[gpu]
+		if !on {
+			return DeviceSpec{}, d.errf(n, field, "%s: gpu:%d has no MIG layout; give it one under mig, or hold it whole as gpu:%d", v, gpu, gpu)
+		}
+		slot, err2 := strconv.Atoi(m[2])
+		if err2 != nil || slot >= len(layout) || layout[slot] == "" {
+			return DeviceSpec{}, d.errf(n, field, "%s: gpu:%d has no MIG device %s; its layout is %s", v, gpu, m[2], fmtLayout(layout))
+		}
+		return DeviceSpec{GPU: gpu, MIG: true, MIGSlot: slot}, nil
+	}
+	if !deviceRE.MatchString(v) {
+		return DeviceSpec{}, d.errf(n, field, "%q is not a device; want gpu:N, gpu:N::R or mig:N/S", v)
+	}
+	spec, err := d.device(n, field, s.GPUs)
+	if err != nil {
+		return spec, err
+	}
+	if _, on := s.MIG[spec.GPU]; on {
+		return spec, d.errf(n, field, "%s: the GPU is in MIG mode; hold one of its MIG devices (mig:%d/S)", spec, spec.GPU)
+	}
+	return spec, nil
+}
+
+// migPod checks a pod's MIG devices against its resource and memory, and
+// derives the resource from the first MIG device's profile when the pod
+// names none.
+func (d *decoder) migPod(path string, m map[string]*yaml.Node, devs []*yaml.Node, pod *Pod, s *Scenario) error {
+	sys := systems[s.System]
+	if m["resource"] == nil {
+		for _, spec := range pod.Devices {
+			if spec.MIG {
+				pod.Resource = ResourceMIGPrefix + s.MIG[spec.GPU][spec.MIGSlot]
+				break
+			}
+		}
+	}
+	for j, spec := range pod.Devices {
+		f := fmt.Sprintf("%s.devices[%d]", path, j)
+		if !spec.MIG {
+			if strings.HasPrefix(pod.Resource, ResourceMIGPrefix) {
+				return d.errf(devs[j], f, "%s is not a MIG device, but %s hands out MIG devices (mig:N/S)", spec, pod.Resource)
+			}
+			continue
+		}
+		name := s.MIG[spec.GPU][spec.MIGSlot]
+		if want := ResourceMIGPrefix + name; pod.Resource != want {
+			return d.errf(devs[j], f, "%s is a %s MIG device, handed out as %s, not %s", spec, name, want, pod.Resource)
+		}
+		p, _ := sys.migProfile(name)
+		if limit := p.info.MemorySizeMB << 20; pod.Memory > limit {
+			n := m["memory"]
+			if n == nil {
+				n = devs[j]
+			}
+			return d.errf(n, path+".memory", "%s is more than the %s of %s (%s)", fmtBytes(pod.Memory), fmtBytes(limit), spec, name)
+		}
+	}
+	return nil
+}
+
+// migSeries is the busy ratio of MIG device slot on gpu: the sum of its
+// holders' ratios, capped at 1 (holders take turns; they never overlap).
+func (s *Scenario) migSeries(gpu, slot int, pods []series) series {
+	var breaks []time.Duration
+	var on []series
+	for i, p := range s.Pods {
+		for _, d := range p.Devices {
+			if d.MIG && d.GPU == gpu && d.MIGSlot == slot {
+				on = append(on, pods[i])
+				breaks = append(breaks, pods[i].at...)
+			}
+		}
+	}
+	return combine(breaks, func(t time.Duration) float64 {
+		v := 0.0
+		for _, p := range on {
+			v += p.value(t)
+		}
+		return min(v, 1)
+	})
+}
+
+// migGPUSeries is the busy ratio of a GPU in MIG mode: the mean of its MIG
+// devices' ratios weighted by their compute slices, so a busy 3g device
+// makes the GPU 3/7 busy. Power, energy and whole-GPU GPM follow it.
+func (s *Scenario) migGPUSeries(gpu int, pods []series) series {
+	sys := systems[s.System]
+	var breaks []time.Duration
+	var parts []series
+	var weights []float64
+	for slot, name := range s.MIG[gpu] {
+		if name == "" {
+			continue
+		}
+		p, _ := sys.migProfile(name)
+		ser := s.migSeries(gpu, slot, pods)
+		parts, weights = append(parts, ser), append(weights, float64(p.info.SliceCount)/migComputeSlices)
+		breaks = append(breaks, ser.at...)
+	}
+	return combine(breaks, func(t time.Duration) float64 {
+		v := 0.0
+		for i, p := range parts {
+			v += weights[i] * p.value(t)
+		}
+		return min(v, 1)
+	})
+}
+
+// MIGUtilAt is the busy ratio of MIG device slot of gpu at scenario time t:
+// its holder's ratio, 0 when nobody holds it.
+func (s *Scenario) MIGUtilAt(gpu, slot int, t time.Duration) float64 {
+	pods := make([]series, len(s.Pods))
+	for i := range s.Pods {
+		pods[i] = s.podSeries(i)
+	}
+	return s.migSeries(gpu, slot, pods).value(t)
+}
+
+// migDevice is one MIG device as the simulated driver knows it: a GPU
+// instance with one compute instance (ID 0) spanning it.
+type migDevice struct {
+	gpu, slot int
+	profile   migProfile
+	gi        int
+	uuid      string
+	util      series
+	procs     []proc // by PID
+}
+
+// migGIIDs are the GPU instance IDs the driver hands out by instance size,
+// first free first, close to what a real driver gives the usual placements
+// (7g: 0; 4g: 1; 3g: 2 and 1; 2g: 3 to 5; 1g: 7 to 13). They differ from
+// the MIG device indices on purpose: readers must not confuse the two.
+var migGIIDs = map[uint32][]int{
+	7: {0}, 4: {1}, 3: {2, 1}, 2: {3, 4, 5}, 1: {7, 8, 9, 10, 11, 12, 13},
+}
+
+// newMIGDevices builds the MIG devices of every GPU in MIG mode, by GPU and
+// slot, with nil for a GPU without MIG and for an empty slot.
+func newMIGDevices(n *Node) ([][]*migDevice, error) {
+	sc := n.sc
+	out := make([][]*migDevice, sc.GPUs)
+	for gpu, layout := range sc.MIG {
+		if gpu < 0 || gpu >= sc.GPUs {
+			return nil, fmt.Errorf("sim: scenario %s: MIG layout for gpu:%d, not one of %d GPUs", sc.Name, gpu, sc.GPUs)
+		}
+		if len(layout) > MaxMIGDevices {
+			return nil, fmt.Errorf("sim: scenario %s: gpu:%d has %d MIG slots, more than %d", sc.Name, gpu, len(layout), MaxMIGDevices)
+		}
+		devs := make([]*migDevice, len(layout))
+		used := map[int]bool{}
+		for slot, name := range layout {
+			if name == "" {
+				continue
+			}
+			p, ok := n.sys.migProfile(name)
+			if !ok {
+				return nil, fmt.Errorf("sim: scenario %s: gpu:%d slot %d: %q is not a MIG profile of the %s", sc.Name, gpu, slot, name, n.sys.gpu.Name)
+			}
+			gi := 14
+			for _, id := range migGIIDs[p.info.SliceCount] {
+				if !used[id] {
+					gi = id
+					break
+				}
+			}
+			for used[gi] {
+				gi++
+			}
+			used[gi] = true
+			devs[slot] = &migDevice{gpu: gpu, slot: slot, profile: p, gi: gi, uuid: migUUID(sc.Node, gpu, slot), util: sc.migSeries(gpu, slot, n.pods)}
+		}
+		out[gpu] = devs
+	}
+	for i, p := range sc.Pods {
+		for k, d := range p.Devices {
+			if !d.MIG {
+				if out[d.GPU] != nil {
+					return nil, fmt.Errorf("sim: scenario %s: pod %s/%s holds %s, which is in MIG mode", sc.Name, p.Namespace, p.Name, d)
+				}
+				continue
+			}
+			if out[d.GPU] == nil || d.MIGSlot < 0 || d.MIGSlot >= len(out[d.GPU]) || out[d.GPU][d.MIGSlot] == nil {
+				return nil, fmt.Errorf("sim: scenario %s: pod %s/%s holds %s, which is no MIG device", sc.Name, p.Namespace, p.Name, d)
+			}
+			md := out[d.GPU][d.MIGSlot]
+			md.procs = append(md.procs, proc{pid: sc.PID(i, k), pod: i, from: p.From, to: p.To, memory: p.Memory})
+		}
+	}
+	for _, devs := range out {
+		for _, md := range devs {
+			if md != nil {
+				sort.Slice(md.procs, func(a, b int) bool { return md.procs[a].pid < md.procs[b].pid })
+			}
+		}
+	}
+	return out, nil
+}
+
+// migUUID derives a stable MIG device UUID, like deviceUUID.
+func migUUID(node string, gpu, slot int) string {
+	h := sha256.Sum256(fmt.Appendf(nil, "gpuxray-sim/%s/gpu/%d/mig/%d", node, gpu, slot))
+	h[6] = h[6]&0x0f | 0x50
+	h[8] = h[8]&0x3f | 0x80
+	return fmt.Sprintf("MIG-%x-%x-%x-%x-%x", h[0:4], h[4:6], h[6:8], h[8:10], h[10:16])
+}
+
+// MIGDeviceUUID returns the UUID ("MIG-…") of MIG device slot of gpu, or ""
+// when there is none.
+func (n *Node) MIGDeviceUUID(gpu, slot int) string {
+	if md := n.migDevice(gpu, slot); md != nil {
+		return md.uuid
+	}
+	return ""
+}
+
+func (n *Node) migDevice(gpu, slot int) *migDevice {
+	if gpu < 0 || gpu >= len(n.mig) || slot < 0 || slot >= len(n.mig[gpu]) {
+		return nil
+	}
+	return n.mig[gpu][slot]
+}
+
+func (n *Node) migEnabled(gpu int) bool { return n.mig[gpu] != nil }
+
+// instanceIDs are the GPU and compute instance IDs NVML reports for process
+// pid on gpu: those of its MIG device, or 0xFFFFFFFF for both without MIG.
+func (n *Node) instanceIDs(gpu int, pid uint32) (gi, ci uint32) {
+	for _, md := range n.mig[gpu] {
+		if md == nil {
+			continue
+		}
+		for _, p := range md.procs {
+			if p.pid == pid {
+				return uint32(md.gi), 0
+			}
+		}
+	}
+	return math.MaxUint32, math.MaxUint32
+}
+
+func (md *migDevice) running(t time.Duration) []proc {
+	var out []proc
+	for _, p := range md.procs {
+		if p.from <= t && t < p.to {
+			out = append(out, p)
+		}
+	}
+	return out
+}
+
+// memory is the MIG device's own framebuffer; the driver's reserve is
+// counted on the parent only.
+func (md *migDevice) memory(t time.Duration) nvml.Memory_v2 {
+	m := nvml.Memory_v2{Total: md.profile.info.MemorySizeMB << 20}
+	m.Version = nvml.STRUCT_VERSION(m, 2)
+	for _, p := range md.running(t) {
+		m.Used += p.memory
+	}
+	if m.Used < m.Total {
+		m.Free = m.Total - m.Used
+	}
+	return m
+}
+
+// migSymbols are the MIG entry points the simulation implements, on every
+// system (A100 and newer all have MIG).
+var migSymbols = map[string]bool{
+	"nvmlDeviceGetMaxMigDeviceCount": true, "nvmlDeviceGetMigDeviceHandleByIndex": true,
+	"nvmlDeviceIsMigDeviceHandle": true, "nvmlDeviceGetAttributes_v2": true,
+	"nvmlDeviceGetGpuInstanceId": true, "nvmlDeviceGetComputeInstanceId": true,
+	"nvmlDeviceGetDeviceHandleFromMigDeviceHandle": true,
+}
+
+// migHandle is one MIG device as the driver hands it out. It embeds a bare
+// go-nvml mock device only to be an nvml.Device: every call the simulation
+// answers is a method here, and any other panics, unrecorded.
+type migHandle struct {
+	*mock.Device
+	parent *handle
+	m      *migDevice
+}
+
+var _ nvml.Device = (*migHandle)(nil)
+
+// newMIGHandles builds the MIG device handles of parent, by MIG device
+// index, nil for an empty slot; nil when its GPU is not in MIG mode.
+func newMIGHandles(parent *handle) []*migHandle {
+	devs := parent.n.mig[parent.g]
+	if devs == nil {
+		return nil
+	}
+	out := make([]*migHandle, len(devs))
+	for slot, md := range devs {
+		if md != nil {
+			out[slot] = &migHandle{Device: &mock.Device{}, parent: parent, m: md}
+		}
+	}
+	return out
+}
+
+// MIG calls on a parent GPU.
+
+// GetMaxMigDeviceCount answers 7 in MIG mode and 0 without, as the driver.
+func (h *handle) GetMaxMigDeviceCount() (int, nvml.Return) {
+	if !h.n.migEnabled(h.g) {
+		return 0, nvml.SUCCESS
+	}
+	return MaxMIGDevices, nvml.SUCCESS
+}
+
+// GetMigDeviceHandleByIndex answers ERROR_NOT_FOUND for an index with no MIG
+// device: indices have gaps where instances were never made or destroyed.
+func (h *handle) GetMigDeviceHandleByIndex(i int) (nvml.Device, nvml.Return) {
+	if !h.n.migEnabled(h.g) {
+		return nil, nvml.ERROR_NOT_SUPPORTED
+	}
+	if i < 0 || i >= MaxMIGDevices {
+		return nil, nvml.ERROR_INVALID_ARGUMENT
+	}
+	if i >= len(h.migs) || h.migs[i] == nil {
+		return nil, nvml.ERROR_NOT_FOUND
+	}
+	return h.migs[i], nvml.SUCCESS
+}
+
+func (h *handle) IsMigDeviceHandle() (bool, nvml.Return) { return false, nvml.SUCCESS }
+
+// GetAttributes, as the driver, supports only MIG device handles.
+func (h *handle) GetAttributes() (nvml.DeviceAttributes, nvml.Return) {
+	return nvml.DeviceAttributes{}, nvml.ERROR_NOT_SUPPORTED
+}
+func (h *handle) GetGpuInstanceId() (int, nvml.Return)     { return 0, nvml.ERROR_NOT_SUPPORTED }
+func (h *handle) GetComputeInstanceId() (int, nvml.Return) { return 0, nvml.ERROR_NOT_SUPPORTED }
+func (h *handle) GetDeviceHandleFromMigDeviceHandle() (nvml.Device, nvml.Return) {
+	return nil, nvml.ERROR_INVALID_ARGUMENT
+}
+
+// A MIG device's calls.
+
+func (m *migHandle) GetUUID() (string, nvml.Return) { return m.m.uuid, nvml.SUCCESS }
+
+// GetName is the parent's name and the profile: "NVIDIA H100 80GB HBM3 MIG 3g.40gb".
+func (m *migHandle) GetName() (string, nvml.Return) {
+	return m.parent.Config.Name + " MIG " + m.m.profile.name, nvml.SUCCESS
+}
+
+// GetIndex is the MIG device index within its parent, the one
+// GetMigDeviceHandleByIndex takes (nvml.h: "When used with MIG device handles
+// this API returns indices that can be passed to
+// nvmlDeviceGetMigDeviceHandleByIndex"); it is not the GPU's index.
+func (m *migHandle) GetIndex() (int, nvml.Return) { return m.m.slot, nvml.SUCCESS }
+
+func (m *migHandle) GetMinorNumber() (int, nvml.Return) { return 0, nvml.ERROR_NOT_SUPPORTED }
+func (m *migHandle) GetBrand() (nvml.BrandType, nvml.Return) {
+	return m.parent.GetBrand()
+}
+func (m *migHandle) GetArchitecture() (nvml.DeviceArchitecture, nvml.Return) {
+	return m.parent.GetArchitecture()
+}
+func (m *migHandle) GetCudaComputeCapability() (int, int, nvml.Return) {
+	return m.parent.GetCudaComputeCapability()
+}
+func (m *migHandle) GetPciInfo() (nvml.PciInfo, nvml.Return) { return m.parent.GetPciInfo() }
+
+func (m *migHandle) GetMigMode() (int, int, nvml.Return) { return 0, 0, nvml.ERROR_NOT_SUPPORTED }
+func (m *migHandle) GetMaxMigDeviceCount() (int, nvml.Return) {
+	return 0, nvml.ERROR_NOT_SUPPORTED
+}
+func (m *migHandle) GetMigDeviceHandleByIndex(int) (nvml.Device, nvml.Return) {
+	return nil, nvml.ERROR_NOT_SUPPORTED
+}
+func (m *migHandle) IsMigDeviceHandle() (bool, nvml.Return)   { return true, nvml.SUCCESS }
+func (m *migHandle) GetGpuInstanceId() (int, nvml.Return)     { return m.m.gi, nvml.SUCCESS }
+func (m *migHandle) GetComputeInstanceId() (int, nvml.Return) { return 0, nvml.SUCCESS }
+func (m *migHandle) GetDeviceHandleFromMigDeviceHandle() (nvml.Device, nvml.Return) {
+	return m.parent, nvml.SUCCESS
+}
+
+// GetAttributes describes the profile; the compute instance spans the GPU
+// instance, so both slice counts are the profile's.
+func (m *migHandle) GetAttributes() (nvml.DeviceAttributes, nvml.Return) {
+	p := m.m.profile.info
+	return nvml.DeviceAttributes{
+		MultiprocessorCount:       p.MultiprocessorCount,
+		SharedCopyEngineCount:     p.CopyEngineCount,
+		SharedDecoderCount:        p.DecoderCount,
+		SharedEncoderCount:        p.EncoderCount,
+		SharedJpegCount:           p.JpegCount,
+		SharedOfaCount:            p.OfaCount,
+		GpuInstanceSliceCount:     p.SliceCount,
+		ComputeInstanceSliceCount: p.SliceCount,
+		MemorySizeMB:              p.MemorySizeMB,
+	}, nvml.SUCCESS
+}
+
+// Utilization samples, per-process utilization, power and energy are not
+// supported on MIG devices.
+
+func (m *migHandle) GetSamples(nvml.SamplingType, uint64) (nvml.ValueType, []nvml.Sample, nvml.Return) {
+	return nvml.VALUE_TYPE_UNSIGNED_INT, nil, nvml.ERROR_NOT_SUPPORTED
+}
+func (m *migHandle) GetProcessUtilization(uint64) ([]nvml.ProcessUtilizationSample, nvml.Return) {
+	return nil, nvml.ERROR_NOT_SUPPORTED
+}
+func (m *migHandle) GetPowerUsage() (uint32, nvml.Return) { return 0, nvml.ERROR_NOT_SUPPORTED }
+func (m *migHandle) GetTotalEnergyConsumption() (uint64, nvml.Return) {
+	return 0, nvml.ERROR_NOT_SUPPORTED
+}
+
+func (m *migHandle) GetMemoryInfo_v2() (nvml.Memory_v2, nvml.Return) {
+	t, _ := m.parent.n.now()
+	return m.m.memory(t), nvml.SUCCESS
+}
+
+func (m *migHandle) GetMemoryInfo() (nvml.Memory, nvml.Return) {
+	t, _ := m.parent.n.now()
+	v2 := m.m.memory(t)
+	return nvml.Memory{Total: v2.Total, Used: v2.Used + v2.Reserved, Free: v2.Free}, nvml.SUCCESS
+}
+
+func (m *migHandle) GetComputeRunningProcesses() ([]nvml.ProcessInfo, nvml.Return) {
+	t, _ := m.parent.n.now()
+	running := m.m.running(t)
+	out := make([]nvml.ProcessInfo, len(running))
+	for i, p := range running {
+		out[i] = nvml.ProcessInfo{Pid: p.pid, UsedGpuMemory: p.memory, GpuInstanceId: uint32(m.m.gi), ComputeInstanceId: 0}
+	}
+	return out, nvml.SUCCESS
+}
+
+// Library-style MIG calls delegate to the device, as the real library does.
+
+func (d *driver) DeviceGetMaxMigDeviceCount(h nvml.Device) (int, nvml.Return) {
+	return h.GetMaxMigDeviceCount()
+}
+func (d *driver) DeviceGetMigDeviceHandleByIndex(h nvml.Device, i int) (nvml.Device, nvml.Return) {
+	return h.GetMigDeviceHandleByIndex(i)
+}
+func (d *driver) DeviceIsMigDeviceHandle(h nvml.Device) (bool, nvml.Return) {
+	return h.IsMigDeviceHandle()
+}
+func (d *driver) DeviceGetAttributes(h nvml.Device) (nvml.DeviceAttributes, nvml.Return) {
+	return h.GetAttributes()
+}
+func (d *driver) DeviceGetGpuInstanceId(h nvml.Device) (int, nvml.Return) {
+	return h.GetGpuInstanceId()
+}
+func (d *driver) DeviceGetComputeInstanceId(h nvml.Device) (int, nvml.Return) {
+	return h.GetComputeInstanceId()
+}
+func (d *driver) DeviceGetDeviceHandleFromMigDeviceHandle(h nvml.Device) (nvml.Device, nvml.Return) {
+	return h.GetDeviceHandleFromMigDeviceHandle()
+}
