@@ -6,6 +6,8 @@ import (
 	"io"
 	"os"
 	"strings"
+	"time"
+	_ "time/tzdata" // --peak.timezone works in images without /usr/share/zoneinfo
 
 	"go.uber.org/zap"
 	"go.uber.org/zap/zapcore"
@@ -57,6 +59,54 @@ func engineFlags(fs *flag.FlagSet, cfg *agent.Config) {
 	fs.Float64Var(&cfg.IdleThreshold, "idle.threshold", cfg.IdleThreshold, "busy ratio below which a sample counts as idle")
 	fs.DurationVar(&cfg.Retention, "retention", cfg.Retention, "how long an ended allocation stays exported")
 	fs.DurationVar(&cfg.MaxSampleGap, "sample.max-gap", cfg.MaxSampleGap, "longest interval one utilization sample is taken to cover; longer is a gap")
+	p := &peakFlags{cfg: cfg, spec: agent.DefaultPeakSchedule, loc: time.UTC}
+	cfg.Windows = p.build()
+	fs.Func("peak.schedule", `weekly peak hours on the wall clock of --peak.timezone, e.g. "Mon-Fri 08:00-12:30,13:30-19:00; Sat 10:00-14:00"; a range that ends before it starts ends the next day; "none" for no peak`, p.setSchedule)
+	fs.Func("peak.timezone", "IANA time zone of --peak.schedule, e.g. Europe/Berlin", p.setZone)
+	fs.Lookup("peak.schedule").DefValue = agent.DefaultPeakSchedule
+	fs.Lookup("peak.timezone").DefValue = "UTC"
+}
+
+// peakFlags builds the engine's peak schedule from --peak.schedule and
+// --peak.timezone, whichever is set last; each flag is checked as it is set,
+// so a bad value is a usage error naming it.
+type peakFlags struct {
+	cfg  *agent.Config
+	spec string
+	loc  *time.Location
+}
+
+func (p *peakFlags) build() *agent.Schedule {
+	s, err := agent.ParseSchedule(p.spec, p.loc)
+	if err != nil {
+		panic("default peak schedule: " + err.Error())
+	}
+	return s
+}
+
+func (p *peakFlags) setSchedule(v string) error {
+	s, err := agent.ParseSchedule(v, p.loc)
+	if err != nil {
+		return err
+	}
+	p.spec, p.cfg.Windows = v, s
+	return nil
+}
+
+func (p *peakFlags) setZone(v string) error {
+	if v == "" || v == "Local" {
+		return fmt.Errorf("time zone %q: give an IANA name such as UTC or Europe/Berlin", v)
+	}
+	loc, err := time.LoadLocation(v)
+	if err != nil {
+		return fmt.Errorf("time zone %q is not an IANA time zone name such as Europe/Berlin", v)
+	}
+	s, err := agent.ParseSchedule(p.spec, loc)
+	if err != nil {
+		return err
+	}
+	p.loc, p.cfg.Windows = loc, s
+	return nil
 }
 
 type logConfig struct {

@@ -198,6 +198,10 @@ func TestUsageErrors(t *testing.T) {
 		{"replay without file", []string{"replay"}, nil, 2, "want exactly one scenario FILE"},
 		{"replay missing file", []string{"replay", "/nonexistent/x.yaml"}, nil, 2, "/nonexistent/x.yaml"},
 		{"replay invalid scenario", []string{"replay", bad}, nil, 2, "bad.yaml:5: gpus"},
+		{"bad peak schedule", []string{"agent", "--peak.schedule=Mon-Fri 9-18"}, nil, 2, `invalid value "Mon-Fri 9-18" for flag -peak.schedule: peak schedule rule "Mon-Fri 9-18": "9" is not a time of day as HH:MM`},
+		{"bad peak time zone", []string{"replay", "--peak.timezone=Mars/Olympus", "x.yaml"}, nil, 2, `time zone "Mars/Olympus" is not an IANA time zone name`},
+		{"bad replay format", []string{"replay", "--format=json", "x.yaml"}, nil, 2, `--format "json" is not one of text, openmetrics`},
+		{"scrape interval below the poll interval", []string{"replay", "--format=openmetrics", "--scrape.interval=100ms", "x.yaml"}, nil, 2, "--scrape.interval 100ms is shorter than --poll.interval 1s"},
 		{"version", []string{"version"}, nil, 0, "gpuxray dev"},
 		{"help", []string{"agent", "-h"}, nil, 0, "GPUXRAY_POLL_INTERVAL"},
 	}
@@ -234,5 +238,56 @@ func TestEnvironmentFlags(t *testing.T) {
 	err := parseFlags(fs2, nil, func(k string) string { return env[k] })
 	if err == nil || !strings.Contains(err.Error(), `GPUXRAY_IDLE_THRESHOLD="lots"`) {
 		t.Errorf("bad environment value: %v", err)
+	}
+}
+
+// TestReplayPeakTruth checks each window of test/scenarios/peak.yaml, a
+// Tuesday from 08:45 to 18:15 under the default peak schedule, against the
+// values computed by hand in the scenario's comment: within 1%. It reads the
+// golden exposition, which TestReplayGolden checks is the replay's output, so
+// the simulated day is replayed once.
+func TestReplayPeakTruth(t *testing.T) {
+	t.Parallel()
+	b, err := os.ReadFile("testdata/peak.prom")
+	if err != nil {
+		t.Fatalf("%v (run go test ./cmd/gpuxray -update to create it)", err)
+	}
+	p := expfmt.NewTextParser(model.UTF8Validation)
+	mfs, err := p.TextToMetricFamilies(bytes.NewReader(b))
+	if err != nil {
+		t.Fatal(err)
+	}
+	get := func(metric, pod, window string) float64 {
+		t.Helper()
+		for _, m := range mfs[metric].GetMetric() {
+			if label(m, "pod") == pod && label(m, "window") == window {
+				return m.GetCounter().GetValue()
+			}
+		}
+		t.Fatalf("%s{pod=%q,window=%q} missing", metric, pod, window)
+		return 0
+	}
+	for _, c := range []struct {
+		pod, window             string
+		allocated, idle, active float64
+	}{
+		{"office", "peak", 30600, 7200, 0.9*7200 + 0.5*16200},
+		{"office", "offpeak", 900, 900, 0},
+		{"late", "peak", 1200, 1200, 0.02 * 1200},
+		{"late", "offpeak", 900, 900, 0.02 * 900},
+	} {
+		for _, v := range []struct {
+			metric string
+			want   float64
+		}{
+			{"gpuxray_allocated_seconds_total", c.allocated},
+			{"gpuxray_allocated_idle_seconds_total", c.idle},
+			{"gpuxray_allocated_active_seconds_total", c.active},
+		} {
+			got := get(v.metric, c.pod, c.window)
+			if tol := 0.01 * max(v.want, 1); math.Abs(got-v.want) > tol {
+				t.Errorf("%s{pod=%q,window=%q} = %.1f, want %.1f ± 1%%", v.metric, c.pod, c.window, got, v.want)
+			}
+		}
 	}
 }

@@ -32,11 +32,13 @@ func runReplay(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	engineFlags(fs, &cfg)
 	nvmlCfg := nvml.DefaultConfig()
 	readerFlags(fs, &nvmlCfg)
+	format := fs.String("format", "text", "output: text (the final metrics) or openmetrics (a scrape every --scrape.interval, with timestamps, for promtool tsdb create-blocks-from openmetrics)")
+	scrapeEvery := fs.Duration("scrape.interval", 30*time.Second, "with --format openmetrics, the virtual time between two scrapes")
 	logCfg := logConfig{}
 	logFlags(fs, &logCfg)
 	fs.Lookup("log.level").DefValue, logCfg.level = "warn", "warn"
 	fs.Usage = func() {
-		fmt.Fprintf(fs.Output(), "Usage: gpuxray replay [flags] FILE\n\nReplays the scenario FILE on a virtual clock as fast as the CPU allows, through\nthe real NVML reader, kubelet client and engine, and prints the final metrics\nin the Prometheus text format.\n\nFlags:\n")
+		fmt.Fprintf(fs.Output(), "Usage: gpuxray replay [flags] FILE\n\nReplays the scenario FILE on a virtual clock as fast as the CPU allows, through\nthe real NVML reader, kubelet client and engine, and prints the final metrics\nin the Prometheus text format, or with --format openmetrics every scrape of\nthe replay with its timestamp (labelled job=\"gpuxray\", instance=NODE as a\nscrape would be), ready for promtool tsdb create-blocks-from openmetrics.\n\nFlags:\n")
 		fs.PrintDefaults()
 	}
 	if err := parseFlags(fs, args, os.Getenv); err != nil {
@@ -44,6 +46,12 @@ func runReplay(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	}
 	if fs.NArg() != 1 {
 		return usagef("want exactly one scenario FILE, got %d arguments", fs.NArg())
+	}
+	switch {
+	case *format != "text" && *format != "openmetrics":
+		return usagef("--format %q is not one of text, openmetrics", *format)
+	case *scrapeEvery < cfg.PollInterval:
+		return usagef("--scrape.interval %s is shorter than --poll.interval %s", *scrapeEvery, cfg.PollInterval)
 	}
 	for _, v := range []interface{ Validate() error }{cfg, nvmlCfg} {
 		if err := v.Validate(); err != nil {
@@ -58,7 +66,15 @@ func runReplay(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	if err != nil {
 		return err
 	}
-	out, err := replay(ctx, sc, cfg, nvmlCfg, logger)
+	if *format == "openmetrics" {
+		rec := newOMRecorder(map[string]string{"job": "gpuxray", "instance": sc.Node})
+		if _, err := replay(ctx, sc, cfg, nvmlCfg, logger, *scrapeEvery, rec.scrape); err != nil {
+			return err
+		}
+		_, err = rec.WriteTo(stdout)
+		return err
+	}
+	out, err := replay(ctx, sc, cfg, nvmlCfg, logger, 0, nil)
 	if err != nil {
 		return err
 	}
@@ -67,8 +83,11 @@ func runReplay(ctx context.Context, args []string, stdout, stderr io.Writer) err
 }
 
 // replay runs sc from start to end, polling every cfg.PollInterval of
-// virtual time, and returns the final exposition in the text format.
-func replay(ctx context.Context, sc *sim.Scenario, cfg agent.Config, nvmlCfg nvml.Config, zl *zap.Logger) ([]byte, error) {
+// virtual time, and returns the final exposition in the text format. With a
+// scrape func, it also scrapes the metrics at the start, every scrapeEvery
+// of virtual time (at the first poll at or after each), and at the end.
+func replay(ctx context.Context, sc *sim.Scenario, cfg agent.Config, nvmlCfg nvml.Config, zl *zap.Logger,
+	scrapeEvery time.Duration, scrape func(time.Time, prometheus.Gatherer) error) ([]byte, error) {
 	clock := sim.NewVirtualClock(sc.Start)
 	s, err := startSimulation(sc, clock)
 	if err != nil {
@@ -88,20 +107,30 @@ func replay(ctx context.Context, sc *sim.Scenario, cfg agent.Config, nvmlCfg nvm
 		return nil, err
 	}
 	defer kube.Close()
-	engine, err := agent.New(cfg, reader, kube, clock, zl.Named("engine"))
+	engine, err := agent.New(cfg, reader, kube, clock, zl.Named("engine"), s.engineOptions(zl)...)
 	if err != nil {
 		return nil, usageError{err}
 	}
+	reg := prometheus.NewPedanticRegistry()
+	reg.MustRegister(exporter.NewCollector(engine, nil))
 	end := sc.Start.Add(sc.Duration)
+	nextScrape := sc.Start
 	for t := sc.Start; !t.After(end); t = t.Add(cfg.PollInterval) {
 		if err := ctx.Err(); err != nil {
 			return nil, err
 		}
 		clock.Set(t)
 		engine.Poll(ctx)
+		last := t.Add(cfg.PollInterval).After(end)
+		if scrape != nil && (!t.Before(nextScrape) || last) {
+			if err := scrape(t, reg); err != nil {
+				return nil, err
+			}
+			for !nextScrape.After(t) {
+				nextScrape = nextScrape.Add(scrapeEvery)
+			}
+		}
 	}
-	reg := prometheus.NewPedanticRegistry()
-	reg.MustRegister(exporter.NewCollector(engine, nil))
 	mfs, err := reg.Gather()
 	if err != nil {
 		return nil, fmt.Errorf("gather: %w", err)

@@ -72,7 +72,7 @@ func (d *driver) Shutdown() nvml.Return { return nvml.SUCCESS }
 func (d *driver) Extensions() nvml.ExtendedInterface { return d }
 
 func (d *driver) LookupSymbol(name string) error {
-	if symbols[name] || migSymbols[name] {
+	if symbols[name] || migSymbols[name] || (d.n.sys.gpm && gpmSymbols[name]) {
 		return nil
 	}
 	return fmt.Errorf("sim: symbol %s: %w", name, nvml.ERROR_NOT_SUPPORTED)

@@ -21,6 +21,8 @@ type system struct {
 	// idleWatts and maxWatts bound the power a GPU draws at 0 and 100% busy.
 	idleWatts float64
 	maxWatts  float64
+	// gpm tells whether the GPU has GPU Performance Monitoring (Hopper and newer).
+	gpm bool
 }
 
 func (s system) memTotal() uint64 { return s.gpu.MemoryMB << 20 }
@@ -29,7 +31,7 @@ func (s system) memTotal() uint64 { return s.gpu.MemoryMB << 20 }
 // are the ones the go-nvml mock servers are built from.
 var systems = map[string]system{
 	"dgxa100": {gpu: gpus.A100_SXM4_40GB, newServer: dgxa100.New, idleWatts: 50, maxWatts: 400},
-	"dgxh100": {gpu: gpus.H100_SXM5_80GB, newServer: dgxh100.New, idleWatts: 70, maxWatts: 700},
-	"dgxh200": {gpu: gpus.H200_SXM5_141GB, newServer: dgxh200.New, idleWatts: 75, maxWatts: 700},
-	"dgxb200": {gpu: gpus.B200_SXM5_180GB, newServer: dgxb200.New, idleWatts: 120, maxWatts: 1000},
+	"dgxh100": {gpu: gpus.H100_SXM5_80GB, newServer: dgxh100.New, idleWatts: 70, maxWatts: 700, gpm: true},
+	"dgxh200": {gpu: gpus.H200_SXM5_141GB, newServer: dgxh200.New, idleWatts: 75, maxWatts: 700, gpm: true},
+	"dgxb200": {gpu: gpus.B200_SXM5_180GB, newServer: dgxb200.New, idleWatts: 120, maxWatts: 1000, gpm: true},
 }

@@ -1,0 +1,171 @@
+package main
+
+import (
+	"bufio"
+	"fmt"
+	"io"
+	"math"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	dto "github.com/prometheus/client_model/go"
+)
+
+// omRecorder keeps every scrape of a replay and writes them as one
+// OpenMetrics exposition with timestamps, the input of
+// `promtool tsdb create-blocks-from openmetrics`. OpenMetrics forbids
+// interleaving metric families, so scrapes are kept until the end and written
+// family by family, each series in time order.
+type omRecorder struct {
+	// target are the labels a scrape of the agent would attach (job, instance).
+	target   []*dto.LabelPair
+	families map[string]*omFamily
+	scrapes  int
+}
+
+type omFamily struct {
+	name, help string
+	typ        dto.MetricType
+	series     map[string]*omSeries // by rendered label set
+}
+
+type omSeries struct {
+	ms   []int64
+	vals []float64
+}
+
+func newOMRecorder(target map[string]string) *omRecorder {
+	r := &omRecorder{families: map[string]*omFamily{}}
+	for k, v := range target {
+		r.target = append(r.target, &dto.LabelPair{Name: &k, Value: &v})
+	}
+	return r
+}
+
+// scrape records the gatherer's metrics as a scrape at t.
+func (r *omRecorder) scrape(t time.Time, g prometheus.Gatherer) error {
+	mfs, err := g.Gather()
+	if err != nil {
+		return fmt.Errorf("gather: %w", err)
+	}
+	ms := t.UnixMilli()
+	for _, mf := range mfs {
+		fam := r.families[mf.GetName()]
+		if fam == nil {
+			fam = &omFamily{name: mf.GetName(), help: mf.GetHelp(), typ: mf.GetType(), series: map[string]*omSeries{}}
+			r.families[fam.name] = fam
+		}
+		for _, m := range mf.GetMetric() {
+			var v float64
+			switch fam.typ {
+			case dto.MetricType_COUNTER:
+				v = m.GetCounter().GetValue()
+			case dto.MetricType_GAUGE:
+				v = m.GetGauge().GetValue()
+			case dto.MetricType_UNTYPED:
+				v = m.GetUntyped().GetValue()
+			default:
+				return fmt.Errorf("metric %s: type %s is not supported in a replay", fam.name, fam.typ)
+			}
+			key := renderLabels(append(slices.Clip(m.GetLabel()), r.target...))
+			s := fam.series[key]
+			if s == nil {
+				s = &omSeries{}
+				fam.series[key] = s
+			}
+			s.ms, s.vals = append(s.ms, ms), append(s.vals, v)
+		}
+	}
+	r.scrapes++
+	return nil
+}
+
+// WriteTo writes the recorded scrapes, ending with "# EOF".
+func (r *omRecorder) WriteTo(w io.Writer) (int64, error) {
+	cw := &countingWriter{w: w}
+	bw := bufio.NewWriterSize(cw, 1<<16)
+	names := make([]string, 0, len(r.families))
+	for n := range r.families {
+		names = append(names, n)
+	}
+	slices.Sort(names)
+	for _, n := range names {
+		fam := r.families[n]
+		typ, sample := "gauge", fam.name
+		switch fam.typ {
+		case dto.MetricType_COUNTER:
+			// OpenMetrics names a counter family without its _total suffix.
+			typ, n = "counter", strings.TrimSuffix(fam.name, "_total")
+			sample = n + "_total"
+		case dto.MetricType_UNTYPED:
+			typ = "unknown"
+		}
+		fmt.Fprintf(bw, "# TYPE %s %s\n# HELP %s %s\n", n, typ, n, escapeHelp(fam.help))
+		keys := make([]string, 0, len(fam.series))
+		for k := range fam.series {
+			keys = append(keys, k)
+		}
+		slices.Sort(keys)
+		for _, k := range keys {
+			s := fam.series[k]
+			for i, ms := range s.ms {
+				fmt.Fprintf(bw, "%s%s %s %d.%03d\n", sample, k, formatFloat(s.vals[i]), ms/1000, ms%1000)
+			}
+		}
+	}
+	bw.WriteString("# EOF\n")
+	err := bw.Flush()
+	return cw.n, err
+}
+
+// renderLabels renders a label set as {a="x",b="y"}, sorted by name.
+func renderLabels(ls []*dto.LabelPair) string {
+	ls = slices.Clone(ls)
+	slices.SortFunc(ls, func(a, b *dto.LabelPair) int { return strings.Compare(a.GetName(), b.GetName()) })
+	var b strings.Builder
+	b.WriteByte('{')
+	for i, l := range ls {
+		if i > 0 {
+			b.WriteByte(',')
+		}
+		b.WriteString(l.GetName())
+		b.WriteString(`="`)
+		b.WriteString(labelEscaper.Replace(l.GetValue()))
+		b.WriteByte('"')
+	}
+	b.WriteByte('}')
+	return b.String()
+}
+
+var (
+	labelEscaper = strings.NewReplacer(`\`, `\\`, `"`, `\"`, "\n", `\n`)
+	helpEscaper  = strings.NewReplacer(`\`, `\\`, "\n", `\n`)
+)
+
+func escapeHelp(s string) string { return helpEscaper.Replace(s) }
+
+func formatFloat(v float64) string {
+	switch {
+	case math.IsNaN(v):
+		return "NaN"
+	case math.IsInf(v, 1):
+		return "+Inf"
+	case math.IsInf(v, -1):
+		return "-Inf"
+	}
+	return strconv.FormatFloat(v, 'g', -1, 64)
+}
+
+type countingWriter struct {
+	w io.Writer
+	n int64
+}
+
+func (c *countingWriter) Write(p []byte) (int, error) {
+	n, err := c.w.Write(p)
+	c.n += int64(n)
+	return n, err
+}
