@@ -73,8 +73,9 @@ func runAgent(ctx context.Context, args []string, stderr io.Writer) error {
 	defer logger.Sync() //nolint:errcheck // nothing to do if stderr is gone
 
 	var (
-		lib   gonvml.Interface
-		clock agent.Clock = wallClock{}
+		lib        gonvml.Interface
+		clock      agent.Clock = wallClock{}
+		engineOpts []agent.Option
 	)
 	if *simulate {
 		sc, err := loadScenario(scenarioPath)
@@ -88,6 +89,7 @@ func runAgent(ctx context.Context, args []string, stderr io.Writer) error {
 		}
 		defer s.stop()
 		lib, clock, kubeCfg.Socket = s.nvml(), simClock, s.socket
+		engineOpts = s.engineOptions(logger)
 		logger.Info("simulated node", zap.String("node", sc.Node), zap.String("scenario", scenarioName(scenarioPath)),
 			zap.Int("gpus", sc.GPUs), zap.Int("pods", len(sc.Pods)), zap.String("kubelet_socket", s.socket))
 	} else {
@@ -106,7 +108,7 @@ func runAgent(ctx context.Context, args []string, stderr io.Writer) error {
 	}
 	defer kube.Close()
 
-	engine, err := agent.New(engineCfg, reader, kube, clock, logger.Named("engine"))
+	engine, err := agent.New(engineCfg, reader, kube, clock, logger.Named("engine"), engineOpts...)
 	if err != nil {
 		return usageError{err}
 	}

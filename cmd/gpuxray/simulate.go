@@ -6,7 +6,10 @@ import (
 	"path/filepath"
 
 	gonvml "github.com/NVIDIA/go-nvml/pkg/nvml"
+	"go.uber.org/zap"
 
+	"github.com/gpuxray/gpuxray/agent"
+	"github.com/gpuxray/gpuxray/collector/proc"
 	"github.com/gpuxray/gpuxray/collector/sim"
 )
 
@@ -44,6 +47,12 @@ func startSimulation(sc *sim.Scenario, clock sim.Clock) (*simulation, error) {
 		return nil, fmt.Errorf("simulated kubelet: %w", err)
 	}
 	s := &simulation{node: node, dir: dir, socket: filepath.Join(dir, "kubelet.sock")}
+	// The node's GPU processes get a /proc tree of their own, so the real
+	// cgroup reader maps them to pods as on a node.
+	if err := node.WriteProc(filepath.Join(dir, "proc")); err != nil {
+		os.RemoveAll(dir)
+		return nil, fmt.Errorf("simulated /proc: %w", err)
+	}
 	s.kubelet = sim.NewKubeletServer(node.ListResponse)
 	if err := s.kubelet.Start(s.socket); err != nil {
 		os.RemoveAll(dir)
@@ -53,6 +62,13 @@ func startSimulation(sc *sim.Scenario, clock sim.Clock) (*simulation, error) {
 }
 
 func (s *simulation) nvml() gonvml.Interface { return s.node.NVML() }
+
+// engineOptions attributes shared GPUs per process: the simulated node is
+// the pod source, and the real /proc reader reads the node's /proc tree.
+func (s *simulation) engineOptions(logger *zap.Logger) []agent.Option {
+	procs := proc.New(proc.Config{Root: filepath.Join(s.dir, "proc")}, logger.Named("proc"))
+	return []agent.Option{agent.WithPods(s.node), agent.WithProcesses(procs)}
+}
 
 func (s *simulation) stop() {
 	s.kubelet.Stop()
