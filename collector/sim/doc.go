@@ -18,17 +18,25 @@
 //
 //   - Init, Shutdown, SystemGetDriverVersion, SystemGetNVMLVersion,
 //     SystemGetCudaDriverVersion, DeviceGetCount, DeviceGetHandleByIndex,
-//     DeviceGetHandleByUUID (ERROR_NOT_FOUND for an unknown UUID, as the
-//     driver, where the mock says ERROR_INVALID_ARGUMENT),
-//     DeviceGetHandleByPciBusId, Extensions().LookupSymbol (found only for
-//     the calls listed here, so GPM reads as absent).
+//     DeviceGetHandleByUUID (GPU and MIG UUIDs; ERROR_NOT_FOUND for an
+//     unknown UUID, as the driver, where the mock says
+//     ERROR_INVALID_ARGUMENT), DeviceGetHandleByPciBusId,
+//     Extensions().LookupSymbol (found only for the calls listed here; the
+//     GPM calls only on systems with GPM).
 //   - Per device (and as nvml.DeviceGet…(dev) on the interface): GetUUID,
 //     GetName, GetIndex, GetMinorNumber, GetBrand, GetArchitecture,
 //     GetCudaComputeCapability, GetPciInfo (the mock's values); GetMigMode
-//     (always disabled); GetSamples (GPU_UTILIZATION_SAMPLES only, others
-//     ERROR_NOT_SUPPORTED); GetMemoryInfo and GetMemoryInfo_v2; GetPowerUsage;
+//     (enabled for a GPU with a MIG layout); GetSamples
+//     (GPU_UTILIZATION_SAMPLES only, others ERROR_NOT_SUPPORTED);
+//     GetMemoryInfo and GetMemoryInfo_v2; GetPowerUsage;
 //     GetTotalEnergyConsumption; GetComputeRunningProcesses;
-//     GetProcessUtilization.
+//     GetProcessUtilization; GetMaxMigDeviceCount, GetMigDeviceHandleByIndex,
+//     IsMigDeviceHandle, GetAttributes, GetGpuInstanceId,
+//     GetComputeInstanceId, GetDeviceHandleFromMigDeviceHandle.
+//   - GPM: GpmQueryDeviceSupport, GpmSampleAlloc, GpmSampleFree,
+//     GpmSampleGet, GpmMigSampleGet (on the library, the device and the
+//     sample) and GpmMetricsGet; not the …V variants, which go-nvml builds
+//     on the real library only.
 //
 // Samples are what the driver keeps: one per SamplePeriod on a grid anchored
 // at the scenario start, stamped in microseconds of wall time at the end of
@@ -59,4 +67,49 @@
 // [from, to) and samples it while busy; its busy ratio adds to its GPU's
 // (capped at 1 with the pods') and its memory to the GPU's used memory. Its
 // cgroup is a Docker container's on the host.
+//
+// # MIG
+//
+// The top-level `mig` key puts GPUs in MIG mode, listing the profile of each
+// MIG device index, `empty` for an index with no device (drivers leave such
+// gaps where instances were destroyed):
+//
+//	mig:
+//	  "gpu:0": [3g.40gb, 2g.20gb, empty, 1g.10gb]
+//
+// Profiles are those of the system's GPU in go-nvml's mock tables, named
+// <slices>g.<GiB, rounded up>gb (the +me media profiles are left out); they
+// must fit: seven compute slices, eight eighths of the memory, and no more
+// instances of a profile than the GPU offers. A pod holds MIG device S of
+// GPU N as "mig:N/S", allocated as nvidia.com/mig-<profile> (the default) and
+// listed by the kubelet under its MIG UUID; a GPU in MIG mode is held only
+// through its MIG devices. A MIG device's busy ratio is its holder's.
+//
+// In MIG mode, as in NVML, the GPU answers GetSamples and
+// GetProcessUtilization with ERROR_NOT_SUPPORTED; GetMaxMigDeviceCount says
+// 7 and GetMigDeviceHandleByIndex ERROR_NOT_FOUND for an empty index; memory,
+// power, energy and processes (with their GPU and compute instance IDs) still
+// answer, power following the busy ratios weighted by compute slices. A MIG
+// device handle answers GetUUID ("MIG-…", stable per node, GPU and index),
+// GetName ("<GPU name> MIG 3g.40gb"), GetIndex (its MIG device index, as
+// nvml.h says: not the GPU's), GetGpuInstanceId (7g: 0, 4g: 1, 3g: 2 then 1,
+// 2g: 3 to 5, 1g: 7 to 13, first free), GetComputeInstanceId (0),
+// GetDeviceHandleFromMigDeviceHandle, GetAttributes (the profile's slices,
+// SMs, engines and MemorySizeMB), its own memory and processes, and
+// ERROR_NOT_SUPPORTED for samples, process utilization, power and energy.
+//
+// # GPM
+//
+// Hopper and Blackwell systems (dgxh100, dgxh200, dgxb200) have GPU
+// Performance Monitoring; on dgxa100 every GPM call answers
+// ERROR_NOT_SUPPORTED and LookupSymbol finds no GPM symbol. A sample records
+// the clock's time and what it sampled: a GPU (GpmSampleGet), or a MIG device
+// (GpmSampleGet on its handle, or GpmMigSampleGet on the parent with its GPU
+// instance ID). GpmMetricsGet of two samples of the same device, the second
+// later, answers in percent, as NVML: GPM_METRIC_SM_UTIL is the exact mean
+// busy ratio over the span ×100 (for a GPU, the ratio its samples follow);
+// GPM_METRIC_SM_OCCUPANCY is GPMOccupancyRatio of it and
+// GPM_METRIC_ANY_TENSOR_UTIL GPMTensorRatio of it. Other metrics get value 0
+// and nvmlReturn ERROR_NOT_SUPPORTED; samples of different devices, or not
+// in time order, ERROR_INVALID_ARGUMENT.
 package sim
