@@ -334,3 +334,38 @@ func TestTerminalPodsStopAccruing(t *testing.T) {
 	}
 	near(t, "running allocated", a.Counters[Offpeak].Allocated, 20)
 }
+
+func TestOverflowGuard(t *testing.T) {
+	t.Parallel()
+	c := &fakeClock{t: t0}
+	devs := []*richDevice{{info: wholeGPU(0), util: constant(0)}, {info: wholeGPU(1), util: constant(0)}}
+	allocs := []collector.Allocation{
+		alloc("a", uuidOf(0)+"::0"), alloc("b", uuidOf(0)+"::1"), alloc("c", uuidOf(0)+"::2"), alloc("d", uuidOf(1)),
+	}
+	cfg := DefaultConfig()
+	cfg.MaxAllocations = 2
+	e, err := New(cfg, &richDevices{clock: c, devs: devs}, &listKubelet{clock: c, allocs: allocs}, c, zap.NewNop())
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := 0; i <= 10; i++ {
+		e.Poll(context.Background())
+		c.t = c.t.Add(time.Second)
+	}
+	s := e.Snapshot()
+	var pods []string
+	for _, a := range s.Allocations {
+		pods = append(pods, a.UUID[:12]+"/"+a.Pod)
+	}
+	want := []string{"GPU-00000000/__overflow__", "GPU-00000000/a", "GPU-00000000/b", "GPU-00000001/__overflow__"}
+	if !slices.Equal(pods, want) {
+		t.Errorf("series %v, want %v", pods, want)
+	}
+	// c and d are folded, each counted once.
+	if s.Overflowed != 2 {
+		t.Errorf("overflowed %d, want 2", s.Overflowed)
+	}
+	for _, a := range s.Allocations {
+		near(t, a.Pod+" allocated", a.Counters[Offpeak].Allocated, 10)
+	}
+}

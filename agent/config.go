@@ -26,6 +26,11 @@ type Config struct {
 	// one is taken to cover. A longer interval (samples lost from the driver's
 	// ring, a failed read) counts as a gap, not as idle.
 	MaxSampleGap time.Duration
+	// MaxAllocations caps the allocations (device × container) the engine
+	// tracks, ended ones in retention included. Beyond it, new allocations are
+	// folded into one series per device with pod="__overflow__" and counted,
+	// so one tenant cannot blow up Prometheus.
+	MaxAllocations int
 	// Windows splits time into peak and off-peak windows; nil puts all time
 	// off-peak.
 	Windows Windows
@@ -34,11 +39,12 @@ type Config struct {
 // DefaultConfig returns the defaults of the agent's flags.
 func DefaultConfig() Config {
 	return Config{
-		PollInterval:  time.Second,
-		PollTimeout:   5 * time.Second,
-		IdleThreshold: 0.05,
-		Retention:     10 * time.Minute,
-		MaxSampleGap:  2 * time.Second,
+		PollInterval:   time.Second,
+		PollTimeout:    5 * time.Second,
+		IdleThreshold:  0.05,
+		Retention:      10 * time.Minute,
+		MaxSampleGap:   2 * time.Second,
+		MaxAllocations: 2000,
 	}
 }
 
@@ -56,6 +62,9 @@ func (c Config) Validate() error {
 	}
 	if c.Retention < 0 {
 		errs = append(errs, fmt.Errorf("retention %s must not be negative", c.Retention))
+	}
+	if c.MaxAllocations < 1 {
+		errs = append(errs, fmt.Errorf("max allocations %d must be at least 1", c.MaxAllocations))
 	}
 	if c.MaxSampleGap <= 0 {
 		errs = append(errs, fmt.Errorf("max sample gap %s must be positive", c.MaxSampleGap))

@@ -32,6 +32,10 @@ type AllocationSource interface {
 // Clock is the engine's time.
 type Clock interface{ Now() time.Time }
 
+// OverflowPod is the pod label of the series that allocations beyond
+// Config.MaxAllocations are folded into, one per device.
+const OverflowPod = "__overflow__"
+
 // historyLen is how many allocation lists are kept to credit samples that
 // arrive late: NVML stamps a sample up to a period after it was taken, and a
 // poll reads samples up to a few polls old after a slow read.
@@ -57,6 +61,10 @@ type Engine struct {
 	history []holdings // oldest first
 	sources map[string]*sourceState
 	polls   uint64
+	// overflowed counts allocations folded into OverflowPod; folded holds
+	// those in the latest list, so each is counted once while it lasts.
+	overflowed uint64
+	folded     map[allocKey]bool
 
 	snap atomic.Pointer[Snapshot]
 
@@ -256,6 +264,7 @@ func (e *Engine) observeSource(name string, err error, partial []error) {
 func (e *Engine) updateAllocations(list collector.AllocationList, fresh bool, now time.Time) {
 	h := holdings{at: now, known: !list.At.IsZero(), byDevice: map[string][]allocKey{}}
 	current := make(map[allocKey]bool, len(list.Allocations))
+	folded := map[allocKey]bool{}
 	for _, a := range list.Allocations {
 		uuid, gpu, ok := e.resolve(a.Device)
 		if !ok {
@@ -272,8 +281,16 @@ func (e *Engine) updateAllocations(list collector.AllocationList, fresh bool, no
 			}
 		}
 		k := allocKey{UUID: uuid, Namespace: a.Namespace, Pod: a.Pod, Container: a.Container}
+		if e.alloc[k] == nil && len(e.alloc) >= e.cfg.MaxAllocations {
+			if !e.folded[k] {
+				e.overflowed++
+			}
+			folded[k] = true
+			k = allocKey{UUID: uuid, Pod: OverflowPod}
+			pod = collector.Pod{}
+		}
 		if current[k] {
-			continue // the same device listed twice for one container
+			continue // the same device listed twice for one container, or folded
 		}
 		current[k] = true
 		h.byDevice[uuid] = append(h.byDevice[uuid], k)
@@ -298,6 +315,8 @@ func (e *Engine) updateAllocations(list collector.AllocationList, fresh bool, no
 			as.live, as.ended = false, now
 		}
 	}
+	// An allocation is counted as overflowed once while it stays listed.
+	e.folded = folded
 	e.history = append(e.history, h)
 	if len(e.history) > historyLen {
 		e.history = e.history[1:]
@@ -542,6 +561,7 @@ func (e *Engine) buildSnapshot(now time.Time) *Snapshot {
 		Devices:     make([]DeviceSnapshot, 0, len(e.dev)),
 		Allocations: make([]AllocationSnapshot, 0, len(e.alloc)),
 		Sources:     make([]SourceSnapshot, 0, len(e.sources)),
+		Overflowed:  e.overflowed,
 	}
 	for _, ds := range e.dev {
 		s.Devices = append(s.Devices, DeviceSnapshot{
@@ -580,6 +600,7 @@ func (e *Engine) buildSnapshot(now time.Time) *Snapshot {
 			WorkloadKind:    as.pod.WorkloadKind,
 			Workload:        as.pod.Workload,
 			Model:           as.pod.Model,
+			ExtraLabels:     as.pod.ExtraLabels,
 			Live:            as.live,
 			Stale:           as.stale,
 			Counters:        as.c,

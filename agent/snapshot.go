@@ -16,6 +16,9 @@ type Snapshot struct {
 	Devices     []DeviceSnapshot     // sorted by GPU index, then UUID
 	Allocations []AllocationSnapshot // sorted by UUID, namespace, pod, container
 	Sources     []SourceSnapshot     // sorted by name
+	// Overflowed counts the allocations folded into OverflowPod by the
+	// MaxAllocations guard, each once while it stays listed.
+	Overflowed uint64
 }
 
 // DeviceCounters are a device's monotonic counters in one window, in seconds.
@@ -78,6 +81,8 @@ type AllocationSnapshot struct {
 	WorkloadKind string
 	Workload     string
 	Model        string
+	// ExtraLabels are the pod's extra Prometheus labels (name → value).
+	ExtraLabels map[string]string
 	// Live is true while the allocation is in the kubelet's latest list;
 	// false during retention after it ended.
 	Live bool

@@ -24,14 +24,30 @@ type BuildInfo struct {
 type Collector struct {
 	src   SnapshotSource
 	build *BuildInfo
+	extra []string
 	d     *descs
+}
+
+// CollectorOption configures a Collector.
+type CollectorOption func(*Collector)
+
+// WithExtraLabels adds these Prometheus labels (already sanitised, from
+// --pods.extra-labels) to every allocation series, valued from each
+// allocation's ExtraLabels; a pod without the label gets "".
+func WithExtraLabels(names ...string) CollectorOption {
+	return func(c *Collector) { c.extra = slices.Clone(names) }
 }
 
 // NewCollector returns a collector over src. With a nil build, no
 // gpuxray_build_info is exported (replay's output stays the same across
 // builds).
-func NewCollector(src SnapshotSource, build *BuildInfo) *Collector {
-	return &Collector{src: src, build: build, d: newDescs()}
+func NewCollector(src SnapshotSource, build *BuildInfo, opts ...CollectorOption) *Collector {
+	c := &Collector{src: src, build: build}
+	for _, o := range opts {
+		o(c)
+	}
+	c.d = newDescs(c.extra)
+	return c
 }
 
 // Describe sends every description.
@@ -95,6 +111,9 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 			gpu = strconv.Itoa(a.GPU)
 		}
 		lv := []string{a.UUID, gpu, a.Namespace, a.Pod, a.Container, a.WorkloadKind, a.Workload, a.Model}
+		for _, name := range c.extra {
+			lv = append(lv, a.ExtraLabels[name])
+		}
 		if a.Live {
 			gauge(d.allocInfo, 1, append(slices.Clip(lv), a.Resource, strconv.FormatBool(a.Shared), a.Attribution, strconv.FormatBool(a.Stale))...)
 		}
@@ -112,6 +131,9 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 		}
 	}
 
+	if s.Overflowed > 0 {
+		counter(d.allocOverflow, float64(s.Overflowed))
+	}
 	for _, src := range s.Sources {
 		up := 0.0
 		if src.Up {

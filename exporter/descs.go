@@ -2,7 +2,11 @@
 // serves them, with health and readiness endpoints.
 package exporter
 
-import "github.com/prometheus/client_golang/prometheus"
+import (
+	"slices"
+
+	"github.com/prometheus/client_golang/prometheus"
+)
 
 const namespace = "gpuxray"
 
@@ -10,9 +14,7 @@ var (
 	deviceLabels     = []string{"uuid", "gpu"}
 	deviceWinLabels  = []string{"uuid", "gpu", "window"}
 	deviceInfoLabels = []string{"uuid", "gpu", "name", "mig_profile", "parent_uuid", "driver_version", "utilization_source"}
-	allocLabels      = []string{"uuid", "gpu", "namespace", "pod", "container", "workload_kind", "workload", "model"}
-	allocWinLabels   = append(append([]string{}, allocLabels...), "window")
-	allocInfoLabels  = append(append([]string{}, allocLabels...), "resource", "shared", "attribution", "stale")
+	allocBaseLabels  = []string{"uuid", "gpu", "namespace", "pod", "container", "workload_kind", "workload", "model"}
 )
 
 // descs holds every metric description of the exporter, so names, help and
@@ -22,13 +24,18 @@ type descs struct {
 	deviceSMActive, deviceSMOccupancy, deviceTensorActive, deviceUnattributedMem     *prometheus.Desc
 	deviceObserved, deviceIdle, deviceUnalloc, deviceUnallocActive, deviceGap        *prometheus.Desc
 	allocInfo, allocSeconds, allocIdle, allocActive, allocStreak, allocMemory        *prometheus.Desc
-	sourceUp, sourceErrors, buildInfo                                                *prometheus.Desc
+	sourceUp, sourceErrors, buildInfo, allocOverflow                                 *prometheus.Desc
 }
 
-func newDescs() *descs {
+// newDescs builds the descriptions; extra are the extra pod labels every
+// allocation series carries after the base labels, in this order.
+func newDescs(extra []string) *descs {
 	d := func(name, help string, labels []string) *prometheus.Desc {
 		return prometheus.NewDesc(namespace+"_"+name, help, labels, nil)
 	}
+	allocLabels := append(slices.Clip(allocBaseLabels), extra...)
+	allocWinLabels := append(slices.Clip(allocLabels), "window")
+	allocInfoLabels := append(slices.Clip(allocLabels), "resource", "shared", "attribution", "stale")
 	return &descs{
 		deviceInfo:            d("device_info", "GPU or MIG device identity; utilization_source says where busy ratios come from (samples, gpm, none).", deviceInfoLabels),
 		deviceUtil:            d("device_utilization_ratio", "Mean busy ratio of the device's samples read in the last poll.", deviceLabels),
@@ -53,6 +60,7 @@ func newDescs() *descs {
 		allocMemory:           d("allocation_memory_used_bytes", "Framebuffer memory of the allocation's own processes.", allocLabels),
 		sourceUp:              d("source_up", "Whether the last read of the source succeeded.", []string{"source"}),
 		sourceErrors:          d("source_errors_total", "Failed source calls, by reason.", []string{"source", "reason"}),
+		allocOverflow:         d("allocation_overflow_total", "Allocations folded into pod=\"__overflow__\" because the node tracked --limits.max-allocations already.", nil),
 		buildInfo:             d("build_info", "Build information of the running gpuxray.", []string{"version", "revision", "goversion"}),
 	}
 }
@@ -63,6 +71,6 @@ func (d *descs) all() []*prometheus.Desc {
 		d.deviceSMActive, d.deviceSMOccupancy, d.deviceTensorActive, d.deviceUnattributedMem,
 		d.deviceObserved, d.deviceIdle, d.deviceUnalloc, d.deviceUnallocActive, d.deviceGap,
 		d.allocInfo, d.allocSeconds, d.allocIdle, d.allocActive, d.allocStreak, d.allocMemory,
-		d.sourceUp, d.sourceErrors, d.buildInfo,
+		d.sourceUp, d.sourceErrors, d.buildInfo, d.allocOverflow,
 	}
 }

@@ -59,6 +59,7 @@ func engineFlags(fs *flag.FlagSet, cfg *agent.Config) {
 	fs.Float64Var(&cfg.IdleThreshold, "idle.threshold", cfg.IdleThreshold, "busy ratio below which a sample counts as idle")
 	fs.DurationVar(&cfg.Retention, "retention", cfg.Retention, "how long an ended allocation stays exported")
 	fs.DurationVar(&cfg.MaxSampleGap, "sample.max-gap", cfg.MaxSampleGap, "longest interval one utilization sample is taken to cover; longer is a gap")
+	fs.IntVar(&cfg.MaxAllocations, "limits.max-allocations", cfg.MaxAllocations, "most allocation series (device × container) kept; beyond, new ones are folded into pod=\"__overflow__\" and counted")
 	p := &peakFlags{cfg: cfg, spec: agent.DefaultPeakSchedule, loc: time.UTC}
 	cfg.Windows = p.build()
 	fs.Func("peak.schedule", `weekly peak hours on the wall clock of --peak.timezone, e.g. "Mon-Fri 08:00-12:30,13:30-19:00; Sat 10:00-14:00"; a range that ends before it starts ends the next day; "none" for no peak`, p.setSchedule)
