@@ -1,0 +1,96 @@
+// Package prometheus holds gpuxray's Prometheus rules: gpuxray-rules.yaml, a
+// plain rule file and the one source, and gpuxray-prometheusrule.yaml, the
+// same rules as a PrometheusRule for the Prometheus Operator, generated from
+// it by `go generate ./deploy/prometheus` (which runs the test below with
+// -update). The tests check both with promtool and fail when the generated
+// file is out of date.
+package prometheus
+
+import (
+	_ "embed"
+	"fmt"
+	"strings"
+
+	"go.yaml.in/yaml/v3"
+)
+
+//go:generate go test -run TestPrometheusRuleUpToDate -update .
+
+// Paths of the rule files, relative to this directory.
+const (
+	RulesFile          = "gpuxray-rules.yaml"
+	PrometheusRuleFile = "gpuxray-prometheusrule.yaml"
+)
+
+// Rules is the content of gpuxray-rules.yaml.
+//
+//go:embed gpuxray-rules.yaml
+var Rules []byte
+
+// RuleFile is a Prometheus rule file, as far as gpuxray's rules use it.
+type RuleFile struct {
+	Groups []RuleGroup `yaml:"groups"`
+}
+
+// RuleGroup is a group of rules evaluated together.
+type RuleGroup struct {
+	Name     string `yaml:"name"`
+	Interval string `yaml:"interval,omitempty"`
+	Rules    []Rule `yaml:"rules"`
+}
+
+// Rule is a recording rule (Record set) or an alerting rule (Alert set).
+type Rule struct {
+	Record      string            `yaml:"record,omitempty"`
+	Alert       string            `yaml:"alert,omitempty"`
+	Expr        string            `yaml:"expr"`
+	For         string            `yaml:"for,omitempty"`
+	Labels      map[string]string `yaml:"labels,omitempty"`
+	Annotations map[string]string `yaml:"annotations,omitempty"`
+}
+
+// Parse decodes a rule file, refusing unknown keys.
+func Parse(b []byte) (*RuleFile, error) {
+	var f RuleFile
+	dec := yaml.NewDecoder(strings.NewReader(string(b)))
+	dec.KnownFields(true)
+	if err := dec.Decode(&f); err != nil {
+		return nil, fmt.Errorf("rule file: %w", err)
+	}
+	return &f, nil
+}
+
+// PrometheusRule renders a rule file as a PrometheusRule
+// (monitoring.coreos.com/v1) whose spec is the file itself: the groups are
+// copied line by line, comments included, so the two cannot differ.
+func PrometheusRule(rules []byte) []byte {
+	var b strings.Builder
+	b.WriteString(`# Code generated from gpuxray-rules.yaml by "go generate ./deploy/prometheus"; DO NOT EDIT.
+#
+# gpuxray's Prometheus rules for the Prometheus Operator. Add the labels your
+# Prometheus' ruleSelector expects (kustomize, or the Helm chart, does).
+apiVersion: monitoring.coreos.com/v1
+kind: PrometheusRule
+metadata:
+  name: gpuxray
+  labels:
+    app.kubernetes.io/name: gpuxray
+    app.kubernetes.io/component: rules
+spec:
+`)
+	lines := strings.Split(strings.TrimRight(string(rules), "\n"), "\n")
+	// The source's header comment speaks of the plain file; the spec starts
+	// at its first line of YAML.
+	start := 0
+	for start < len(lines) && (strings.HasPrefix(lines[start], "#") || strings.TrimSpace(lines[start]) == "") {
+		start++
+	}
+	for _, l := range lines[start:] {
+		if l != "" {
+			b.WriteString("  ")
+		}
+		b.WriteString(l)
+		b.WriteByte('\n')
+	}
+	return []byte(b.String())
+}
