@@ -108,6 +108,9 @@ func (d *decoder) processes(m map[string]*yaml.Node, s *Scenario) error {
 		if spec.Replicated {
 			return d.errf(m["device"], p+".device", "%s: a process runs on a whole GPU; want gpu:%d", spec, spec.GPU)
 		}
+		if _, on := s.MIG[spec.GPU]; on {
+			return d.errf(m["device"], p+".device", "%s is in MIG mode; the simulation has no processes outside its MIG devices", spec)
+		}
 		u.GPU = spec.GPU
 		pid, err := d.integer(m["pid"], p+".pid", 1, 4194304)
 		if err != nil {

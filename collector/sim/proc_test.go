@@ -450,6 +450,8 @@ func TestParseProcessesErrors(t *testing.T) {
 		{"pid missing", head + "unattributed:\n  - device: \"gpu:1\"\n", "t.yaml:6: unattributed[0].pid: missing"},
 		{"device a replica", head + "unattributed:\n  - device: \"gpu:1::0\"\n    pid: 900\n",
 			"t.yaml:6: unattributed[0].device: gpu:1::0: a process runs on a whole GPU; want gpu:1"},
+		{"device in MIG mode", head + "mig: {\"gpu:1\": [1g.10gb]}\nunattributed:\n  - device: \"gpu:1\"\n    pid: 900\n",
+			"t.yaml:7: unattributed[0].device: gpu:1 is in MIG mode; the simulation has no processes outside its MIG devices"},
 		{"device out of range", head + "unattributed:\n  - device: \"gpu:9\"\n    pid: 900\n",
 			"t.yaml:6: unattributed[0].device: gpu:9 is not one of the node's 8 GPUs (gpu:0 to gpu:7)"},
 		{"pid zero", head + "unattributed:\n  - device: \"gpu:1\"\n    pid: 0\n",
