@@ -7,13 +7,33 @@ REVISION ?= $(shell git rev-parse HEAD 2>/dev/null || echo unknown)
 LDFLAGS  := -s -w -X main.version=$(VERSION) -X main.revision=$(REVISION)
 GOFLAGS_BUILD := -trimpath -ldflags "$(LDFLAGS)"
 
-.PHONY: all build test test-short lint fmt vet demo clean
+.PHONY: all build image-binaries test test-short lint fmt vet demo clean
 
 all: lint test build
 
 ## build: the gpuxray binary in ./bin
 build:
 	go build $(GOFLAGS_BUILD) -o bin/gpuxray ./cmd/gpuxray
+
+## image-binaries: gpuxray for each of PLATFORMS in $(BINDIR)/<os>_<arch>/gpuxray, as the
+## Dockerfile builds it. cgo needs a C compiler per target: Debian's cross compilers
+## (gcc-aarch64-linux-gnu, gcc-x86-64-linux-gnu) where the target is not the host.
+PLATFORMS ?= linux/amd64 linux/arm64
+BINDIR    ?= bin
+GOHOSTARCH := $(shell go env GOHOSTARCH)
+image-binaries:
+	@set -e; for p in $(PLATFORMS); do \
+	  os=$${p%%/*}; arch=$${p#*/}; cc=gcc; \
+	  if [ "$$arch" != "$(GOHOSTARCH)" ]; then \
+	    case "$$arch" in \
+	      amd64) cc=x86_64-linux-gnu-gcc ;; \
+	      arm64) cc=aarch64-linux-gnu-gcc ;; \
+	      *) echo "image-binaries: no C cross compiler known for $$p" >&2; exit 1 ;; \
+	    esac; \
+	  fi; \
+	  echo "go build $$p (CC=$$cc) -> $(BINDIR)/$${os}_$${arch}/gpuxray"; \
+	  GOOS=$$os GOARCH=$$arch CC=$$cc go build $(GOFLAGS_BUILD) -o $(BINDIR)/$${os}_$${arch}/gpuxray ./cmd/gpuxray; \
+	done
 
 ## test: everything, with the race detector (needs promtool on PATH for the metrics checks)
 test:
