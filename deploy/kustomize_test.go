@@ -1,0 +1,75 @@
+package deploy
+
+import (
+	"os"
+	"path/filepath"
+	"testing"
+
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	"sigs.k8s.io/yaml"
+)
+
+// kustomizeBuild renders a kustomization folder.
+func kustomizeBuild(t *testing.T, dir string) *manifest {
+	t.Helper()
+	out, err := output(t, need(t, "kustomize"), "build", dir)
+	if err != nil {
+		t.Fatalf("kustomize build %s: %v", dir, err)
+	}
+	m, err := decodeManifest(out)
+	if err != nil {
+		t.Fatalf("kustomize build %s: %v", dir, err)
+	}
+	return m
+}
+
+func TestKustomizeOverlays(t *testing.T) {
+	t.Parallel()
+	rule, dashboards := monitoringSources(t, ".")
+	appVersion := chartAppVersion(t, "helm/gpuxray")
+	tests := []struct {
+		overlay string
+		want    expect
+	}{
+		{"base", expect{namespace: "gpuxray"}},
+		{"overlays/servicemonitor", expect{namespace: "gpuxray", serviceMonitor: true, rule: rule != "", dashboards: len(dashboards)}},
+		{"overlays/podmonitor", expect{namespace: "gpuxray", podMonitor: true, rule: rule != "", dashboards: len(dashboards)}},
+		{"overlays/process-attribution", expect{namespace: "gpuxray", hostPID: true, serviceMonitor: true, rule: rule != "", dashboards: len(dashboards)}},
+	}
+	for _, tc := range tests {
+		t.Run(tc.overlay, func(t *testing.T) {
+			t.Parallel()
+			m := kustomizeBuild(t, filepath.Join("kubernetes", tc.overlay))
+			checkManifest(t, m, tc.want)
+			ns := one[corev1.Namespace](t, m)
+			if ns.Name != "gpuxray" || ns.Labels["pod-security.kubernetes.io/enforce"] != "privileged" {
+				t.Errorf("Namespace %s labels %v: the agent's hostPath needs the privileged Pod Security level", ns.Name, ns.Labels)
+			}
+			c := one[appsv1.DaemonSet](t, m).Spec.Template.Spec.Containers[0]
+			if want := "ghcr.io/gpuxray/gpuxray:" + appVersion; c.Image != want {
+				t.Errorf("image %s, want %s (the chart's appVersion)", c.Image, want)
+			}
+			for name, want := range map[string]string{"NVIDIA_VISIBLE_DEVICES": "all", "NVIDIA_DRIVER_CAPABILITIES": "utility"} {
+				if got := envValue(c.Env, name); got != want {
+					t.Errorf("%s=%q, want %q: NVML comes through the NVIDIA container toolkit", name, got, want)
+				}
+			}
+		})
+	}
+}
+
+func chartAppVersion(t *testing.T, dir string) string {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join(dir, "Chart.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var c struct {
+		AppVersion string `json:"appVersion"`
+	}
+	if err := yaml.Unmarshal(b, &c); err != nil || c.AppVersion == "" {
+		t.Fatalf("Chart.yaml appVersion: %q, %v", c.AppVersion, err)
+	}
+	return c.AppVersion
+}
