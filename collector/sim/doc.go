@@ -9,6 +9,17 @@
 // Every time inside a scenario (a pod's from and to, a step's at) is an
 // offset from start. A pod's busy ratio counts only within [from, to).
 //
+// # Duty cycles
+//
+// Bursty work (an inference server answering a request every two seconds)
+// is a duty cycle rather than a list of steps: `util: {duty: {period: 2s,
+// busy: 200ms, value: 1}}` is busy at value for the first busy of every
+// period from the pod's from, and at idle (default 0) for the rest; as a
+// step, `{at: 1h, duty: {...}}` starts its cycle at 1h and lasts until the
+// next step. The driver's samples, per-process samples, GPM, energy and
+// Scenario.Truth are exact for it: a cycle's integral over any span has a
+// closed form, so no sample period needs to line up with it.
+//
 // # The simulated driver
 //
 // NVML() answers these calls itself, so go-nvml's mock, which keeps every

@@ -240,17 +240,15 @@ func (d *decoder) migPod(path string, m map[string]*yaml.Node, devs []*yaml.Node
 // migSeries is the busy ratio of MIG device slot on gpu: the sum of its
 // holders' ratios, capped at 1 (holders take turns; they never overlap).
 func (s *Scenario) migSeries(gpu, slot int, pods []series) series {
-	var breaks []time.Duration
 	var on []series
 	for i, p := range s.Pods {
 		for _, d := range p.Devices {
 			if d.MIG && d.GPU == gpu && d.MIGSlot == slot {
 				on = append(on, pods[i])
-				breaks = append(breaks, pods[i].at...)
 			}
 		}
 	}
-	return combine(breaks, func(t time.Duration) float64 {
+	return combine(nil, on, func(t time.Duration) float64 {
 		v := 0.0
 		for _, p := range on {
 			v += p.value(t)
@@ -264,7 +262,6 @@ func (s *Scenario) migSeries(gpu, slot int, pods []series) series {
 // makes the GPU 3/7 busy. Power, energy and whole-GPU GPM follow it.
 func (s *Scenario) migGPUSeries(gpu int, pods []series) series {
 	sys := systems[s.System]
-	var breaks []time.Duration
 	var parts []series
 	var weights []float64
 	for slot, name := range s.MIG[gpu] {
@@ -274,9 +271,8 @@ func (s *Scenario) migGPUSeries(gpu int, pods []series) series {
 		p, _ := sys.migProfile(name)
 		ser := s.migSeries(gpu, slot, pods)
 		parts, weights = append(parts, ser), append(weights, float64(p.info.SliceCount)/migComputeSlices)
-		breaks = append(breaks, ser.at...)
 	}
-	return combine(breaks, func(t time.Duration) float64 {
+	return combine(nil, parts, func(t time.Duration) float64 {
 		v := 0.0
 		for i, p := range parts {
 			v += weights[i] * p.value(t)

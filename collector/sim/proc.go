@@ -147,7 +147,7 @@ func (d *decoder) processes(m map[string]*yaml.Node, s *Scenario) error {
 			memNodes[i] = n
 		}
 		if n := m["util"]; n != nil {
-			if u.Util, err = d.steps(n, p+".util", s.Duration); err != nil {
+			if u.Util, err = d.steps(n, p+".util", u.From, s.Duration); err != nil {
 				return err
 			}
 		}
@@ -226,7 +226,7 @@ func (d *decoder) args(n *yaml.Node, field string) ([]string, error) {
 func (s *Scenario) unattributedSeries(i int) series {
 	u := s.Unattributed[i]
 	raw := stepSeries(u.Util)
-	return combine(append(append([]time.Duration(nil), raw.at...), u.From, u.To), func(t time.Duration) float64 {
+	return combine([]time.Duration{u.From, u.To}, []series{raw}, func(t time.Duration) float64 {
 		if t < u.From || t >= u.To {
 			return 0
 		}
@@ -235,15 +235,14 @@ func (s *Scenario) unattributedSeries(i int) series {
 }
 
 // withUnattributed adds the unattributed processes on gpu to the series a
-// GPU's busy ratio sums, and their breakpoints to breaks.
-func (s *Scenario) withUnattributed(gpu int, on []series, breaks []time.Duration) ([]series, []time.Duration) {
+// GPU's busy ratio sums.
+func (s *Scenario) withUnattributed(gpu int, on []series) []series {
 	for i, u := range s.Unattributed {
 		if u.GPU == gpu {
-			ser := s.unattributedSeries(i)
-			on, breaks = append(on, ser), append(breaks, ser.at...)
+			on = append(on, s.unattributedSeries(i))
 		}
 	}
-	return on, breaks
+	return on
 }
 
 // UnattributedUtilAt is unattributed process i's busy ratio at scenario time

@@ -97,11 +97,25 @@ func (d DeviceSpec) String() string {
 	return fmt.Sprintf("gpu:%d", d.GPU)
 }
 
-// Step is a busy ratio (0..1) that holds from At until the next step.
+// Step is a busy ratio (0..1) that holds from At until the next step; with
+// Duty, a duty cycle that starts at At and repeats until the next step.
 type Step struct {
 	At    time.Duration
 	Value float64
+	// Duty, when set, replaces Value.
+	Duty *Duty
 }
+
+// Duty is a duty cycle, as bursty inference traffic loads a GPU: Value for
+// the first Busy of every Period, Idle for the rest of it.
+type Duty struct {
+	Period, Busy time.Duration
+	Value, Idle  float64
+}
+
+// minDutyPeriod keeps a duty cycle at a scale NVML's sampling can resolve
+// at all and the simulation can expand where two cycles overlap.
+const minDutyPeriod = 10 * time.Millisecond
 
 // UnallocatedStep is activity on a GPU that no pod holds (work outside
 // Kubernetes, or a leak), as a step of that GPU's own step list.
@@ -394,8 +408,23 @@ func (d *decoder) device(n *yaml.Node, field string, gpus int) (DeviceSpec, erro
 	return spec, nil
 }
 
-// steps decodes a list of {at, value} with strictly ascending times.
-func (d *decoder) steps(n *yaml.Node, path string, total time.Duration) ([]Step, error) {
+// steps decodes a list of {at, value} or {at, duty} with strictly ascending
+// times. With duty, the mapping form {duty: {...}} is one duty step at from.
+func (d *decoder) steps(n *yaml.Node, path string, from, total time.Duration) ([]Step, error) {
+	if n.Kind == yaml.MappingNode {
+		m, err := d.mapping(n, path, "duty")
+		if err != nil {
+			return nil, err
+		}
+		if m["duty"] == nil {
+			return nil, d.errf(n, path+".duty", "missing")
+		}
+		dc, err := d.duty(m["duty"], path+".duty")
+		if err != nil {
+			return nil, err
+		}
+		return []Step{{At: from, Duty: dc}}, nil
+	}
 	items, err := d.seq(n, path)
 	if err != nil {
 		return nil, err
@@ -403,11 +432,11 @@ func (d *decoder) steps(n *yaml.Node, path string, total time.Duration) ([]Step,
 	out := make([]Step, 0, len(items))
 	for i, it := range items {
 		p := fmt.Sprintf("%s[%d]", path, i)
-		m, err := d.mapping(it, p, "at", "value")
+		m, err := d.mapping(it, p, "at", "value", "duty")
 		if err != nil {
 			return nil, err
 		}
-		st, err := d.step(it, m, p, total)
+		st, err := d.dutyStep(it, m, p, total)
 		if err != nil {
 			return nil, err
 		}
@@ -417,6 +446,62 @@ func (d *decoder) steps(n *yaml.Node, path string, total time.Duration) ([]Step,
 		out = append(out, st)
 	}
 	return out, nil
+}
+
+// dutyStep decodes a step of a util list: {at, value} or {at, duty}.
+func (d *decoder) dutyStep(n *yaml.Node, m map[string]*yaml.Node, path string, total time.Duration) (Step, error) {
+	dn := m["duty"]
+	if dn == nil {
+		return d.step(n, m, path, total)
+	}
+	if m["value"] != nil {
+		return Step{}, d.errf(m["value"], path+".value", "give value or duty, not both")
+	}
+	if m["at"] == nil {
+		return Step{}, d.errf(n, path+".at", "missing")
+	}
+	at, err := d.offset(m["at"], path+".at", total)
+	if err != nil {
+		return Step{}, err
+	}
+	dc, err := d.duty(dn, path+".duty")
+	return Step{At: at, Duty: dc}, err
+}
+
+// duty decodes {period, busy, value, idle}: busy of every period at value,
+// the rest at idle (default 0).
+func (d *decoder) duty(n *yaml.Node, path string) (*Duty, error) {
+	m, err := d.mapping(n, path, "period", "busy", "value", "idle")
+	if err != nil {
+		return nil, err
+	}
+	for _, k := range []string{"period", "busy", "value"} {
+		if m[k] == nil {
+			return nil, d.errf(n, join(path, k), "missing")
+		}
+	}
+	dc := &Duty{}
+	if dc.Period, err = d.duration(m["period"], path+".period"); err != nil {
+		return nil, err
+	}
+	if dc.Period < minDutyPeriod {
+		return nil, d.errf(m["period"], path+".period", "%s is shorter than %s", fmtDur(dc.Period), fmtDur(minDutyPeriod))
+	}
+	if dc.Busy, err = d.duration(m["busy"], path+".busy"); err != nil {
+		return nil, err
+	}
+	if dc.Busy == 0 || dc.Busy > dc.Period {
+		return nil, d.errf(m["busy"], path+".busy", "%s is not within the period (more than 0s, at most %s)", fmtDur(dc.Busy), fmtDur(dc.Period))
+	}
+	if dc.Value, err = d.ratio(m["value"], path+".value"); err != nil {
+		return nil, err
+	}
+	if n := m["idle"]; n != nil {
+		if dc.Idle, err = d.ratio(n, path+".idle"); err != nil {
+			return nil, err
+		}
+	}
+	return dc, nil
 }
 
 func (d *decoder) step(n *yaml.Node, m map[string]*yaml.Node, path string, total time.Duration) (Step, error) {
@@ -648,7 +733,7 @@ func (d *decoder) pods(n *yaml.Node, s *Scenario) error {
 			}
 		}
 		if n := m["util"]; n != nil {
-			if pod.Util, err = d.steps(n, p+".util", s.Duration); err != nil {
+			if pod.Util, err = d.steps(n, p+".util", pod.From, s.Duration); err != nil {
 				return err
 			}
 		}
@@ -810,7 +895,7 @@ func (s *Scenario) PID(pod, dev int) uint32 {
 func (s *Scenario) podSeries(pod int) series {
 	p := s.Pods[pod]
 	raw := stepSeries(p.Util)
-	return combine(append(append([]time.Duration(nil), raw.at...), p.From, p.To), func(t time.Duration) float64 {
+	return combine([]time.Duration{p.From, p.To}, []series{raw}, func(t time.Duration) float64 {
 		if t < p.From || t >= p.To {
 			return 0
 		}
@@ -827,7 +912,7 @@ func (s *Scenario) unallocatedSeries(gpu int) series {
 		}
 	}
 	raw := stepSeries(steps)
-	return combine(append(append([]time.Duration(nil), raw.at...), s.Duration), func(t time.Duration) float64 {
+	return combine([]time.Duration{s.Duration}, []series{raw}, func(t time.Duration) float64 {
 		if t >= s.Duration {
 			return 0
 		}
@@ -842,16 +927,14 @@ func (s *Scenario) gpuSeries(gpu int, pods []series) series {
 		return s.migGPUSeries(gpu, pods)
 	}
 	un := s.unallocatedSeries(gpu)
-	breaks := append([]time.Duration(nil), un.at...)
 	var on []series
 	for i, p := range s.Pods {
 		if holds(p, gpu) {
 			on = append(on, pods[i])
-			breaks = append(breaks, pods[i].at...)
 		}
 	}
-	on, breaks = s.withUnattributed(gpu, on, breaks)
-	return combine(breaks, func(t time.Duration) float64 {
+	on = s.withUnattributed(gpu, on)
+	return combine(nil, append([]series{un}, on...), func(t time.Duration) float64 {
 		v := un.value(t)
 		for _, p := range on {
 			v += p.value(t)

@@ -165,7 +165,7 @@ unallocated:
 		{"from", p.From, 90 * time.Minute},
 		{"to", p.To, 150 * time.Minute},
 		{"memory", p.Memory, uint64(512 << 20)},
-		{"util", p.Util, []Step{{0, 0.5}, {2 * time.Hour, 1}}},
+		{"util", p.Util, []Step{{At: 0, Value: 0.5}, {At: 2 * time.Hour, Value: 1}}},
 		{"default container", s.Pods[1].Container, "main"},
 		{"default resource", s.Pods[1].Resource, ResourceGPU},
 		{"default to", s.Pods[1].To, 4 * time.Hour},
