@@ -240,3 +240,33 @@ func TestPromtoolTestRules(t *testing.T) {
 		t.Errorf("promtool test rules: %v\n%s", err, out)
 	}
 }
+
+// TestRecipesParse: every PromQL block of docs/promql.md is valid PromQL, as
+// promtool checks it in a rule file.
+func TestRecipesParse(t *testing.T) {
+	t.Parallel()
+	b, err := os.ReadFile("../../docs/promql.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	blocks := regexp.MustCompile("(?s)```promql\n(.*?)```").FindAllStringSubmatch(string(b), -1)
+	if len(blocks) < 10 {
+		t.Fatalf("%d PromQL recipes in docs/promql.md", len(blocks))
+	}
+	promtool := need(t, "promtool")
+	f := &RuleFile{Groups: []RuleGroup{{Name: "recipes"}}}
+	for i, m := range blocks {
+		f.Groups[0].Rules = append(f.Groups[0].Rules, Rule{Record: fmt.Sprintf("recipe_%d", i), Expr: m[1]})
+	}
+	out, err := yaml.Marshal(f)
+	if err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join(t.TempDir(), "recipes.yaml")
+	if err := os.WriteFile(path, out, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if res, err := exec.Command(promtool, "check", "rules", path).CombinedOutput(); err != nil {
+		t.Errorf("promtool check rules on docs/promql.md's recipes: %v\n%s", err, res)
+	}
+}
