@@ -38,6 +38,9 @@ type Node struct {
 	// mig holds the MIG devices by GPU and index: nil for a GPU without
 	// MIG, nil entries for empty indices.
 	mig [][]*migDevice
+	ids podIDs
+	// identity says how the pod source names workloads and models.
+	identity Identity
 }
 
 // gpuModel is what the simulated driver knows of one GPU.
@@ -79,7 +82,7 @@ func NewNode(sc *Scenario, clock Clock) (*Node, error) {
 			}
 		}
 	}
-	n := &Node{sc: sc, clock: clock, sys: sys, srv: srv}
+	n := &Node{sc: sc, clock: clock, sys: sys, srv: srv, ids: newPodIDs(sc)}
 	n.pods = make([]series, len(sc.Pods))
 	for i := range sc.Pods {
 		n.pods[i] = sc.podSeries(i)

@@ -281,26 +281,48 @@ func ContainerID(node, namespace, name, container string) string {
 
 // Pod returns what a pod informer knows of scenario pod namespace/name at the
 // clock's now: its UID, its phase (Pending before from, Running within
-// [from, to), Succeeded after) and its container's ID. Owner, model and
-// labels are left empty.
+// [from, to), Succeeded after), its container's ID, and its workload, model
+// and extra labels resolved from its owner and labels as the pod informer
+// does (see SetIdentity).
 func (n *Node) Pod(namespace, name string) (collector.Pod, bool) {
-	for i, p := range n.sc.Pods {
-		if p.Namespace == namespace && p.Name == name {
-			return n.pod(i), true
-		}
+	if i, ok := n.ids.byName[podKey{namespace, name}]; ok {
+		return n.pod(i), true
 	}
 	return collector.Pod{}, false
 }
 
-// PodByUID returns the scenario pod whose UID is uid, as Pod does. The UIDs
-// are derived on each call; a scenario has few pods.
+// PodByUID returns the scenario pod whose UID is uid, as Pod does.
 func (n *Node) PodByUID(uid string) (collector.Pod, bool) {
-	for i, p := range n.sc.Pods {
-		if PodUID(n.sc.Node, p.Namespace, p.Name) == uid {
-			return n.pod(i), true
-		}
+	if i, ok := n.ids.byUID[uid]; ok {
+		return n.pod(i), true
 	}
 	return collector.Pod{}, false
+}
+
+type podKey struct{ namespace, name string }
+
+// podIDs are the pods' UIDs and container IDs, derived once: the agent asks
+// for them every poll, and a churning scenario has thousands of pods.
+type podIDs struct {
+	uid, cid []string
+	byName   map[podKey]int
+	byUID    map[string]int
+}
+
+func newPodIDs(sc *Scenario) podIDs {
+	ids := podIDs{
+		uid:    make([]string, len(sc.Pods)),
+		cid:    make([]string, len(sc.Pods)),
+		byName: make(map[podKey]int, len(sc.Pods)),
+		byUID:  make(map[string]int, len(sc.Pods)),
+	}
+	for i, p := range sc.Pods {
+		ids.uid[i] = PodUID(sc.Node, p.Namespace, p.Name)
+		ids.cid[i] = ContainerID(sc.Node, p.Namespace, p.Name, p.Container)
+		ids.byName[podKey{p.Namespace, p.Name}] = i
+		ids.byUID[ids.uid[i]] = i
+	}
+	return ids
 }
 
 func (n *Node) pod(i int) collector.Pod {
@@ -313,13 +335,15 @@ func (n *Node) pod(i int) collector.Pod {
 	case t >= p.To:
 		phase = "Succeeded"
 	}
-	return collector.Pod{
-		UID:          PodUID(n.sc.Node, p.Namespace, p.Name),
+	pod := collector.Pod{
+		UID:          n.ids.uid[i],
 		Namespace:    p.Namespace,
 		Name:         p.Name,
 		Phase:        phase,
-		ContainerIDs: map[string]string{p.Container: ContainerID(n.sc.Node, p.Namespace, p.Name, p.Container)},
+		ContainerIDs: map[string]string{p.Container: n.ids.cid[i]},
 	}
+	n.identify(i, &pod)
+	return pod
 }
 
 // The simulated /proc.

@@ -213,6 +213,8 @@ func TestPodSource(t *testing.T) {
 	uid := PodUID("proc-node", "dev", "slice-0")
 	wantPod := collector.Pod{
 		UID: uid, Namespace: "dev", Name: "slice-0",
+		// A pod with no owner is its own workload.
+		WorkloadKind: "Pod", Workload: "slice-0",
 		ContainerIDs: map[string]string{"main": ContainerID("proc-node", "dev", "slice-0", "main")},
 	}
 	for _, tt := range []struct {
@@ -523,6 +525,47 @@ func TestRelativeCgroup(t *testing.T) {
 	for _, tt := range tests {
 		if got := relativeCgroup(tt.from, tt.to); got != tt.want {
 			t.Errorf("relativeCgroup(%q, %q) = %q, want %q", tt.from, tt.to, got, tt.want)
+		}
+	}
+}
+
+func TestPodIdentity(t *testing.T) {
+	t.Parallel()
+	sc, err := ParseScenario([]byte(`
+start: 2026-12-01T08:00:00Z
+duration: 1h
+system: dgxh100
+gpus: 2
+pods:
+  - namespace: inference
+    name: vllm-llama-7c9d5b8f6-x2k8p
+    owner: {kind: ReplicaSet, name: vllm-llama-7c9d5b8f6}
+    labels: {team: platform, model: llama-3.1-8b, billing/cost-center: cc-42}
+    devices: ["gpu:0"]
+  - namespace: research
+    name: train-0
+    owner: {kind: Job, name: nightly-29123456}
+    devices: ["gpu:1"]
+`), "id.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	n, err := NewNode(sc, NewVirtualClock(sc.Start))
+	if err != nil {
+		t.Fatal(err)
+	}
+	n.SetIdentity(Identity{ExtraLabels: map[string]string{"team": "team", "cost_center": "billing/cost-center", "tier": "tier"}})
+	for _, tt := range []struct {
+		ns, name, kind, workload, model string
+		extra                           map[string]string
+	}{
+		{"inference", "vllm-llama-7c9d5b8f6-x2k8p", "Deployment", "vllm-llama", "llama-3.1-8b",
+			map[string]string{"team": "platform", "cost_center": "cc-42", "tier": ""}},
+		{"research", "train-0", "CronJob", "nightly", "", map[string]string{"team": "", "cost_center": "", "tier": ""}},
+	} {
+		p, ok := n.Pod(tt.ns, tt.name)
+		if !ok || p.WorkloadKind != tt.kind || p.Workload != tt.workload || p.Model != tt.model || !reflect.DeepEqual(p.ExtraLabels, tt.extra) {
+			t.Errorf("Pod(%s/%s) = %s/%s model %q extra %v; want %s/%s %q %v", tt.ns, tt.name, p.WorkloadKind, p.Workload, p.Model, p.ExtraLabels, tt.kind, tt.workload, tt.model, tt.extra)
 		}
 	}
 }
