@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/gpuxray/gpuxray/collector"
+	"github.com/gpuxray/gpuxray/collector/workload"
 )
 
 // PodSource knows what pod-resources does not: a pod's UID, phase, owner
@@ -66,6 +67,13 @@ func (e *Engine) owners(snap collector.DeviceSnapshot) map[uint32]procOwner {
 		pod, ok := e.pods.PodByUID(info.PodUID)
 		if !ok {
 			continue
+		}
+		if pod.Model == "" && e.cmdModels[pod.UID] == "" {
+			// Only the model name derived from the command line is kept;
+			// the command line itself can hold secrets.
+			if m := workload.ModelFromCmdline(info.Cmdline); m != "" {
+				e.cmdModels[pod.UID] = m
+			}
 		}
 		o := procOwner{namespace: pod.Namespace, pod: pod.Name}
 		if info.ContainerID != "" {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -130,16 +131,19 @@ func (f *fakePods) PodByUID(uid string) (collector.Pod, bool) {
 	return collector.Pod{}, false
 }
 
-// fakeProcs maps PIDs to pods: pid → pod name ("" = not in a pod).
+// fakeProcs maps PIDs to pods: pid → pod name ("" = not in a pod); every
+// process's command line is cmdline.
 type fakeProcs map[uint32]string
+
+var cmdline = []string{"vllm", "serve", "meta-llama/Llama-3.1-8B-Instruct", "--api-key", "sk-secret-123"}
 
 func (f fakeProcs) Resolve(pids []uint32) (map[uint32]collector.ProcessInfo, []error) {
 	out := map[uint32]collector.ProcessInfo{}
 	for _, pid := range pids {
 		if pod, ok := f[pid]; ok && pod != "" {
-			out[pid] = collector.ProcessInfo{PID: pid, PodUID: "uid-" + pod, ContainerID: fmt.Sprintf("%064x", len(pod))}
+			out[pid] = collector.ProcessInfo{PID: pid, PodUID: "uid-" + pod, ContainerID: fmt.Sprintf("%064x", len(pod)), Cmdline: cmdline}
 		} else {
-			out[pid] = collector.ProcessInfo{PID: pid}
+			out[pid] = collector.ProcessInfo{PID: pid, Cmdline: cmdline}
 		}
 	}
 	return out, nil
@@ -367,5 +371,27 @@ func TestOverflowGuard(t *testing.T) {
 	}
 	for _, a := range s.Allocations {
 		near(t, a.Pod+" allocated", a.Counters[Offpeak].Allocated, 10)
+	}
+}
+
+func TestModelFromCommandLine(t *testing.T) {
+	t.Parallel()
+	pods := newFakePods("labelled", "bare")
+	p := pods.pods["bare"]
+	p.Model = "" // no model label: the command line names it
+	pods.pods["bare"] = p
+	devs := []*richDevice{
+		{info: wholeGPU(0), util: constant(0.5), procs: []gpuProc{{pid: 10, memory: 1 << 30, util: constant(0.5)}}},
+		{info: wholeGPU(1), util: constant(0.5), procs: []gpuProc{{pid: 20, memory: 1 << 30, util: constant(0.5)}}},
+	}
+	s := runRich(t, devs, []collector.Allocation{alloc("labelled", uuidOf(0)), alloc("bare", uuidOf(1))}, 5*time.Second,
+		WithPods(pods), WithProcesses(fakeProcs{10: "labelled", 20: "bare"}))
+	for pod, want := range map[string]string{"labelled": "llama", "bare": "meta-llama/Llama-3.1-8B-Instruct"} {
+		if a := findAlloc(s, pod); a == nil || a.Model != want {
+			t.Errorf("%s model = %+v, want %q", pod, a, want)
+		}
+	}
+	if dump := fmt.Sprintf("%+v", *s); strings.Contains(dump, "sk-secret") {
+		t.Error("a secret from a command line reached the snapshot")
 	}
 }

@@ -65,6 +65,9 @@ type Engine struct {
 	// those in the latest list, so each is counted once while it lasts.
 	overflowed uint64
 	folded     map[allocKey]bool
+	// cmdModels is the model detected from a pod's GPU process command line,
+	// by pod UID, for pods whose labels name none.
+	cmdModels map[string]string
 
 	snap atomic.Pointer[Snapshot]
 
@@ -145,6 +148,8 @@ func New(cfg Config, devices DeviceSource, allocs AllocationSource, clock Clock,
 		alloc:   map[allocKey]*allocState{},
 		sources: map[string]*sourceState{},
 		shares:  map[allocKey]float64{},
+
+		cmdModels: map[string]string{},
 	}
 	for _, o := range opts {
 		o(e)
@@ -547,9 +552,17 @@ func (e *Engine) credit(ds *deviceState, from, to time.Time, v float64, known bo
 // kept allocation list can still credit.
 func (e *Engine) expire(now time.Time) {
 	oldest := e.history[0].at
+	uids := make(map[string]bool, len(e.cmdModels))
 	for k, as := range e.alloc {
 		if !as.live && now.Sub(as.ended) > e.cfg.Retention && as.ended.Before(oldest) {
 			delete(e.alloc, k)
+			continue
+		}
+		uids[as.pod.UID] = true
+	}
+	for uid := range e.cmdModels {
+		if !uids[uid] {
+			delete(e.cmdModels, uid)
 		}
 	}
 }
@@ -599,7 +612,7 @@ func (e *Engine) buildSnapshot(now time.Time) *Snapshot {
 			Attribution:     attribution,
 			WorkloadKind:    as.pod.WorkloadKind,
 			Workload:        as.pod.Workload,
-			Model:           as.pod.Model,
+			Model:           cmp.Or(as.pod.Model, e.cmdModels[as.pod.UID]),
 			ExtraLabels:     as.pod.ExtraLabels,
 			Live:            as.live,
 			Stale:           as.stale,
