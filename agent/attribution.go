@@ -34,14 +34,18 @@ func WithPods(p PodSource) Option { return func(e *Engine) { e.pods = p } }
 // on shared GPUs.
 func WithProcesses(r ProcessResolver) Option { return func(e *Engine) { e.procs = r } }
 
-// procOwner is the pod (and, when known, container) a GPU process runs in.
+// procOwner is the pod (and, when known, container) a GPU process runs in;
+// the zero procOwner is a process known to run in no pod.
 type procOwner struct {
 	namespace, pod, container string
 }
 
-// owners resolves every PID seen on a GPU to the pod it runs in. It returns
-// nil when process attribution is not possible (no resolver or pod source):
-// shared GPUs then fall back to the device's samples.
+// owners resolves every PID seen on a GPU to the pod it runs in, or to the
+// zero procOwner for a process in no pod. A PID it could not resolve (not
+// visible without hostPID, or gone) or whose pod the pod source does not
+// know (yet) is absent: devices with such a process fall back to the
+// device's samples rather than call it idle or unattributed. It returns nil
+// when process attribution is not possible (no resolver or pod source).
 func (e *Engine) owners(snap collector.DeviceSnapshot) map[uint32]procOwner {
 	if e.procs == nil || e.pods == nil {
 		return nil
@@ -62,6 +66,7 @@ func (e *Engine) owners(snap collector.DeviceSnapshot) map[uint32]procOwner {
 	out := make(map[uint32]procOwner, len(infos))
 	for pid, info := range infos {
 		if info.PodUID == "" {
+			out[pid] = procOwner{}
 			continue
 		}
 		pod, ok := e.pods.PodByUID(info.PodUID)
@@ -88,8 +93,30 @@ func (e *Engine) owners(snap collector.DeviceSnapshot) map[uint32]procOwner {
 	return out
 }
 
+// resolved reports whether every process the reading lists has an owner,
+// so that per-process attribution of the device is complete.
+func resolved(rd collector.DeviceReading, owners map[uint32]procOwner) bool {
+	if owners == nil {
+		return false
+	}
+	for _, p := range rd.Processes {
+		if _, ok := owners[p.PID]; !ok {
+			return false
+		}
+	}
+	for _, p := range rd.ProcessSamples {
+		if _, ok := owners[p.PID]; !ok {
+			return false
+		}
+	}
+	return true
+}
+
 // holderOf returns which of holders the process belongs to.
 func holderOf(o procOwner, holders []allocKey) (allocKey, bool) {
+	if o.pod == "" {
+		return allocKey{}, false
+	}
 	var podMatch allocKey
 	found := false
 	for _, k := range holders {
@@ -156,7 +183,7 @@ func (e *Engine) memory(ds *deviceState, rd collector.DeviceReading, owners map[
 	if !rd.HasProcesses || !known || ds.info.MIGEnabled {
 		return
 	}
-	if owners == nil {
+	if !resolved(rd, owners) {
 		// Without process attribution the only sure case is one exclusive
 		// holder: every process on the device is taken to be its.
 		if len(holders) == 1 && !e.alloc[holders[0]].shared {

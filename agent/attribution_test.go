@@ -149,6 +149,18 @@ func (f fakeProcs) Resolve(pids []uint32) (map[uint32]collector.ProcessInfo, []e
 	return out, nil
 }
 
+// hidden is a resolver that cannot see one PID, as without hostPID.
+type hidden struct {
+	fakeProcs
+	pid uint32
+}
+
+func (h hidden) Resolve(pids []uint32) (map[uint32]collector.ProcessInfo, []error) {
+	out, errs := h.fakeProcs.Resolve(pids)
+	delete(out, h.pid)
+	return out, errs
+}
+
 func wholeGPU(i int) collector.Device {
 	return collector.Device{UUID: uuidOf(i), GPU: i, UtilizationSource: collector.UtilizationSamples}
 }
@@ -214,6 +226,19 @@ func TestSharedGPUProcessAttribution(t *testing.T) {
 				"solo": {allocated: 60, idle: 0, active: 42, attribution: "device", memory: 5 << 30, hasMemory: true},
 			},
 			unattrMem:  map[int]uint64{0: 0, 1: 1 << 30},
+			unallocAct: map[int]float64{0: 0, 1: 12},
+		},
+		{
+			// Without hostPID the agent cannot see pid 200: rather than call
+			// its pod idle, GPU 0 falls back to the device's samples.
+			name: "a process that cannot be resolved",
+			opts: []Option{WithPods(pods), WithProcesses(hidden{procs, 200})},
+			want: map[string]want{
+				"busy": {allocated: 60, idle: 0, active: 42, attribution: "device"},
+				"idle": {allocated: 60, idle: 0, active: 42, attribution: "device"},
+				"solo": {allocated: 60, idle: 0, active: 42, attribution: "device", memory: 5 << 30, hasMemory: true},
+			},
+			unattrMem:  map[int]uint64{1: 1 << 30},
 			unallocAct: map[int]float64{0: 0, 1: 12},
 		},
 		{

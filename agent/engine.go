@@ -447,7 +447,7 @@ func (e *Engine) integrate(ds *deviceState, rd collector.DeviceReading, now time
 		return
 	}
 	var procs *processShares
-	if owners != nil && rd.HasProcessSamples {
+	if rd.HasProcessSamples && resolved(rd, owners) {
 		procs = &processShares{samples: rd.ProcessSamples, owners: owners, baseline: ds.lastSample}
 	}
 	var busy, covered time.Duration
