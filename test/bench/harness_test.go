@@ -1,0 +1,211 @@
+package bench
+
+import (
+	"bufio"
+	"bytes"
+	"flag"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/gpuxray/gpuxray/collector/sim"
+	"github.com/gpuxray/gpuxray/test/bench/scenario"
+	"github.com/gpuxray/gpuxray/test/bench/simnode"
+)
+
+var (
+	harness    = flag.Bool("harness", false, "run the real-binary harness (make bench)")
+	harnessFor = flag.Duration("harness.duration", 2*time.Minute, "how long the harness runs the agent, after a 20 s warm-up")
+)
+
+// TestHarness builds gpuxray, runs `gpuxray agent --simulate` on the node-110
+// scenario (8 GPUs, 110 allocations, time-sliced, churn) in real time,
+// scrapes it every second, and reports what the agent costs: CPU seconds a
+// minute (utime+stime from /proc/<pid>/stat), peak RSS (VmHWM), heap after a
+// forced GC, scrape latency p50/p99 and series. The simulated driver and
+// kubelet run inside the agent's process, so their cost is included.
+func TestHarness(t *testing.T) {
+	if !*harness {
+		t.Skip("run with -harness (make bench)")
+	}
+	dir := t.TempDir()
+	bin := filepath.Join(dir, "gpuxray")
+	build := exec.Command("go", "build", "-trimpath", "-o", bin, "../../cmd/gpuxray")
+	build.Env = append(os.Environ(), "CGO_CFLAGS=-Wno-deprecated-declarations")
+	if out, err := build.CombinedOutput(); err != nil {
+		t.Fatalf("go build: %v\n%s", err, out)
+	}
+	file := filepath.Join(dir, "node-110.yaml")
+	if err := os.WriteFile(file, scenario.Node110(), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := l.Addr().String()
+	l.Close()
+	cmd := exec.Command(bin, "agent", "--web.listen-address", addr, "--web.enable-pprof", "--log.level", "warn", "--simulate", file)
+	cmd.Stderr = os.Stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cmd.Process.Signal(os.Interrupt); cmd.Wait() })
+	base := "http://" + addr
+	get := func(path string) ([]byte, time.Duration, error) {
+		t0 := time.Now()
+		resp, err := http.Get(base + path)
+		if err != nil {
+			return nil, 0, err
+		}
+		defer resp.Body.Close()
+		body, err := io.ReadAll(resp.Body)
+		if resp.StatusCode != http.StatusOK {
+			err = fmt.Errorf("%s: %s", path, resp.Status)
+		}
+		return body, time.Since(t0), err
+	}
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		if _, _, err := get("/metrics"); err == nil {
+			break
+		} else if time.Now().After(deadline) {
+			t.Fatalf("agent not serving: %v", err)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	pid := cmd.Process.Pid
+	tick := time.NewTicker(time.Second)
+	defer tick.Stop()
+	warm := time.Now().Add(20 * time.Second)
+	for time.Now().Before(warm) {
+		<-tick.C
+		get("/metrics")
+	}
+	cpu0, t0 := cpuSeconds(t, pid), time.Now()
+	var lat []time.Duration
+	var body []byte
+	for end := time.Now().Add(*harnessFor); time.Now().Before(end); {
+		<-tick.C
+		b, d, err := get("/metrics")
+		if err != nil {
+			t.Fatal(err)
+		}
+		lat, body = append(lat, d), b
+	}
+	cpu := (cpuSeconds(t, pid) - cpu0) / time.Since(t0).Minutes()
+	if _, _, err := get("/debug/pprof/heap?gc=1"); err != nil {
+		t.Fatal(err)
+	}
+	after, _, err := get("/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	slices.Sort(lat)
+	pct := func(p float64) time.Duration { return lat[min(len(lat)-1, int(p*float64(len(lat))))] }
+	series := 0
+	for _, line := range strings.Split(string(body), "\n") {
+		if strings.HasPrefix(line, "gpuxray_") {
+			series++
+		}
+	}
+	hwm := procStatus(t, pid, "VmHWM")
+	t.Logf("node-110, %s at a 1 s poll and a 1 s scrape, GOMAXPROCS %d:", *harnessFor, runtime.GOMAXPROCS(0))
+	t.Logf("  CPU            %.3f s/min (%.2f%% of one core; target ≤ 0.5%%)", cpu, 100*cpu/60)
+	t.Logf("  peak RSS       %.1f MiB (VmHWM; target ≤ 30 MiB)", float64(hwm)/1024)
+	t.Logf("  heap after GC  %.1f MiB (go_memstats_heap_alloc_bytes after /debug/pprof/heap?gc=1)", metric(after, "go_memstats_heap_alloc_bytes")/(1<<20))
+	t.Logf("  scrape         p50 %s, p99 %s over %d scrapes (target p99 ≤ 5 ms)", pct(0.5).Round(10*time.Microsecond), pct(0.99).Round(10*time.Microsecond), len(lat))
+	t.Logf("  series         %d gpuxray_ series, %d bytes a scrape", series, len(body))
+}
+
+// TestChurnReturnsToBaseline replays the 24-hour churn scenario (about
+// 10,000 pods from 1h to 22h) on the virtual clock through the whole stack
+// and checks that series and heap come back to their baseline once churn
+// ends and retention (10m) has passed.
+func TestChurnReturnsToBaseline(t *testing.T) {
+	if !*harness {
+		t.Skip("run with -harness (make bench)")
+	}
+	sc, err := sim.ParseScenario(scenario.Churn24h(), "churn-24h.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := simnode.New(t, sc, nil)
+	measure := func() (int, uint64) {
+		runtime.GC()
+		var ms runtime.MemStats
+		runtime.ReadMemStats(&ms)
+		mfs, err := n.Registry.Gather()
+		if err != nil {
+			t.Fatal(err)
+		}
+		s := 0
+		for _, mf := range mfs {
+			s += len(mf.GetMetric())
+		}
+		return s, ms.HeapAlloc
+	}
+	start := time.Now()
+	n.Run(time.Second, 50*time.Minute)
+	s0, h0 := measure()
+	n.Run(time.Second, 12*time.Hour)
+	s1, h1 := measure()
+	n.Run(time.Second, 23*time.Hour)
+	s2, h2 := measure()
+	t.Logf("churn-24h (%d pods) replayed in %s: series %d at 50m, %d at 12h, %d at 23h; heap after GC %.1f, %.1f, %.1f MiB",
+		len(sc.Pods), time.Since(start).Round(time.Second), s0, s1, s2, float64(h0)/(1<<20), float64(h1)/(1<<20), float64(h2)/(1<<20))
+	if s2 != s0 {
+		t.Errorf("series at 23h %d, baseline %d", s2, s0)
+	}
+	if float64(h2) > 1.1*float64(h0)+1<<20 {
+		t.Errorf("heap after GC at 23h %.1f MiB, baseline %.1f MiB", float64(h2)/(1<<20), float64(h0)/(1<<20))
+	}
+}
+
+func cpuSeconds(t *testing.T, pid int) float64 {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		t.Fatal(err)
+	}
+	f := strings.Fields(string(b[bytes.LastIndexByte(b, ')')+2:]))
+	ut, _ := strconv.ParseFloat(f[11], 64)
+	st, _ := strconv.ParseFloat(f[12], 64)
+	return (ut + st) / 100 // USER_HZ
+}
+
+func procStatus(t *testing.T, pid int, key string) int64 {
+	f, err := os.Open(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	s := bufio.NewScanner(f)
+	for s.Scan() {
+		if k, v, ok := strings.Cut(s.Text(), ":"); ok && k == key {
+			n, _ := strconv.ParseInt(strings.Fields(v)[0], 10, 64)
+			return n
+		}
+	}
+	t.Fatalf("no %s in /proc/%d/status", key, pid)
+	return 0
+}
+
+func metric(body []byte, name string) float64 {
+	for _, line := range strings.Split(string(body), "\n") {
+		if v, ok := strings.CutPrefix(line, name+" "); ok {
+			f, _ := strconv.ParseFloat(v, 64)
+			return f
+		}
+	}
+	return -1
+}
