@@ -7,7 +7,7 @@ REVISION ?= $(shell git rev-parse HEAD 2>/dev/null || echo unknown)
 LDFLAGS  := -s -w -X main.version=$(VERSION) -X main.revision=$(REVISION)
 GOFLAGS_BUILD := -trimpath -ldflags "$(LDFLAGS)"
 
-.PHONY: all build image-binaries test test-short lint fmt vet demo clean
+.PHONY: all build image-binaries test test-short lint fmt vet demo bench clean
 
 all: lint test build
 
@@ -42,6 +42,13 @@ test:
 ## test-short: quick unit tests
 test-short:
 	go test -short ./...
+
+## bench: Go benchmarks (-count 6 for benchstat-style medians), then the real-binary
+## harness and the 24-hour churn replay (docs/benchmarks.md)
+BENCHCOUNT ?= 6
+bench:
+	go test -run '^$$' -bench . -benchmem -count $(BENCHCOUNT) ./...
+	go test -count=1 -timeout 60m -run 'Harness|Churn' -v ./test/bench -args -harness
 
 ## lint: formatting and vet
 lint: fmt vet
