@@ -1,0 +1,100 @@
+package pods
+
+import (
+	"strings"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/gpuxray/gpuxray/collector"
+	"github.com/gpuxray/gpuxray/collector/workload"
+)
+
+// convert computes what the agent exports of pod p.
+func (s *Source) convert(p *corev1.Pod) collector.Pod {
+	owners := make([]workload.OwnerRef, 0, len(p.OwnerReferences))
+	for _, o := range p.OwnerReferences {
+		owners = append(owners, workload.OwnerRef{
+			APIVersion: o.APIVersion, Kind: o.Kind, Name: o.Name,
+			Controller: o.Controller != nil && *o.Controller,
+		})
+	}
+	kind, name := workload.ResolvePod(p.Name, owners, p.Labels)
+	return collector.Pod{
+		UID:          string(p.UID),
+		Namespace:    p.Namespace,
+		Name:         p.Name,
+		Phase:        string(p.Status.Phase),
+		WorkloadKind: kind,
+		Workload:     name,
+		Model:        workload.ModelFromLabels(p.Labels, p.Annotations, s.cfg.ModelKeys),
+		ExtraLabels:  workload.ExtraLabels(s.cfg.ExtraLabels, p.Labels),
+		ContainerIDs: containerIDs(p),
+	}
+}
+
+// containerIDs maps each started container of p (init and sidecar
+// containers included: a native sidecar can hold a GPU) to its runtime ID,
+// without the "containerd://", "cri-o://" or "docker://" scheme.
+func containerIDs(p *corev1.Pod) map[string]string {
+	n := len(p.Status.ContainerStatuses) + len(p.Status.InitContainerStatuses)
+	if n == 0 {
+		return nil
+	}
+	ids := make(map[string]string, n)
+	for _, list := range [][]corev1.ContainerStatus{p.Status.InitContainerStatuses, p.Status.ContainerStatuses} {
+		for _, c := range list {
+			if id := stripScheme(c.ContainerID); id != "" {
+				ids[c.Name] = id
+			}
+		}
+	}
+	return ids
+}
+
+// stripScheme returns a container ID without its runtime scheme
+// ("containerd://<id>" → "<id>").
+func stripScheme(id string) string {
+	if _, rest, ok := strings.Cut(id, "://"); ok {
+		return rest
+	}
+	return id
+}
+
+// trim keeps of a pod only what convert and the store read: name,
+// namespace, UID, labels, annotations, owner references and deletion time;
+// spec.nodeName; the phase and the containers' names and IDs. It drops the
+// rest (managed fields, the spec's containers, volumes and tolerations,
+// conditions, images) before the informer caches the pod, so the cache
+// costs a few hundred bytes a pod.
+func trim(obj any) (any, error) {
+	p, ok := obj.(*corev1.Pod)
+	if !ok {
+		return obj, nil
+	}
+	return &corev1.Pod{
+		TypeMeta: p.TypeMeta,
+		ObjectMeta: metav1.ObjectMeta{
+			Name: p.Name, Namespace: p.Namespace, UID: p.UID, ResourceVersion: p.ResourceVersion,
+			Labels: p.Labels, Annotations: p.Annotations, OwnerReferences: p.OwnerReferences,
+			DeletionTimestamp: p.DeletionTimestamp,
+		},
+		Spec: corev1.PodSpec{NodeName: p.Spec.NodeName},
+		Status: corev1.PodStatus{
+			Phase:                 p.Status.Phase,
+			ContainerStatuses:     trimStatuses(p.Status.ContainerStatuses),
+			InitContainerStatuses: trimStatuses(p.Status.InitContainerStatuses),
+		},
+	}, nil
+}
+
+func trimStatuses(in []corev1.ContainerStatus) []corev1.ContainerStatus {
+	if len(in) == 0 {
+		return nil
+	}
+	out := make([]corev1.ContainerStatus, len(in))
+	for i, c := range in {
+		out[i] = corev1.ContainerStatus{Name: c.Name, ContainerID: c.ContainerID}
+	}
+	return out
+}

@@ -1,0 +1,568 @@
+package pods
+
+import (
+	"context"
+	"errors"
+	"maps"
+	"net"
+	"net/url"
+	"os"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"go.uber.org/goleak"
+	"go.uber.org/zap/zaptest"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/watch"
+	"k8s.io/client-go/kubernetes/fake"
+	k8stesting "k8s.io/client-go/testing"
+
+	"github.com/gpuxray/gpuxray/collector"
+)
+
+func TestMain(m *testing.M) {
+	goleak.VerifyTestMain(m,
+		// klog's flush daemon, started when client-go is imported.
+		goleak.IgnoreTopFunction("k8s.io/klog/v2.(*flushDaemon).run.func1"),
+	)
+}
+
+const node = "gpu-node-1"
+
+var podsGVR = schema.GroupVersionResource{Version: "v1", Resource: "pods"}
+
+func testConfig() Config {
+	c := DefaultConfig(node)
+	c.ExtraLabels = map[string]string{"team": "team", "cost_center": "billing/cost-center"}
+	return c
+}
+
+// vllmPod is a Deployment's pod as the API server returns it.
+func vllmPod(uid string) *corev1.Pod {
+	ctl := true
+	return &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{
+			Namespace: "serving", Name: "vllm-llama-7c9d5b8f6d-x2k9q", UID: types.UID(uid),
+			Labels: map[string]string{
+				"app": "vllm-llama", "pod-template-hash": "7c9d5b8f6d",
+				"model": "llama-3.1-8b", "team": "nlp", "billing/cost-center": strings.Repeat("c", 200),
+			},
+			Annotations: map[string]string{"kubectl.kubernetes.io/restartedAt": "2026-12-01T08:00:00Z"},
+			OwnerReferences: []metav1.OwnerReference{{
+				APIVersion: "apps/v1", Kind: "ReplicaSet", Name: "vllm-llama-7c9d5b8f6d", UID: "rs-uid", Controller: &ctl,
+			}},
+			ManagedFields: []metav1.ManagedFieldsEntry{{Manager: "kube-controller-manager", Operation: metav1.ManagedFieldsOperationUpdate}},
+		},
+		Spec: corev1.PodSpec{
+			NodeName:   node,
+			Containers: []corev1.Container{{Name: "vllm", Image: "vllm/vllm-openai:v0.9.0", Args: []string{"--api-key", "sk-not-kept"}}},
+		},
+		Status: corev1.PodStatus{
+			Phase: corev1.PodRunning,
+			InitContainerStatuses: []corev1.ContainerStatus{
+				{Name: "fetch", ContainerID: "cri-o://" + strings.Repeat("b", 64)},
+			},
+			ContainerStatuses: []corev1.ContainerStatus{
+				{Name: "vllm", ContainerID: "containerd://" + strings.Repeat("a", 64), Image: "vllm/vllm-openai:v0.9.0"},
+				{Name: "sidecar", ContainerID: "docker://" + strings.Repeat("c", 64)},
+				{Name: "waiting"},
+			},
+		},
+	}
+}
+
+// otherNodePod is a pod of another node, which a fake clientset lists
+// because it ignores field selectors.
+func otherNodePod() *corev1.Pod {
+	return &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Namespace: "serving", Name: "elsewhere", UID: "other-uid"},
+		Spec:       corev1.PodSpec{NodeName: "gpu-node-2"},
+		Status:     corev1.PodStatus{Phase: corev1.PodRunning},
+	}
+}
+
+// harness runs a Source against a fake clientset whose pod watches are
+// made by the test, so that it knows when a watch is open and can end it.
+type harness struct {
+	t      *testing.T
+	client *fake.Clientset
+	src    *Source
+	cancel context.CancelFunc
+	done   chan struct{}
+
+	mu         sync.Mutex
+	watchers   []watch.Interface
+	listFields []string
+	listErr    error // returned by every list while set
+	watchErr   error // returned by every watch while set
+	watchOpen  chan struct{}
+}
+
+func newHarness(t *testing.T, objs ...runtime.Object) *harness {
+	t.Helper()
+	h := &harness{t: t, client: fake.NewClientset(objs...), watchOpen: make(chan struct{}, 100)}
+	h.client.PrependReactor("list", "pods", func(a k8stesting.Action) (bool, runtime.Object, error) {
+		h.mu.Lock()
+		defer h.mu.Unlock()
+		h.listFields = append(h.listFields, a.(k8stesting.ListAction).GetListRestrictions().Fields.String())
+		if h.listErr != nil {
+			return true, nil, h.listErr
+		}
+		return false, nil, nil
+	})
+	h.client.PrependWatchReactor("pods", func(a k8stesting.Action) (bool, watch.Interface, error) {
+		h.mu.Lock()
+		defer h.mu.Unlock()
+		if h.watchErr != nil {
+			return true, nil, h.watchErr
+		}
+		w, err := h.client.Tracker().Watch(podsGVR, a.GetNamespace())
+		if err != nil {
+			return true, nil, err
+		}
+		h.watchers = append(h.watchers, w)
+		h.watchOpen <- struct{}{}
+		return true, w, nil
+	})
+	src, err := New(testConfig(), h.client, zaptest.NewLogger(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	h.src = src
+	return h
+}
+
+func (h *harness) start() {
+	ctx, cancel := context.WithCancel(context.Background())
+	h.cancel, h.done = cancel, make(chan struct{})
+	go func() {
+		defer close(h.done)
+		if err := h.src.Run(ctx); err != nil {
+			h.t.Errorf("Run: %v", err)
+		}
+	}()
+	h.t.Cleanup(h.stop)
+}
+
+func (h *harness) stop() {
+	h.cancel()
+	select {
+	case <-h.done:
+	case <-time.After(10 * time.Second):
+		h.t.Error("Run did not return after its context was cancelled")
+	}
+}
+
+// waitWatch waits until a watch is open.
+func (h *harness) waitWatch() {
+	h.t.Helper()
+	select {
+	case <-h.watchOpen:
+	case <-time.After(10 * time.Second):
+		h.t.Fatal("no watch was opened")
+	}
+}
+
+func (h *harness) set(f func()) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	f()
+}
+
+// eventually polls cond until it holds, or fails after 15 s (the
+// reflector's retry backoff starts at 0.8 s and doubles).
+func eventually(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(15 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting until %s", what)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+func TestConfigValidate(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		name string
+		cfg  Config
+		want string
+	}{
+		{"default", DefaultConfig("n1"), ""},
+		{"no node", Config{}, "NODE_NAME is empty: set it from the downward API (spec.nodeName)"},
+		{"missing kubeconfig", Config{NodeName: "n1", Kubeconfig: "/nonexistent/kubeconfig"}, `the kubeconfig "/nonexistent/kubeconfig" cannot be read`},
+		{"reserved extra label", Config{NodeName: "n1", ExtraLabels: map[string]string{"pod": "team"}}, `"pod" is a label gpuxray already sets`},
+		{"bad extra label key", Config{NodeName: "n1", ExtraLabels: map[string]string{"team": "-x"}}, `is not a Kubernetes label key`},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			err := tt.cfg.Validate()
+			if tt.want == "" {
+				if err != nil {
+					t.Fatalf("Validate() = %v, want nil", err)
+				}
+				return
+			}
+			if err == nil || !strings.Contains(err.Error(), tt.want) {
+				t.Fatalf("Validate() = %v, want an error containing %q", err, tt.want)
+			}
+		})
+	}
+	if _, err := New(Config{}, fake.NewClientset(), nil); err == nil {
+		t.Error("New with no node name succeeded")
+	}
+	if _, err := New(DefaultConfig("n1"), nil, nil); err == nil {
+		t.Error("New with no client succeeded")
+	}
+}
+
+func TestConvert(t *testing.T) {
+	t.Parallel()
+	src, err := New(testConfig(), fake.NewClientset(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := collector.Pod{
+		UID: "uid-1", Namespace: "serving", Name: "vllm-llama-7c9d5b8f6d-x2k9q", Phase: "Running",
+		WorkloadKind: "Deployment", Workload: "vllm-llama", Model: "llama-3.1-8b",
+		ExtraLabels: map[string]string{"team": "nlp", "cost_center": strings.Repeat("c", 128)},
+		ContainerIDs: map[string]string{
+			"vllm": strings.Repeat("a", 64), "fetch": strings.Repeat("b", 64), "sidecar": strings.Repeat("c", 64),
+		},
+	}
+	for _, tr := range []struct {
+		name string
+		pod  func() *corev1.Pod
+	}{
+		{"as listed", func() *corev1.Pod { return vllmPod("uid-1") }},
+		{"trimmed", func() *corev1.Pod {
+			p, err := trim(vllmPod("uid-1"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			return p.(*corev1.Pod)
+		}},
+	} {
+		got := src.convert(tr.pod())
+		if !podEqual(got, want) {
+			t.Errorf("%s: convert = %+v\nwant %+v", tr.name, got, want)
+		}
+	}
+
+	p, _ := trim(vllmPod("uid-1"))
+	tp := p.(*corev1.Pod)
+	if tp.ManagedFields != nil || tp.Spec.Containers != nil || tp.Status.ContainerStatuses[0].Image != "" {
+		t.Errorf("trim kept managed fields, containers or images: %+v", tp)
+	}
+	bare := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "dev", Name: "debug-gpu", UID: "u"}, Spec: corev1.PodSpec{NodeName: node}}
+	if got := src.convert(bare); got.WorkloadKind != "Pod" || got.Workload != "debug-gpu" || got.ContainerIDs != nil {
+		t.Errorf("bare pod: %+v, want workload Pod/debug-gpu and no container IDs", got)
+	}
+}
+
+func podEqual(a, b collector.Pod) bool {
+	return a.UID == b.UID && a.Namespace == b.Namespace && a.Name == b.Name && a.Phase == b.Phase &&
+		a.WorkloadKind == b.WorkloadKind && a.Workload == b.Workload && a.Model == b.Model &&
+		maps.Equal(a.ExtraLabels, b.ExtraLabels) && maps.Equal(a.ContainerIDs, b.ContainerIDs)
+}
+
+func TestPodLifecycle(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t, vllmPod("uid-1"), otherNodePod())
+	ctx := context.Background()
+	pods := h.client.CoreV1().Pods("serving")
+	h.start()
+	if !h.src.WaitForSync(ctx) {
+		t.Fatal("no sync")
+	}
+	h.waitWatch()
+
+	h.mu.Lock()
+	fields := h.listFields
+	h.mu.Unlock()
+	if len(fields) == 0 || fields[0] != "spec.nodeName="+node {
+		t.Errorf("list field selectors = %q, want spec.nodeName=%s", fields, node)
+	}
+
+	got, ok := h.src.Pod("serving", "vllm-llama-7c9d5b8f6d-x2k9q")
+	if !ok || got.Workload != "vllm-llama" || got.Model != "llama-3.1-8b" || got.Phase != "Running" {
+		t.Fatalf("Pod = %+v, %v; want the listed pod", got, ok)
+	}
+	if byUID, ok := h.src.PodByUID("uid-1"); !ok || byUID.Name != got.Name {
+		t.Errorf("PodByUID(uid-1) = %+v, %v", byUID, ok)
+	}
+	if _, ok := h.src.Pod("serving", "elsewhere"); ok {
+		t.Error("a pod of another node is known")
+	}
+	if _, ok := h.src.PodByUID("other-uid"); ok {
+		t.Error("a pod of another node is known by UID")
+	}
+	if up, errs := h.src.Health(); !up || len(errs) != 0 {
+		t.Errorf("Health = %v, %v; want up, no errors", up, errs)
+	}
+
+	// Added after the list: seen through the watch.
+	added := vllmPod("uid-2")
+	added.Name, added.Labels = "trainer-0", map[string]string{"gpuxray.io/model": "bert", "team": "vision"}
+	added.OwnerReferences = []metav1.OwnerReference{{APIVersion: "batch/v1", Kind: "Job", Name: "bert-ft", Controller: new(true)}}
+	if _, err := pods.Create(ctx, added, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "the added pod is known", func() bool {
+		p, ok := h.src.PodByUID("uid-2")
+		return ok && p.WorkloadKind == "Job" && p.Workload == "bert-ft" && p.Model == "bert" && p.ExtraLabels["team"] == "vision"
+	})
+
+	// Relabelled: model and extra labels follow.
+	relabelled := vllmPod("uid-1")
+	relabelled.Labels["model"] = "llama-3.3-70b"
+	relabelled.Labels["team"] = "platform"
+	if _, err := pods.Update(ctx, relabelled, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "the relabelled pod's model and team change", func() bool {
+		p, _ := h.src.Pod("serving", relabelled.Name)
+		return p.Model == "llama-3.3-70b" && p.ExtraLabels["team"] == "platform"
+	})
+
+	// Terminated: the phase says so.
+	done := relabelled.DeepCopy()
+	done.Status.Phase = corev1.PodSucceeded
+	if _, err := pods.UpdateStatus(ctx, done, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "the pod is terminal", func() bool {
+		p, ok := h.src.Pod("serving", done.Name)
+		return ok && p.Phase == "Succeeded" && p.Terminal()
+	})
+
+	// Moved to another node (only a fake can): forgotten.
+	moved := added.DeepCopy()
+	moved.Spec.NodeName = "gpu-node-2"
+	if _, err := pods.Update(ctx, moved, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "a pod updated onto another node is forgotten", func() bool {
+		_, ok := h.src.PodByUID("uid-2")
+		return !ok
+	})
+
+	// Deleted, then recreated under the same name with a new UID (a
+	// StatefulSet's pod): the old UID is forgotten.
+	if err := pods.Delete(ctx, done.Name, metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "the deleted pod is forgotten", func() bool {
+		_, ok1 := h.src.Pod("serving", done.Name)
+		_, ok2 := h.src.PodByUID("uid-1")
+		return !ok1 && !ok2
+	})
+	if _, err := pods.Create(ctx, vllmPod("uid-3"), metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "the recreated pod is known by its new UID", func() bool {
+		p, ok := h.src.PodByUID("uid-3")
+		return ok && p.Name == done.Name
+	})
+	if n := h.src.Len(); n != 1 {
+		t.Errorf("Len = %d, want 1", n)
+	}
+	if up, errs := h.src.Health(); !up || len(errs) != 0 {
+		t.Errorf("Health = %v, %v; want up, no errors", up, errs)
+	}
+}
+
+// refused is the error a dial to a closed port returns through client-go.
+func refused() error {
+	return &url.Error{Op: "Get", URL: "https://10.96.0.1:443/api/v1/pods", Err: &net.OpError{
+		Op: "dial", Net: "tcp", Err: os.NewSyscallError("connect", syscall.ECONNREFUSED),
+	}}
+}
+
+func forbidden() error {
+	return apierrors.NewForbidden(schema.GroupResource{Resource: "pods"}, "",
+		errors.New(`User "system:serviceaccount:gpuxray:gpuxray" cannot list resource "pods" in API group "" at the cluster scope`))
+}
+
+// takeHealth calls Health until want holds for the state it reports,
+// collecting the errors it returns on the way.
+func takeHealth(t *testing.T, src *Source, what string, want func(up bool, errs []error) bool) []error {
+	t.Helper()
+	var all []error
+	eventually(t, what, func() bool {
+		up, errs := src.Health()
+		all = append(all, errs...)
+		return want(up, all)
+	})
+	return all
+}
+
+func reasons(errs []error) map[string]int {
+	out := map[string]int{}
+	for _, err := range errs {
+		var se *collector.SourceError
+		if !errors.As(err, &se) || se.Source != collector.SourcePods {
+			out["not a pods SourceError: "+err.Error()]++
+			continue
+		}
+		out[se.Reason]++
+	}
+	return out
+}
+
+func TestUnavailableAtStart(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		name   string
+		err    error
+		reason string
+	}{
+		{"connection refused", refused(), ReasonUnavailable},
+		{"rbac forbids", forbidden(), ReasonForbidden},
+		{"expired token", apierrors.NewUnauthorized("Unauthorized"), ReasonUnauthorized},
+		{"overloaded", apierrors.NewTooManyRequests("slow down", 1), ReasonUnavailable},
+		{"server error", apierrors.NewServiceUnavailable("etcd is down"), ReasonUnavailable},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			h := newHarness(t, vllmPod("uid-1"))
+			h.set(func() { h.listErr = tt.err })
+			h.start()
+			errs := takeHealth(t, h.src, "a failure is reported", func(up bool, errs []error) bool { return !up && len(errs) > 0 })
+			if r := reasons(errs); r[tt.reason] == 0 || len(r) != 1 {
+				t.Errorf("reasons = %v, want only %q", r, tt.reason)
+			}
+			if _, ok := h.src.Pod("serving", "vllm-llama-7c9d5b8f6d-x2k9q"); ok || h.src.HasSynced() {
+				t.Error("a pod is known before any list succeeded")
+			}
+
+			h.set(func() { h.listErr = nil })
+			takeHealth(t, h.src, "the source recovers", func(up bool, _ []error) bool { return up })
+			if _, ok := h.src.PodByUID("uid-1"); !ok {
+				t.Error("the pod is not known after recovery")
+			}
+		})
+	}
+}
+
+func TestUnavailableLater(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t, vllmPod("uid-1"))
+	h.start()
+	if !h.src.WaitForSync(context.Background()) {
+		t.Fatal("no sync")
+	}
+	h.waitWatch()
+	if up, _ := h.src.Health(); !up {
+		t.Fatal("not up after sync")
+	}
+
+	// The API server goes away: the open watch ends and every call fails.
+	h.set(func() {
+		h.listErr, h.watchErr = refused(), refused()
+		for _, w := range h.watchers {
+			w.Stop()
+		}
+	})
+	errs := takeHealth(t, h.src, "the failure is reported", func(up bool, errs []error) bool { return !up && len(errs) > 0 })
+	if r := reasons(errs); r[ReasonUnavailable] == 0 || len(r) != 1 {
+		t.Errorf("reasons = %v, want only %q", r, ReasonUnavailable)
+	}
+	if p, ok := h.src.Pod("serving", "vllm-llama-7c9d5b8f6d-x2k9q"); !ok || p.UID != "uid-1" {
+		t.Error("the pod known before the failure is forgotten while the API server is away")
+	}
+
+	// It comes back, and a pod was deleted meanwhile: the relist forgets it.
+	if err := h.client.Tracker().Delete(podsGVR, "serving", "vllm-llama-7c9d5b8f6d-x2k9q"); err != nil {
+		t.Fatal(err)
+	}
+	h.set(func() { h.listErr, h.watchErr = nil, nil })
+	takeHealth(t, h.src, "the source recovers", func(up bool, _ []error) bool { return up })
+	eventually(t, "the pod deleted while disconnected is forgotten", func() bool { return h.src.Len() == 0 })
+}
+
+func TestWatchStreamError(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t, vllmPod("uid-1"))
+	var fw *watch.FakeWatcher
+	h.client.PrependWatchReactor("pods", func(k8stesting.Action) (bool, watch.Interface, error) {
+		h.mu.Lock()
+		defer h.mu.Unlock()
+		if fw != nil {
+			return false, nil, nil // later watches: the tracker's
+		}
+		fw = watch.NewFakeWithChanSize(1, false)
+		h.watchOpen <- struct{}{}
+		return true, fw, nil
+	})
+	h.start()
+	h.waitWatch()
+	if !h.src.WaitForSync(context.Background()) {
+		t.Fatal("no sync")
+	}
+	h.src.Health()
+	// An error event in the stream: the server's own failure.
+	fw.Error(&apierrors.NewInternalError(errors.New("etcdserver: request timed out")).ErrStatus)
+	errs := takeHealth(t, h.src, "the stream error is reported", func(up bool, errs []error) bool { return len(errs) > 0 })
+	if r := reasons(errs); r[ReasonUnavailable] != 1 || len(r) != 1 {
+		t.Errorf("reasons = %v, want one %q", r, ReasonUnavailable)
+	}
+	takeHealth(t, h.src, "the source recovers", func(up bool, _ []error) bool { return up })
+
+	// An expired resource version ends a watch normally: no failure.
+	h.waitWatch()
+	h.mu.Lock()
+	w := h.watchers[len(h.watchers)-1]
+	h.mu.Unlock()
+	w.(*watch.RaceFreeFakeWatcher).Error(&apierrors.NewResourceExpired("too old resource version: 1 (2)").ErrStatus)
+	time.Sleep(200 * time.Millisecond)
+	takeHealth(t, h.src, "up with no error after an expired watch", func(up bool, errs []error) bool {
+		if len(errs) > 0 {
+			t.Fatalf("an expired watch was counted: %v", errs)
+		}
+		return up
+	})
+}
+
+func TestRunTwice(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t)
+	h.start()
+	h.waitWatch()
+	if err := h.src.Run(context.Background()); err == nil {
+		t.Error("a second Run succeeded")
+	}
+}
+
+func TestClassify(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		err  error
+		want string
+	}{
+		{forbidden(), ReasonForbidden},
+		{apierrors.NewUnauthorized("x"), ReasonUnauthorized},
+		{refused(), ReasonUnavailable},
+		{context.DeadlineExceeded, ReasonUnavailable},
+		{apierrors.NewInternalError(errors.New("x")), ReasonUnavailable},
+		{apierrors.NewTimeoutError("x", 1), ReasonUnavailable},
+		{apierrors.NewBadRequest("x"), ReasonOther},
+		{errors.New("x"), ReasonOther},
+	}
+	for _, tt := range tests {
+		if got := classify(tt.err); got != tt.want {
+			t.Errorf("classify(%v) = %q, want %q", tt.err, got, tt.want)
+		}
+	}
+}
