@@ -566,3 +566,32 @@ func TestClassify(t *testing.T) {
 		}
 	}
 }
+
+func TestNewClient(t *testing.T) {
+	t.Parallel()
+	path := t.TempDir() + "/kubeconfig"
+	kc := `apiVersion: v1
+kind: Config
+clusters: [{name: c, cluster: {server: "https://127.0.0.1:6443"}}]
+users: [{name: u, user: {token: not-a-real-token}}]
+contexts: [{name: x, context: {cluster: c, user: u}}]
+current-context: x
+`
+	if err := os.WriteFile(path, []byte(kc), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	cfg := DefaultConfig(node)
+	cfg.Kubeconfig = path
+	if err := cfg.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	if c, err := NewClient(cfg); err != nil || c == nil {
+		t.Fatalf("NewClient = %v, %v", c, err)
+	}
+	if os.Getenv("KUBERNETES_SERVICE_HOST") != "" {
+		return // inside a pod, in-cluster configuration works
+	}
+	if _, err := NewClient(DefaultConfig(node)); err == nil {
+		t.Error("NewClient in-cluster succeeded outside a cluster")
+	}
+}
