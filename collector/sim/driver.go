@@ -186,30 +186,51 @@ func (h *handle) GetMigMode() (int, int, nvml.Return) {
 
 // Activity, from the scenario.
 
+// Each activity call first answers the scenario's faults (nvmlFault): an
+// injected error, GPU_IS_LOST, or a hang.
+
 func (h *handle) GetSamples(typ nvml.SamplingType, lastSeen uint64) (nvml.ValueType, []nvml.Sample, nvml.Return) {
+	if ret, ok := h.n.nvmlFault(h.g, CallSamples); ok {
+		return nvml.VALUE_TYPE_UNSIGNED_INT, nil, ret
+	}
 	return h.n.samples(h.g, typ, lastSeen)
 }
 
 func (h *handle) GetMemoryInfo_v2() (nvml.Memory_v2, nvml.Return) {
+	if ret, ok := h.n.nvmlFault(h.g, CallMemory); ok {
+		return nvml.Memory_v2{}, ret
+	}
 	return h.n.memory(h.g), nvml.SUCCESS
 }
 
 // GetMemoryInfo counts the reserved memory as used, as the driver's
 // version 1 does.
 func (h *handle) GetMemoryInfo() (nvml.Memory, nvml.Return) {
+	if ret, ok := h.n.nvmlFault(h.g, CallMemory); ok {
+		return nvml.Memory{}, ret
+	}
 	m := h.n.memory(h.g)
 	return nvml.Memory{Total: m.Total, Used: m.Used + m.Reserved, Free: m.Free}, nvml.SUCCESS
 }
 
 func (h *handle) GetPowerUsage() (uint32, nvml.Return) {
+	if ret, ok := h.n.nvmlFault(h.g, CallPower); ok {
+		return 0, ret
+	}
 	return h.n.powerMilliwatts(h.g), nvml.SUCCESS
 }
 
 func (h *handle) GetTotalEnergyConsumption() (uint64, nvml.Return) {
+	if ret, ok := h.n.nvmlFault(h.g, CallEnergy); ok {
+		return 0, ret
+	}
 	return h.n.energyMillijoules(h.g), nvml.SUCCESS
 }
 
 func (h *handle) GetComputeRunningProcesses() ([]nvml.ProcessInfo, nvml.Return) {
+	if ret, ok := h.n.nvmlFault(h.g, CallProcesses); ok {
+		return nil, ret
+	}
 	t, _ := h.n.now()
 	running := h.n.running(h.g, t)
 	out := make([]nvml.ProcessInfo, len(running))
@@ -223,5 +244,8 @@ func (h *handle) GetComputeRunningProcesses() ([]nvml.ProcessInfo, nvml.Return) 
 }
 
 func (h *handle) GetProcessUtilization(lastSeen uint64) ([]nvml.ProcessUtilizationSample, nvml.Return) {
+	if ret, ok := h.n.nvmlFault(h.g, CallProcessSamples); ok {
+		return nil, ret
+	}
 	return h.n.processUtilization(h.g, lastSeen)
 }

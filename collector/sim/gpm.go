@@ -67,6 +67,9 @@ func (s *gpmSample) Get(dev nvml.Device) nvml.Return {
 	switch h := dev.(type) {
 	case *handle:
 		if h.n == s.n {
+			if ret, lost := s.n.nvmlFault(h.g, "gpm"); lost {
+				return ret
+			}
 			return s.take(h.g, -1)
 		}
 	case *migHandle:

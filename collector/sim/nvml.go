@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"math"
 	"sort"
+	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/NVIDIA/go-nvml/pkg/nvml"
@@ -41,6 +43,10 @@ type Node struct {
 	ids podIDs
 	// identity says how the pod source names workloads and models.
 	identity Identity
+	// closed releases the calls hang faults hold (Close).
+	closed    chan struct{}
+	closeOnce sync.Once
+	blocked   atomic.Int64
 }
 
 // gpuModel is what the simulated driver knows of one GPU.
@@ -82,7 +88,7 @@ func NewNode(sc *Scenario, clock Clock) (*Node, error) {
 			}
 		}
 	}
-	n := &Node{sc: sc, clock: clock, sys: sys, srv: srv, ids: newPodIDs(sc)}
+	n := &Node{sc: sc, clock: clock, sys: sys, srv: srv, ids: newPodIDs(sc), closed: make(chan struct{})}
 	n.pods = make([]series, len(sc.Pods))
 	for i := range sc.Pods {
 		n.pods[i] = sc.podSeries(i)
@@ -151,12 +157,13 @@ func (n *Node) now() (time.Duration, int64) {
 	return t.Sub(n.sc.Start), t.UnixMicro()
 }
 
-// window is the range of sample numbers [first, last] newer than lastSeen
-// and still in the driver's ring. Sample k covers scenario time
-// ((k-1)·period, k·period] and is stamped at its end.
-func (n *Node) window(lastSeen uint64) (first, last int64, ok bool) {
+// window is the range of sample numbers [first, last] of GPU g newer than
+// lastSeen and still in the driver's ring (a GPU reset after a gpu_lost
+// fault empties it). Sample k covers scenario time ((k-1)·period, k·period]
+// and is stamped at its end.
+func (n *Node) window(g int, lastSeen uint64) (first, last int64, ok bool) {
 	start := n.sc.Start.UnixMicro()
-	_, now := n.now()
+	t, now := n.now()
 	if now < start+samplePeriodMicros {
 		return 0, 0, false
 	}
@@ -169,6 +176,9 @@ func (n *Node) window(lastSeen uint64) (first, last int64, ok bool) {
 		first = (ls-start)/samplePeriodMicros + 1
 	}
 	first = max(first, last-SampleBuffer+1)
+	if at, reset := n.resetAt(g, t); reset {
+		first = max(first, int64(at/SamplePeriod)+1)
+	}
 	return first, last, first <= last
 }
 
@@ -188,14 +198,21 @@ func (n *Node) samples(g int, typ nvml.SamplingType, lastSeen uint64) (nvml.Valu
 	if typ != nvml.GPU_UTILIZATION_SAMPLES || n.migEnabled(g) {
 		return nvml.VALUE_TYPE_UNSIGNED_INT, nil, nvml.ERROR_NOT_SUPPORTED
 	}
-	first, last, ok := n.window(lastSeen)
-	if !ok {
+	first, last, ok := n.window(g, lastSeen)
+	t, _ := n.now()
+	bad, hasBad := n.badStamp(g, t)
+	if !ok && !hasBad {
 		return nvml.VALUE_TYPE_UNSIGNED_INT, nil, nvml.ERROR_NOT_FOUND
 	}
-	out := make([]nvml.Sample, 0, last-first+1)
-	for k := first; k <= last; k++ {
+	out := make([]nvml.Sample, 0, last-first+2)
+	for k := first; ok && k <= last; k++ {
 		s := nvml.Sample{TimeStamp: n.stamp(k)}
 		binary.LittleEndian.PutUint32(s.SampleValue[:4], percent(n.gpus[g].util, k))
+		out = append(out, s)
+	}
+	if hasBad {
+		s := nvml.Sample{TimeStamp: bad}
+		binary.LittleEndian.PutUint32(s.SampleValue[:4], 100)
 		out = append(out, s)
 	}
 	return nvml.VALUE_TYPE_UNSIGNED_INT, out, nvml.SUCCESS
@@ -207,7 +224,7 @@ func (n *Node) processUtilization(g int, lastSeen uint64) ([]nvml.ProcessUtiliza
 	if n.migEnabled(g) {
 		return nil, nvml.ERROR_NOT_SUPPORTED
 	}
-	first, last, ok := n.window(lastSeen)
+	first, last, ok := n.window(g, lastSeen)
 	if !ok {
 		return nil, nvml.ERROR_NOT_FOUND
 	}

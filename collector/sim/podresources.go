@@ -3,6 +3,7 @@ package sim
 import (
 	"sort"
 	"strconv"
+	"time"
 
 	podresourcesv1 "k8s.io/kubelet/pkg/apis/podresources/v1"
 )
@@ -42,7 +43,31 @@ func (n *Node) ListResponse() *podresourcesv1.ListPodResourcesResponse {
 			}},
 		})
 	}
+	n.faultyList(resp, t)
 	return resp
+}
+
+// faultyList adds what device_ids and ghost_pod faults active at scenario
+// time t make the kubelet list: extra device IDs, and pods that hold a GPU
+// they should not (a terminated pod an older kubelet still lists).
+func (n *Node) faultyList(resp *podresourcesv1.ListPodResourcesResponse, t time.Duration) {
+	for _, f := range n.sc.Faults {
+		if !f.active(t) || (f.Kind != FaultDeviceIDs && f.Kind != FaultGhostPod) {
+			continue
+		}
+		ids := f.IDs
+		if f.Kind == FaultGhostPod {
+			ids = []string{n.uuids[f.GPU]}
+		}
+		resp.PodResources = append(resp.PodResources, &podresourcesv1.PodResources{
+			Namespace: f.Namespace,
+			Name:      f.Pod,
+			Containers: []*podresourcesv1.ContainerResources{{
+				Name:    "main",
+				Devices: []*podresourcesv1.ContainerDevices{{ResourceName: ResourceGPU, DeviceIds: ids}},
+			}},
+		})
+	}
 }
 
 // DeviceID is the kubelet's device ID for a scenario device: the GPU's UUID,

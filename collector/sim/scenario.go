@@ -44,6 +44,9 @@ type Scenario struct {
 	Cgroup string
 	// Unattributed are GPU processes that belong to no pod.
 	Unattributed []UnattributedProcess
+	// Faults are the failures injected into the simulated driver and
+	// kubelet, in file order.
+	Faults []Fault
 }
 
 // Pod is one simulated pod with a single container holding GPUs.
@@ -520,7 +523,7 @@ func (d *decoder) step(n *yaml.Node, m map[string]*yaml.Node, path string, total
 }
 
 func (d *decoder) scenario(root *yaml.Node) (*Scenario, error) {
-	m, err := d.mapping(root, "", "start", "duration", "node", "system", "gpus", "mig", "pods", "unallocated", "cgroup", "unattributed")
+	m, err := d.mapping(root, "", "start", "duration", "node", "system", "gpus", "mig", "pods", "unallocated", "cgroup", "unattributed", "faults")
 	if err != nil {
 		return nil, err
 	}
@@ -580,6 +583,11 @@ func (d *decoder) scenario(root *yaml.Node) (*Scenario, error) {
 	}
 	if err := d.processes(m, s); err != nil {
 		return nil, err
+	}
+	if n := m["faults"]; n != nil {
+		if err := d.faults(n, s); err != nil {
+			return nil, err
+		}
 	}
 	return s, nil
 }

@@ -1,0 +1,552 @@
+package sim
+
+import (
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/NVIDIA/go-nvml/pkg/nvml"
+	"go.yaml.in/yaml/v3"
+	"google.golang.org/grpc/codes"
+)
+
+// Fault kinds a scenario's faults list may name.
+const (
+	// FaultNVMLError makes NVML calls on one GPU fail with Error over [From, To).
+	FaultNVMLError = "nvml_error"
+	// FaultGPULost makes every call on one GPU answer GPU_IS_LOST over
+	// [From, To), as a GPU that fell off the bus; at To it is back after a
+	// reset, with an empty sample ring.
+	FaultGPULost = "gpu_lost"
+	// FaultNVMLHang makes a call on one GPU block until To: NVML calls cannot
+	// be cancelled.
+	FaultNVMLHang = "nvml_hang"
+	// FaultBadTimestamp adds one sample with an absurd timestamp (Stamp:
+	// future, past or zero) to every samples answer of one GPU over [From, To).
+	FaultBadTimestamp = "bad_timestamp"
+	// FaultKubeletDown removes the kubelet's socket at From and restarts the
+	// kubelet at To.
+	FaultKubeletDown = "kubelet_down"
+	// FaultKubeletRestart stops and restarts the kubelet at one instant, At
+	// (From; To is From).
+	FaultKubeletRestart = "kubelet_restart"
+	// FaultKubeletSlow makes the kubelet answer after Delay over [From, To).
+	FaultKubeletSlow = "kubelet_slow"
+	// FaultKubeletError makes the kubelet answer Code over [From, To).
+	FaultKubeletError = "kubelet_error"
+	// FaultDeviceIDs makes the kubelet also list the raw device IDs IDs for
+	// the container of pod Pod over [From, To): malformed IDs, or UUIDs this
+	// node lacks.
+	FaultDeviceIDs = "device_ids"
+	// FaultGhostPod makes the kubelet also list pod Pod on GPU GPU over
+	// [From, To), as older kubelets list terminated pods: the pod source says
+	// its phase is Phase (Succeeded, Running, or unknown: the pod source does
+	// not know it).
+	FaultGhostPod = "ghost_pod"
+)
+
+// NVML calls a fault can target, as the reader's error reasons name them.
+const (
+	CallSamples        = "samples"
+	CallMemory         = "memory"
+	CallPower          = "power"
+	CallEnergy         = "energy"
+	CallProcesses      = "processes"
+	CallProcessSamples = "process_samples"
+	// CallAll targets every per-device activity call above.
+	CallAll = "all"
+)
+
+var faultCalls = []string{CallSamples, CallMemory, CallPower, CallEnergy, CallProcesses, CallProcessSamples, CallAll}
+
+// faultErrors are the NVML return codes a nvml_error fault may inject.
+var faultErrors = map[string]nvml.Return{
+	"GPU_IS_LOST":   nvml.ERROR_GPU_IS_LOST,
+	"UNKNOWN":       nvml.ERROR_UNKNOWN,
+	"TIMEOUT":       nvml.ERROR_TIMEOUT,
+	"NOT_SUPPORTED": nvml.ERROR_NOT_SUPPORTED,
+	"NO_PERMISSION": nvml.ERROR_NO_PERMISSION,
+}
+
+// faultCodes are the gRPC codes a kubelet_error fault may answer.
+var faultCodes = map[string]codes.Code{
+	"ResourceExhausted": codes.ResourceExhausted,
+	"Unavailable":       codes.Unavailable,
+	"Internal":          codes.Internal,
+	"Unknown":           codes.Unknown,
+	"PermissionDenied":  codes.PermissionDenied,
+	"DeadlineExceeded":  codes.DeadlineExceeded,
+}
+
+// Fault is one injected failure of the simulated node, active over
+// [From, To) in scenario time.
+type Fault struct {
+	Kind     string
+	From, To time.Duration
+	// GPU is the GPU an NVML fault or a ghost pod concerns.
+	GPU int
+	// Call is the NVML call an nvml_error or nvml_hang fault targets.
+	Call string
+	// Error is the NVML return code of an nvml_error fault.
+	Error nvml.Return
+	// Code is the gRPC code of a kubelet_error fault.
+	Code codes.Code
+	// Delay is how late a kubelet_slow kubelet answers.
+	Delay time.Duration
+	// Namespace and Pod name the pod of a device_ids or ghost_pod fault.
+	Namespace, Pod string
+	// IDs are the raw device IDs of a device_ids fault.
+	IDs []string
+	// Phase is a ghost pod's phase as the pod source reports it; "" when
+	// the pod source does not know the pod.
+	Phase string
+	// Stamp is a bad_timestamp fault's absurd timestamp: future, past or zero.
+	Stamp string
+}
+
+func (f Fault) active(t time.Duration) bool { return f.From <= t && t < f.To }
+
+// faultKeys are the keys each fault kind takes besides kind, from and to.
+var faultKeys = map[string][]string{
+	FaultNVMLError:      {"gpu", "call", "error"},
+	FaultGPULost:        {"gpu"},
+	FaultNVMLHang:       {"gpu", "call"},
+	FaultBadTimestamp:   {"gpu", "stamp"},
+	FaultKubeletDown:    {},
+	FaultKubeletRestart: {"at"},
+	FaultKubeletSlow:    {"delay"},
+	FaultKubeletError:   {"code"},
+	FaultDeviceIDs:      {"pod", "ids"},
+	FaultGhostPod:       {"pod", "gpu", "phase"},
+}
+
+func faultKinds() []string {
+	kinds := make([]string, 0, len(faultKeys))
+	for k := range faultKeys {
+		kinds = append(kinds, k)
+	}
+	slices.Sort(kinds)
+	return kinds
+}
+
+func sortedKeys[V any](m map[string]V) []string {
+	out := make([]string, 0, len(m))
+	for k := range m {
+		out = append(out, k)
+	}
+	slices.Sort(out)
+	return out
+}
+
+// faults decodes the scenario's faults list.
+func (d *decoder) faults(n *yaml.Node, s *Scenario) error {
+	items, err := d.seq(n, "faults")
+	if err != nil {
+		return err
+	}
+	for i, it := range items {
+		p := fmt.Sprintf("faults[%d]", i)
+		m, err := d.mapping(it, p, "kind", "from", "to", "at", "gpu", "call", "error", "stamp", "delay", "code", "pod", "ids", "phase")
+		if err != nil {
+			return err
+		}
+		if m["kind"] == nil {
+			return d.errf(it, p+".kind", "missing")
+		}
+		f := Fault{}
+		if f.Kind, err = d.str(m["kind"], p+".kind"); err != nil {
+			return err
+		}
+		keys, ok := faultKeys[f.Kind]
+		if !ok {
+			return d.errf(m["kind"], p+".kind", "%q is not a fault; want one of %s", f.Kind, strings.Join(faultKinds(), ", "))
+		}
+		for _, k := range []string{"at", "gpu", "call", "error", "stamp", "delay", "code", "pod", "ids", "phase"} {
+			if m[k] != nil && !slices.Contains(keys, k) {
+				return d.errf(m[k], p+"."+k, "is not a field of a %s fault", f.Kind)
+			}
+		}
+		if err := d.faultTimes(it, m, p, s, &f); err != nil {
+			return err
+		}
+		if err := d.faultFields(it, m, p, s, &f); err != nil {
+			return err
+		}
+		s.Faults = append(s.Faults, f)
+	}
+	return nil
+}
+
+func (d *decoder) faultTimes(it *yaml.Node, m map[string]*yaml.Node, p string, s *Scenario, f *Fault) error {
+	var err error
+	if f.Kind == FaultKubeletRestart {
+		if m["from"] != nil || m["to"] != nil {
+			n := m["from"]
+			if n == nil {
+				n = m["to"]
+			}
+			return d.errf(n, p+".at", "a kubelet_restart happens at one instant; give at, not from and to")
+		}
+		if m["at"] == nil {
+			return d.errf(it, p+".at", "missing")
+		}
+		f.From, err = d.offset(m["at"], p+".at", s.Duration)
+		f.To = f.From
+		return err
+	}
+	for _, k := range []string{"from", "to"} {
+		if m[k] == nil {
+			return d.errf(it, p+"."+k, "missing")
+		}
+	}
+	if f.From, err = d.offset(m["from"], p+".from", s.Duration); err != nil {
+		return err
+	}
+	if f.To, err = d.offset(m["to"], p+".to", s.Duration); err != nil {
+		return err
+	}
+	if f.To <= f.From {
+		return d.errf(m["to"], p+".to", "%s is not after from (%s)", fmtDur(f.To), fmtDur(f.From))
+	}
+	return nil
+}
+
+func (d *decoder) faultFields(it *yaml.Node, m map[string]*yaml.Node, p string, s *Scenario, f *Fault) error {
+	need := func(k string) error {
+		if m[k] == nil {
+			return d.errf(it, p+"."+k, "missing")
+		}
+		return nil
+	}
+	var err error
+	if slices.Contains(faultKeys[f.Kind], "gpu") {
+		if err := need("gpu"); err != nil {
+			return err
+		}
+		spec, err := d.device(m["gpu"], p+".gpu", s.GPUs)
+		if err != nil {
+			return err
+		}
+		if spec.Replicated {
+			return d.errf(m["gpu"], p+".gpu", "%s: a fault concerns a whole GPU; want gpu:%d", spec, spec.GPU)
+		}
+		if _, on := s.MIG[spec.GPU]; on {
+			return d.errf(m["gpu"], p+".gpu", "%s is in MIG mode; faults are simulated on whole GPUs only", spec)
+		}
+		f.GPU = spec.GPU
+	}
+	switch f.Kind {
+	case FaultNVMLError, FaultNVMLHang:
+		f.Call = CallSamples
+		if f.Kind == FaultNVMLError {
+			f.Call = CallAll
+		}
+		if n := m["call"]; n != nil {
+			if f.Call, err = d.str(n, p+".call"); err != nil {
+				return err
+			}
+			if !slices.Contains(faultCalls, f.Call) {
+				return d.errf(n, p+".call", "%q is not an NVML call; want one of %s", f.Call, strings.Join(faultCalls, ", "))
+			}
+		}
+		if f.Kind == FaultNVMLError {
+			if err := need("error"); err != nil {
+				return err
+			}
+			v, err := d.str(m["error"], p+".error")
+			if err != nil {
+				return err
+			}
+			ret, ok := faultErrors[v]
+			if !ok {
+				return d.errf(m["error"], p+".error", "%q is not an injectable NVML error; want one of %s", v, strings.Join(sortedKeys(faultErrors), ", "))
+			}
+			f.Error = ret
+		}
+	case FaultBadTimestamp:
+		if err := need("stamp"); err != nil {
+			return err
+		}
+		if f.Stamp, err = d.str(m["stamp"], p+".stamp"); err != nil {
+			return err
+		}
+		if f.Stamp != "future" && f.Stamp != "past" && f.Stamp != "zero" {
+			return d.errf(m["stamp"], p+".stamp", "%q is not one of future, past, zero", f.Stamp)
+		}
+	case FaultKubeletSlow:
+		if err := need("delay"); err != nil {
+			return err
+		}
+		if f.Delay, err = d.duration(m["delay"], p+".delay"); err != nil {
+			return err
+		}
+		if f.Delay == 0 {
+			return d.errf(m["delay"], p+".delay", "must be longer than 0s")
+		}
+	case FaultKubeletError:
+		if err := need("code"); err != nil {
+			return err
+		}
+		v, err := d.str(m["code"], p+".code")
+		if err != nil {
+			return err
+		}
+		c, ok := faultCodes[v]
+		if !ok {
+			return d.errf(m["code"], p+".code", "%q is not an injectable gRPC code; want one of %s", v, strings.Join(sortedKeys(faultCodes), ", "))
+		}
+		f.Code = c
+	case FaultDeviceIDs, FaultGhostPod:
+		if err := need("pod"); err != nil {
+			return err
+		}
+		v, err := d.str(m["pod"], p+".pod")
+		if err != nil {
+			return err
+		}
+		ns, name, ok := strings.Cut(v, "/")
+		if !ok || ns == "" || name == "" || strings.Contains(name, "/") {
+			return d.errf(m["pod"], p+".pod", "%q is not namespace/name", v)
+		}
+		f.Namespace, f.Pod = ns, name
+		if f.Kind == FaultDeviceIDs {
+			if err := need("ids"); err != nil {
+				return err
+			}
+			ids, err := d.seq(m["ids"], p+".ids")
+			if err != nil {
+				return err
+			}
+			if len(ids) == 0 {
+				return d.errf(m["ids"], p+".ids", "must name at least one device ID")
+			}
+			for j, n := range ids {
+				v, err := d.scalar(n, fmt.Sprintf("%s.ids[%d]", p, j))
+				if err != nil {
+					return err
+				}
+				f.IDs = append(f.IDs, v)
+			}
+			return nil
+		}
+		f.Phase = "Succeeded"
+		if n := m["phase"]; n != nil {
+			if f.Phase, err = d.str(n, p+".phase"); err != nil {
+				return err
+			}
+			switch f.Phase {
+			case "Succeeded", "Failed", "Running":
+			case "unknown":
+				f.Phase = ""
+			default:
+				return d.errf(n, p+".phase", "%q is not one of Succeeded, Failed, Running, unknown", f.Phase)
+			}
+		}
+		for i, sp := range s.Pods {
+			if sp.Namespace == f.Namespace && sp.Name == f.Pod {
+				return d.errf(m["pod"], p+".pod", "%s is pods[%d]; a ghost pod is one the scenario does not run", v, i)
+			}
+		}
+	}
+	return nil
+}
+
+// The simulated driver's faults.
+
+// nvmlFault returns the error an NVML call on GPU g answers at the clock's
+// now, if a fault makes it fail. A hang blocks the caller until the hang's
+// end on the node's clock, or until Close, then answers as the call would.
+func (n *Node) nvmlFault(g int, call string) (nvml.Return, bool) {
+	if len(n.sc.Faults) == 0 {
+		return nvml.SUCCESS, false
+	}
+	t, _ := n.now()
+	for _, f := range n.sc.Faults {
+		if f.GPU != g || !f.active(t) {
+			continue
+		}
+		switch {
+		case f.Kind == FaultGPULost:
+			return nvml.ERROR_GPU_IS_LOST, true
+		case f.Kind == FaultNVMLError && (f.Call == call || f.Call == CallAll):
+			return f.Error, true
+		case f.Kind == FaultNVMLHang && (f.Call == call || f.Call == CallAll):
+			n.block(f.To)
+			return n.nvmlFault(g, call)
+		}
+	}
+	return nvml.SUCCESS, false
+}
+
+// hangPoll is how often a hung call looks at the clock: a virtual clock
+// cannot wake anyone when it is set.
+const hangPoll = time.Millisecond
+
+// block waits until the node's clock reaches scenario time to, or until Close.
+func (n *Node) block(to time.Duration) {
+	n.blocked.Add(1)
+	defer n.blocked.Add(-1)
+	t := time.NewTicker(hangPoll)
+	defer t.Stop()
+	for {
+		if now, _ := n.now(); now >= to {
+			return
+		}
+		select {
+		case <-n.closed:
+			return
+		case <-t.C:
+		}
+	}
+}
+
+// BlockedCalls is the number of NVML calls a hang fault holds now. After
+// the clock moves, a caller on a virtual clock can wait until its own count
+// of calls in flight equals it: every released call has then returned.
+func (n *Node) BlockedCalls() int { return int(n.blocked.Load()) }
+
+// Close releases every NVML call a hang fault holds, as a driver unloaded
+// under a blocked caller would. The node answers as before afterwards.
+func (n *Node) Close() {
+	n.closeOnce.Do(func() { close(n.closed) })
+}
+
+// resetAt is the end of the latest gpu_lost fault on GPU g that has ended by
+// scenario time t: the reset emptied the driver's sample ring then.
+func (n *Node) resetAt(g int, t time.Duration) (time.Duration, bool) {
+	var at time.Duration
+	found := false
+	for _, f := range n.sc.Faults {
+		if f.Kind == FaultGPULost && f.GPU == g && f.To <= t && f.To >= at {
+			at, found = f.To, true
+		}
+	}
+	return at, found
+}
+
+// badStamp is the absurd timestamp a bad_timestamp fault adds to GPU g's
+// samples at scenario time t, if one is active.
+func (n *Node) badStamp(g int, t time.Duration) (uint64, bool) {
+	for _, f := range n.sc.Faults {
+		if f.Kind != FaultBadTimestamp || f.GPU != g || !f.active(t) {
+			continue
+		}
+		switch f.Stamp {
+		case "future":
+			return uint64(n.sc.Start.Add(t).Add(100 * 365 * 24 * time.Hour).UnixMicro()), true
+		case "past":
+			return uint64(time.Date(1999, 1, 1, 0, 0, 0, 0, time.UTC).UnixMicro()), true
+		default:
+			return 0, true
+		}
+	}
+	return 0, false
+}
+
+// The simulated kubelet's faults.
+
+// KubeletState is what the kubelet's faults make of it at one instant.
+type KubeletState struct {
+	// Down is true while the socket is removed.
+	Down bool
+	// Code is the gRPC code every call answers, codes.OK for none.
+	Code codes.Code
+	// Delay is how late every call answers.
+	Delay time.Duration
+}
+
+// KubeletStateAt returns the kubelet's state at scenario time t.
+func (s *Scenario) KubeletStateAt(t time.Duration) KubeletState {
+	var st KubeletState
+	for _, f := range s.Faults {
+		if !f.active(t) {
+			continue
+		}
+		switch f.Kind {
+		case FaultKubeletDown:
+			st.Down = true
+		case FaultKubeletError:
+			st.Code = f.Code
+		case FaultKubeletSlow:
+			st.Delay = max(st.Delay, f.Delay)
+		}
+	}
+	return st
+}
+
+// FaultPlayer drives a fake kubelet through the scenario's kubelet faults:
+// Apply, called with the clock's time before each poll, stops, restarts and
+// configures the server as the faults say.
+type FaultPlayer struct {
+	sc     *Scenario
+	srv    *KubeletServer
+	socket string
+	// deadline, when positive, plays a slow kubelet on a virtual clock: a
+	// delay of at least deadline answers DeadlineExceeded at once (the
+	// client would have given up), a shorter one answers at once; zero
+	// makes the server really wait.
+	deadline time.Duration
+	cur      KubeletState
+	restarts int // kubelet_restart faults played, in time order
+	last     time.Duration
+}
+
+// NewFaultPlayer returns a player for srv serving on socket. With a positive
+// virtualDeadline (the client's deadline), delays are played without
+// waiting, for a virtual clock.
+func NewFaultPlayer(sc *Scenario, srv *KubeletServer, socket string, virtualDeadline time.Duration) *FaultPlayer {
+	return &FaultPlayer{sc: sc, srv: srv, socket: socket, deadline: virtualDeadline, last: -1}
+}
+
+// Apply brings the server to the faults' state at time now. It reports
+// whether the server was (re)started, so that a caller on a virtual clock
+// can wait for its client to reconnect before the next call.
+func (p *FaultPlayer) Apply(now time.Time) (started bool, err error) {
+	t := now.Sub(p.sc.Start)
+	st := p.sc.KubeletStateAt(t)
+	// Instant restarts between the last call and now.
+	for _, f := range p.sc.Faults {
+		if f.Kind == FaultKubeletRestart && f.From > p.last && f.From <= t && !st.Down && !p.cur.Down {
+			p.srv.Stop()
+			if err := p.srv.Start(p.socket); err != nil {
+				return false, err
+			}
+			started = true
+		}
+	}
+	p.last = t
+	switch {
+	case st.Down && !p.cur.Down:
+		p.srv.Stop()
+	case !st.Down && p.cur.Down:
+		if err := p.srv.Start(p.socket); err != nil {
+			return false, err
+		}
+		started = true
+	}
+	code, delay := st.Code, st.Delay
+	if p.deadline > 0 && delay > 0 {
+		if delay >= p.deadline && code == codes.OK {
+			code = codes.DeadlineExceeded
+		}
+		delay = 0
+	}
+	if code != p.cur.Code || (p.cur.Delay != delay) {
+		p.srv.SetError(code)
+		p.srv.SetDelay(delay)
+	}
+	p.cur = KubeletState{Down: st.Down, Code: code, Delay: delay}
+	return started, nil
+}
+
+// ghost is a ghost_pod fault's pod as the pod source reports it.
+func (n *Node) ghost(namespace, name string) (Fault, bool) {
+	t, _ := n.now()
+	for _, f := range n.sc.Faults {
+		if f.Kind == FaultGhostPod && f.Namespace == namespace && f.Pod == name && f.Phase != "" && (f.active(t) || t >= f.To) {
+			return f, true
+		}
+	}
+	return Fault{}, false
+}
