@@ -2,6 +2,7 @@ package nvml
 
 import (
 	"fmt"
+	"time"
 
 	"github.com/gpuxray/gpuxray/collector"
 )
@@ -13,16 +14,26 @@ type Config struct {
 	// running") or "gpm" (GPM's SM activity, Hopper and newer). MIG instances
 	// always use GPM where it exists: they have no utilization samples.
 	IdleSource string
+	// CallTimeout is how long a read waits for one device's NVML calls; a
+	// device whose calls take longer is left out and counted as hung until
+	// they return (NVML calls cannot be cancelled).
+	CallTimeout time.Duration
 }
 
 // DefaultConfig returns the reader's defaults.
-func DefaultConfig() Config { return Config{IdleSource: collector.UtilizationSamples} }
+func DefaultConfig() Config {
+	return Config{IdleSource: collector.UtilizationSamples, CallTimeout: 2 * time.Second}
+}
 
 // Validate returns one sentence naming a bad value.
 func (c Config) Validate() error {
 	switch c.IdleSource {
 	case collector.UtilizationSamples, collector.UtilizationGPM:
-		return nil
+	default:
+		return fmt.Errorf("idle source %q is not one of samples, gpm", c.IdleSource)
 	}
-	return fmt.Errorf("idle source %q is not one of samples, gpm", c.IdleSource)
+	if c.CallTimeout <= 0 {
+		return fmt.Errorf("NVML call timeout %s must be positive", c.CallTimeout)
+	}
+	return nil
 }

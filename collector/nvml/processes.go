@@ -10,16 +10,23 @@ import (
 )
 
 // readProcessSamples returns per-process utilization samples newer than
-// lastSeen, oldest first. (GetProcessesUtilizationInfo in go-nvml v0.13.4-1
-// never returns samples, so the older call is used.)
-func readProcessSamples(h nvml.Device, lastSeen uint64) ([]collector.ProcessSample, nvml.Return) {
+// lastSeen, oldest first, and how many it dropped for an absurd timestamp.
+// (GetProcessesUtilizationInfo in go-nvml v0.13.4-1 never returns samples,
+// so the older call is used.)
+func readProcessSamples(h nvml.Device, lastSeen uint64, now time.Time) ([]collector.ProcessSample, int, nvml.Return) {
 	raw, ret := h.GetProcessUtilization(lastSeen)
 	if ret != nvml.SUCCESS {
-		return nil, ret
+		return nil, 0, ret
 	}
 	sort.Slice(raw, func(i, j int) bool { return raw[i].TimeStamp < raw[j].TimeStamp })
 	out := make([]collector.ProcessSample, 0, len(raw))
+	lo, hi := stampBounds(now)
+	bad := 0
 	for _, p := range raw {
+		if p.TimeStamp != 0 && (p.TimeStamp < lo || p.TimeStamp > hi) {
+			bad++
+			continue
+		}
 		if p.TimeStamp <= lastSeen || p.Pid == 0 {
 			continue
 		}
@@ -30,7 +37,7 @@ func readProcessSamples(h nvml.Device, lastSeen uint64) ([]collector.ProcessSamp
 		})
 	}
 	if len(out) == 0 {
-		return nil, nvml.ERROR_NOT_FOUND
+		return nil, bad, nvml.ERROR_NOT_FOUND
 	}
-	return out, nvml.SUCCESS
+	return out, bad, nvml.SUCCESS
 }

@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"sort"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/NVIDIA/go-nvml/pkg/nvml"
@@ -36,16 +37,34 @@ const (
 	initRetryMax = 5 * time.Minute
 )
 
+// Bounds on a sample's timestamp relative to the reader's clock: a sample
+// stamped further ahead would stop every later sample from being read (each
+// read asks for samples newer than the newest seen), one far older is not
+// from the driver's ring (about 20 s). Such samples are dropped and counted.
+const (
+	maxSampleLead = time.Minute
+	maxSampleAge  = 10 * time.Minute
+)
+
 // Reader reads every NVML device of the node. It is not safe for concurrent
 // Read calls; the engine polls from one goroutine.
+//
+// NVML calls cannot be cancelled, and a driver in trouble can block one for
+// minutes. Each device is therefore read on a goroutine of its own that Read
+// waits for at most Config.CallTimeout: a device whose read has not ended is
+// left out of the snapshot (counted as "hung") and is not read again until
+// that read ends, so at most one call per device is ever in flight and
+// blocked calls do not pile up goroutines. A read that ends late is used by
+// the next Read: its samples carry their own timestamps.
 type Reader struct {
 	lib    nvml.Interface
 	cfg    Config
 	log    *zap.Logger
 	clock  Clock
 	driver string
-	// metrics is GPM's request/answer buffer (about 23 KB), reused.
-	metrics nvml.GpmMetricsGetType
+
+	// running counts the device reads whose goroutine has not ended.
+	running atomic.Int64
 
 	mu          sync.Mutex // guards the fields below against Shutdown during Read
 	initialized bool
@@ -66,7 +85,10 @@ type device struct {
 	lastProcSeen uint64
 	// noSamples is set once the driver says samples are not supported, so the
 	// call is not repeated every poll; likewise noProcSamples and noMemoryV2.
-	noSamples     bool
+	// A device that has answered the call once is only down while it says
+	// so (gotSamples, gotProcSamples): a driver being upgraded does that.
+	gotSamples, gotProcSamples bool
+	noSamples                  bool
 	noProcSamples bool
 	noMemoryV2    bool
 	// gpm samples SM activity where GPM works; useGPM says its samples are
@@ -75,6 +97,24 @@ type device struct {
 	useGPM bool
 	// mig is set on a MIG instance: no power or energy of its own.
 	mig bool
+	// metrics is GPM's request/answer buffer (about 23 KB), reused; one per
+	// device, since devices are read concurrently.
+	metrics *nvml.GpmMetricsGetType
+
+	// inflight is closed when the running read ends; nil when none runs.
+	// res is that read's result, owned by the read until inflight closes.
+	inflight chan struct{}
+	res      readResult
+	// hung and lost remember the logged state, so a fault is logged once.
+	hung, lost bool
+}
+
+// readResult is one read of one device. down, when set, says why the
+// device's activity could not be read: the device is left out of the snapshot.
+type readResult struct {
+	rd   collector.DeviceReading
+	errs []error
+	down *collector.SourceError
 }
 
 // New returns a reader over lib, which is nvml.New() on a node or a simulated
@@ -190,6 +230,7 @@ func (r *Reader) sampler(parent nvml.Device, gi int) *gpmSampler {
 }
 
 func (r *Reader) freeDevices() {
+	r.waitInflight(r.cfg.CallTimeout)
 	for _, d := range r.devices {
 		if d.gpm != nil {
 			d.gpm.free(r.lib)
@@ -201,7 +242,10 @@ func (r *Reader) freeDevices() {
 // Read reads every device once. It returns ErrNotInitialized (wrapped in a
 // *collector.SourceError) while NVML is not initialised, making no NVML call
 // but the paced Init retry. Failures of single calls are returned in the
-// snapshot's Errors; the rest of the reading stays valid.
+// snapshot's Errors; the rest of the reading stays valid. A device whose
+// activity cannot be read (its GPU is lost, the samples call failed, or a
+// call hangs past Config.CallTimeout) is left out of Devices, with its
+// error: the engine counts nothing for it until it is back.
 func (r *Reader) Read(ctx context.Context) (collector.DeviceSnapshot, error) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
@@ -211,33 +255,147 @@ func (r *Reader) Read(ctx context.Context) (collector.DeviceSnapshot, error) {
 				collector.NewSourceError(collector.SourceNVML, "init", fmt.Errorf("%w: %w", ErrNotInitialized, r.initErr))
 		}
 	}
+	for _, d := range r.devices {
+		if d.inflight == nil {
+			r.start(d)
+		}
+	}
+	wait := time.NewTimer(r.cfg.CallTimeout)
+	defer wait.Stop()
+	expired := false
 	snap := collector.DeviceSnapshot{Devices: make([]collector.DeviceReading, 0, len(r.devices))}
 	for _, d := range r.devices {
-		if err := ctx.Err(); err != nil {
-			snap.Errors = append(snap.Errors, collector.NewSourceError(collector.SourceNVML, "deadline", err))
-			break
+		done := false
+		// A device already known to hang is not waited for again: its
+		// call ends when it ends, and the next Read takes the result.
+		if !expired && !d.hung {
+			select {
+			case <-d.inflight:
+				done = true
+			case <-wait.C:
+				expired = true
+			case <-ctx.Done():
+				expired = true
+			}
 		}
-		snap.Devices = append(snap.Devices, r.readDevice(d, &snap.Errors))
+		if !done {
+			select {
+			case <-d.inflight:
+				done = true
+			default:
+			}
+		}
+		if !done {
+			if !d.hung {
+				d.hung = true
+				r.log.Warn("an NVML call on the GPU has not returned; its metrics are stale until it does",
+					zap.Int("gpu", d.info.GPU), zap.String("uuid", d.info.UUID), zap.Duration("waited", r.cfg.CallTimeout))
+			}
+			snap.Errors = append(snap.Errors, collector.NewSourceError(collector.SourceNVML, "hung",
+				fmt.Errorf("GPU %d %s: an NVML call has been in flight for more than %s", d.info.GPU, d.info.UUID, r.cfg.CallTimeout)))
+			continue
+		}
+		d.inflight = nil
+		res := d.res
+		d.res = readResult{}
+		if d.hung {
+			d.hung = false
+			r.log.Info("the hung NVML call on the GPU returned", zap.Int("gpu", d.info.GPU), zap.String("uuid", d.info.UUID))
+		}
+		snap.Errors = append(snap.Errors, res.errs...)
+		lost := res.down != nil && res.down.Reason == "gpu_lost"
+		switch {
+		case lost && !d.lost:
+			r.log.Warn("GPU is lost (fell off the bus?); its metrics are stale until it is back", zap.Int("gpu", d.info.GPU), zap.String("uuid", d.info.UUID))
+		case !lost && d.lost:
+			r.log.Info("lost GPU is back", zap.Int("gpu", d.info.GPU), zap.String("uuid", d.info.UUID))
+		}
+		d.lost = lost
+		if res.down != nil {
+			snap.Errors = append(snap.Errors, res.down)
+			continue
+		}
+		snap.Devices = append(snap.Devices, res.rd)
 	}
 	snap.At = r.clock.Now()
 	return snap, nil
 }
 
-func (r *Reader) readDevice(d *device, errs *[]error) collector.DeviceReading {
-	fail := func(reason string, ret nvml.Return) {
-		*errs = append(*errs, collector.NewSourceError(collector.SourceNVML, reason,
-			fmt.Errorf("%s (GPU %d %s): %w", reason, d.info.GPU, d.info.UUID, retError(ret))))
+// start reads d on a goroutine of its own.
+func (r *Reader) start(d *device) {
+	done := make(chan struct{})
+	d.inflight = done
+	r.running.Add(1)
+	go func() {
+		d.res = r.readDevice(d)
+		close(done)
+		r.running.Add(-1)
+	}()
+}
+
+// InFlight is the number of device reads whose goroutine has not ended: a
+// read blocked in an NVML call, or about to end. Replay waits on it.
+func (r *Reader) InFlight() int { return int(r.running.Load()) }
+
+// waitInflight waits at most timeout for the reads in flight to end.
+func (r *Reader) waitInflight(timeout time.Duration) {
+	t := time.NewTimer(timeout)
+	defer t.Stop()
+	for _, d := range r.devices {
+		if d.inflight == nil {
+			continue
+		}
+		select {
+		case <-d.inflight:
+			d.inflight = nil
+		case <-t.C:
+			r.log.Warn("NVML calls are still in flight", zap.Int("gpu", d.info.GPU))
+			return
+		}
 	}
-	rd := collector.DeviceReading{}
+}
+
+// lostGPU reports whether ret says the GPU is gone until a reset.
+func lostGPU(ret nvml.Return) bool {
+	return ret == nvml.ERROR_GPU_IS_LOST || ret == nvml.ERROR_RESET_REQUIRED
+}
+
+// readDevice makes every call of one device's read. It runs on the device's
+// own goroutine and is the only code touching d until it returns.
+func (r *Reader) readDevice(d *device) (res readResult) {
+	sourceErr := func(reason string, ret nvml.Return) *collector.SourceError {
+		if lostGPU(ret) {
+			reason = "gpu_lost"
+		}
+		return collector.NewSourceError(collector.SourceNVML, reason,
+			fmt.Errorf("%s (GPU %d %s): %w", reason, d.info.GPU, d.info.UUID, retError(ret)))
+	}
+	// fail records a failed call and reports whether the device is lost,
+	// which ends the read: every other call would fail the same way.
+	fail := func(reason string, ret nvml.Return) bool {
+		if lostGPU(ret) {
+			res.down = sourceErr(reason, ret)
+			return true
+		}
+		res.errs = append(res.errs, sourceErr(reason, ret))
+		return false
+	}
+	rd := &res.rd
+	now := r.clock.Now()
 
 	if !d.noSamples {
-		samples, ret := readSamples(d.handle, d.lastSeen)
-		switch ret {
-		case nvml.SUCCESS:
+		samples, bad, ret := readSamples(d.handle, d.lastSeen, now)
+		if bad > 0 {
+			res.errs = append(res.errs, collector.NewSourceError(collector.SourceNVML, "bad_timestamp",
+				fmt.Errorf("GPU %d %s: %d samples stamped outside [now-%s, now+%s] dropped", d.info.GPU, d.info.UUID, bad, maxSampleAge, maxSampleLead)))
+		}
+		switch {
+		case ret == nvml.SUCCESS:
 			d.lastSeen = uint64(samples[len(samples)-1].Time.UnixMicro())
-			rd.Samples = samples
-		case nvml.ERROR_NOT_FOUND: // no sample newer than lastSeen
-		case nvml.ERROR_NOT_SUPPORTED:
+			rd.Samples, d.gotSamples = samples, true
+		case ret == nvml.ERROR_NOT_FOUND: // no sample newer than lastSeen
+			d.gotSamples = true
+		case ret == nvml.ERROR_NOT_SUPPORTED && !d.gotSamples:
 			d.noSamples = true
 			if d.gpm == nil {
 				d.info.UtilizationSource = collector.UtilizationNone
@@ -247,12 +405,21 @@ func (r *Reader) readDevice(d *device, errs *[]error) collector.DeviceReading {
 				d.info.UtilizationSource, d.useGPM = collector.UtilizationGPM, true
 			}
 		default:
-			fail("samples", ret)
+			// The device's activity is unknown this poll: it is down, and
+			// its samples are read from the ring next time.
+			res.down = sourceErr("samples", ret)
+			return res
 		}
 	}
 	if d.gpm != nil {
-		s, gauges, ok, ret := d.gpm.read(r.lib, &r.metrics, r.clock.Now())
+		if d.metrics == nil {
+			d.metrics = new(nvml.GpmMetricsGetType)
+		}
+		s, gauges, ok, ret := d.gpm.read(r.lib, d.metrics, now)
 		switch {
+		case ret != nvml.SUCCESS && (d.useGPM || lostGPU(ret)):
+			res.down = sourceErr("gpm", ret)
+			return res
 		case ret != nvml.SUCCESS:
 			fail("gpm", ret)
 		case ok:
@@ -263,36 +430,44 @@ func (r *Reader) readDevice(d *device, errs *[]error) collector.DeviceReading {
 		}
 	}
 	if !d.noProcSamples {
-		ps, ret := readProcessSamples(d.handle, d.lastProcSeen)
-		switch ret {
-		case nvml.SUCCESS:
-			rd.HasProcessSamples, rd.ProcessSamples = true, ps
+		ps, bad, ret := readProcessSamples(d.handle, d.lastProcSeen, now)
+		if bad > 0 {
+			res.errs = append(res.errs, collector.NewSourceError(collector.SourceNVML, "bad_timestamp",
+				fmt.Errorf("GPU %d %s: %d process samples stamped outside [now-%s, now+%s] dropped", d.info.GPU, d.info.UUID, bad, maxSampleAge, maxSampleLead)))
+		}
+		switch {
+		case ret == nvml.SUCCESS:
+			rd.HasProcessSamples, rd.ProcessSamples, d.gotProcSamples = true, ps, true
 			for _, p := range ps {
 				d.lastProcSeen = max(d.lastProcSeen, uint64(p.Time.UnixMicro()))
 			}
-		case nvml.ERROR_NOT_FOUND: // no process was active since lastProcSeen
-			rd.HasProcessSamples = true
-		case nvml.ERROR_NOT_SUPPORTED:
+		case ret == nvml.ERROR_NOT_FOUND: // no process was active since lastProcSeen
+			rd.HasProcessSamples, d.gotProcSamples = true, true
+		case ret == nvml.ERROR_NOT_SUPPORTED && !d.gotProcSamples:
 			d.noProcSamples = true
 		default:
-			fail("process_samples", ret)
+			if fail("process_samples", ret) {
+				return res
+			}
 		}
 	}
 	rd.Device = d.info
 
 	if mem, ok := r.memory(d, fail); ok {
 		rd.HasMemory, rd.MemoryUsedBytes, rd.MemoryTotalBytes = true, mem.Used, mem.Total
+	} else if res.down != nil {
+		return res
 	}
 	if !d.mig {
 		if mw, ret := d.handle.GetPowerUsage(); ret == nvml.SUCCESS {
 			rd.HasPower, rd.PowerWatts = true, float64(mw)/1000
-		} else if ret != nvml.ERROR_NOT_SUPPORTED {
-			fail("power", ret)
+		} else if ret != nvml.ERROR_NOT_SUPPORTED && fail("power", ret) {
+			return res
 		}
 		if mj, ret := d.handle.GetTotalEnergyConsumption(); ret == nvml.SUCCESS {
 			rd.HasEnergy, rd.EnergyJoules = true, float64(mj)/1000
-		} else if ret != nvml.ERROR_NOT_SUPPORTED {
-			fail("energy", ret)
+		} else if ret != nvml.ERROR_NOT_SUPPORTED && fail("energy", ret) {
+			return res
 		}
 	}
 	if procs, ret := d.handle.GetComputeRunningProcesses(); ret == nvml.SUCCESS {
@@ -301,15 +476,15 @@ func (r *Reader) readDevice(d *device, errs *[]error) collector.DeviceReading {
 		for _, p := range procs {
 			rd.Processes = append(rd.Processes, collector.Process{PID: p.Pid, UsedMemoryBytes: p.UsedGpuMemory})
 		}
-	} else if ret != nvml.ERROR_NOT_SUPPORTED {
-		fail("processes", ret)
+	} else if ret != nvml.ERROR_NOT_SUPPORTED && fail("processes", ret) {
+		return res
 	}
-	return rd
+	return res
 }
 
 // memory reads framebuffer memory, preferring the v2 call whose Used excludes
 // the driver's reserved memory, and falling back to v1 on drivers without it.
-func (r *Reader) memory(d *device, fail func(string, nvml.Return)) (nvml.Memory, bool) {
+func (r *Reader) memory(d *device, fail func(string, nvml.Return) bool) (nvml.Memory, bool) {
 	if !d.noMemoryV2 {
 		m, ret := d.handle.GetMemoryInfo_v2()
 		switch ret {
@@ -333,17 +508,27 @@ func (r *Reader) memory(d *device, fail func(string, nvml.Return)) (nvml.Memory,
 }
 
 // readSamples returns the utilization samples newer than lastSeen, oldest
-// first, as busy ratios. The driver's ring is not guaranteed to be in time
+// first, as busy ratios, and how many it dropped for an absurd timestamp
+// (see maxSampleLead). The driver's ring is not guaranteed to be in time
 // order, and empty slots carry a zero timestamp.
-func readSamples(h nvml.Device, lastSeen uint64) ([]collector.Sample, nvml.Return) {
+func readSamples(h nvml.Device, lastSeen uint64, now time.Time) ([]collector.Sample, int, nvml.Return) {
 	vt, raw, ret := h.GetSamples(nvml.GPU_UTILIZATION_SAMPLES, lastSeen)
 	if ret != nvml.SUCCESS {
-		return nil, ret
+		return nil, 0, ret
 	}
 	sort.Slice(raw, func(i, j int) bool { return raw[i].TimeStamp < raw[j].TimeStamp })
 	out := make([]collector.Sample, 0, len(raw))
 	var prev uint64
+	lo, hi := stampBounds(now)
+	bad := 0
 	for _, s := range raw {
+		if s.TimeStamp == 0 {
+			continue // an empty slot of the ring
+		}
+		if s.TimeStamp < lo || s.TimeStamp > hi {
+			bad++
+			continue
+		}
 		if s.TimeStamp <= lastSeen || s.TimeStamp == prev {
 			continue
 		}
@@ -355,12 +540,19 @@ func readSamples(h nvml.Device, lastSeen uint64) ([]collector.Sample, nvml.Retur
 		out = append(out, collector.Sample{Time: time.UnixMicro(int64(s.TimeStamp)), Value: min(max(v/100, 0), 1)})
 	}
 	if len(out) == 0 {
-		return nil, nvml.ERROR_NOT_FOUND
+		return nil, bad, nvml.ERROR_NOT_FOUND
 	}
-	return out, nvml.SUCCESS
+	return out, bad, nvml.SUCCESS
 }
 
-// Shutdown releases NVML. It must be the last NVML call of the process.
+// stampBounds are the oldest and newest sample timestamps, in NVML's
+// microseconds, that a read at now accepts.
+func stampBounds(now time.Time) (lo, hi uint64) {
+	return uint64(max(now.Add(-maxSampleAge).UnixMicro(), 1)), uint64(max(now.Add(maxSampleLead).UnixMicro(), 1))
+}
+
+// Shutdown releases NVML. It must be the last NVML call of the process. It
+// waits at most Config.CallTimeout for reads still in flight.
 func (r *Reader) Shutdown() {
 	r.mu.Lock()
 	defer r.mu.Unlock()

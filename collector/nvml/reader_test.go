@@ -169,9 +169,9 @@ func TestReadSamplesOrdering(t *testing.T) {
 			rawSample(300, 30), rawSample(0, 99), rawSample(100, 10), rawSample(200, 20), rawSample(200, 20), rawSample(50, 5),
 		}, gonvml.SUCCESS
 	}}
-	got, ret := readSamples(dev, 60)
-	if ret != gonvml.SUCCESS {
-		t.Fatal(ret)
+	got, bad, ret := readSamples(dev, 60, time.UnixMicro(300))
+	if ret != gonvml.SUCCESS || bad != 0 {
+		t.Fatal(ret, bad)
 	}
 	want := []collector.Sample{
 		{Time: time.UnixMicro(100), Value: 0.1},
