@@ -34,6 +34,11 @@ type Config struct {
 	// Windows splits time into peak and off-peak windows; nil puts all time
 	// off-peak.
 	Windows Windows
+	// StaleGrace is how long the allocations of the kubelet's last good
+	// answer keep being credited while it cannot be read. Beyond it, the
+	// devices' time is counted as unattributed: no longer anyone's, but
+	// still observed.
+	StaleGrace time.Duration
 }
 
 // DefaultConfig returns the defaults of the agent's flags.
@@ -45,6 +50,7 @@ func DefaultConfig() Config {
 		Retention:      10 * time.Minute,
 		MaxSampleGap:   2 * time.Second,
 		MaxAllocations: 2000,
+		StaleGrace:     2 * time.Minute,
 	}
 }
 
@@ -68,6 +74,9 @@ func (c Config) Validate() error {
 	}
 	if c.MaxSampleGap <= 0 {
 		errs = append(errs, fmt.Errorf("max sample gap %s must be positive", c.MaxSampleGap))
+	}
+	if c.StaleGrace < 0 {
+		errs = append(errs, fmt.Errorf("kubelet stale grace %s must not be negative", c.StaleGrace))
 	}
 	return errors.Join(errs...)
 }

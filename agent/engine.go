@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -198,7 +199,11 @@ func (e *Engine) Poll(ctx context.Context) {
 	devSnap, devErr := e.devices.Read(ctx)
 	e.observeSource(collector.SourceNVML, devErr, devSnap.Errors)
 	list, listErr := e.allocs.List(ctx)
-	e.observeSource(collector.SourceKubelet, listErr, nil)
+	var problems []error
+	if listErr == nil {
+		problems = list.Problems // a stale list's were counted when it was fresh
+	}
+	e.observeSource(collector.SourceKubelet, listErr, problems)
 	e.observePods()
 	now := e.clock.Now()
 
@@ -266,14 +271,28 @@ func (e *Engine) observeSource(name string, err error, partial []error) {
 
 // updateAllocations records the allocation list and the life of each
 // allocation in it.
+//
+// A stale list (the kubelet cannot be read) is credited for StaleGrace after
+// it was obtained; beyond, its allocations stay exported, marked stale, but
+// who holds each device is unknown: its time is unattributed.
 func (e *Engine) updateAllocations(list collector.AllocationList, fresh bool, now time.Time) {
-	h := holdings{at: now, known: !list.At.IsZero(), byDevice: map[string][]allocKey{}}
+	expired := !fresh && !list.At.IsZero() && now.Sub(list.At) > e.cfg.StaleGrace
+	h := holdings{at: now, known: !list.At.IsZero() && !expired, byDevice: map[string][]allocKey{}}
 	current := make(map[allocKey]bool, len(list.Allocations))
 	folded := map[allocKey]bool{}
+	nvmlUp := e.sources[collector.SourceNVML].up && len(e.dev) > 0
 	for _, a := range list.Allocations {
 		uuid, gpu, ok := e.resolve(a.Device)
 		if !ok {
 			e.sources[collector.SourceKubelet].errors["unresolved_device"]++
+			continue
+		}
+		if gpu < 0 && nvmlUp {
+			// A UUID that NVML, which has listed this node's devices, does
+			// not know: the device plugin names a device of another node.
+			if fresh {
+				e.sources[collector.SourceKubelet].errors["unknown_device"]++
+			}
 			continue
 		}
 		var pod collector.Pod
@@ -298,7 +317,9 @@ func (e *Engine) updateAllocations(list collector.AllocationList, fresh bool, no
 			continue // the same device listed twice for one container, or folded
 		}
 		current[k] = true
-		h.byDevice[uuid] = append(h.byDevice[uuid], k)
+		if !expired {
+			h.byDevice[uuid] = append(h.byDevice[uuid], k)
+		}
 		as := e.alloc[k]
 		if as == nil {
 			as = &allocState{key: k}
@@ -307,12 +328,19 @@ func (e *Engine) updateAllocations(list collector.AllocationList, fresh bool, no
 		as.gpu, as.resource, as.shared, as.pod = gpu, a.Resource, a.Shared, pod
 		as.live, as.stale, as.ended = true, list.Stale || !fresh, time.Time{}
 	}
-	// Several pods on one device share it whatever the resource says.
-	for _, keys := range h.byDevice {
-		if len(keys) > 1 {
-			for _, k := range keys {
-				e.alloc[k].shared = true
-			}
+	// Several pods on one device share it whatever the resource says,
+	// except a device the NVIDIA device plugin hands out whole: see
+	// resolveConflict.
+	for uuid, keys := range h.byDevice {
+		if len(keys) < 2 {
+			continue
+		}
+		if e.exclusive(keys) {
+			h.byDevice[uuid] = e.resolveConflict(keys, fresh)
+			continue
+		}
+		for _, k := range keys {
+			e.alloc[k].shared = true
 		}
 	}
 	for k, as := range e.alloc {
@@ -326,6 +354,47 @@ func (e *Engine) updateAllocations(list collector.AllocationList, fresh bool, no
 	if len(e.history) > historyLen {
 		e.history = e.history[1:]
 	}
+}
+
+// exclusive reports whether every holder in keys was allocated the device
+// whole, by a resource that never shares one (nvidia.com/gpu without a
+// replica suffix, a MIG device).
+func (e *Engine) exclusive(keys []allocKey) bool {
+	for _, k := range keys {
+		as := e.alloc[k]
+		if as.shared || (as.resource != "nvidia.com/gpu" && !strings.HasPrefix(as.resource, "nvidia.com/mig-")) {
+			return false
+		}
+	}
+	return true
+}
+
+// resolveConflict decides who holds an exclusive device that the kubelet
+// lists under several containers (kubelets before 1.34 still list pods that
+// have terminated). With a pod source, the running pods are the holders.
+// If that leaves several (or the pod source does not know), the conflict is
+// counted as kubelet error "exclusive_conflict" and the holders split the
+// device's time equally (credit), so that allocated seconds never exceed the
+// device's observed seconds.
+func (e *Engine) resolveConflict(keys []allocKey, fresh bool) []allocKey {
+	if e.pods != nil {
+		var running []allocKey
+		for _, k := range keys {
+			if p, ok := e.pods.Pod(k.Namespace, k.Pod); ok && p.Phase == "Running" {
+				running = append(running, k)
+			}
+		}
+		if len(running) == 1 {
+			return running
+		}
+		if len(running) > 1 {
+			keys = running
+		}
+	}
+	if fresh {
+		e.sources[collector.SourceKubelet].errors["exclusive_conflict"]++
+	}
+	return keys
 }
 
 // resolve maps a kubelet device reference to a device UUID and GPU index.
@@ -494,6 +563,11 @@ func (e *Engine) credit(ds *deviceState, from, to time.Time, v float64, known bo
 		}
 	}
 	e.states = states
+	// Several holders of an exclusive device (resolveConflict) split it.
+	split := 1.0
+	if !shared && len(states) > 1 {
+		split = 1 / float64(len(states))
+	}
 	byProcess := known && shared && procs != nil
 	var unattributed float64
 	if procs != nil && known {
@@ -507,6 +581,9 @@ func (e *Engine) credit(ds *deviceState, from, to time.Time, v float64, known bo
 		if deviceIdle {
 			c.Idle += sec
 		}
+		if !holdersKnown {
+			c.Unattributed += sec
+		}
 		if holdersKnown && len(states) == 0 {
 			c.Unallocated += sec
 			if known {
@@ -517,7 +594,8 @@ func (e *Engine) credit(ds *deviceState, from, to time.Time, v float64, known bo
 		}
 		for _, as := range states {
 			ac := &as.c[w]
-			ac.Allocated += sec
+			s := sec * split
+			ac.Allocated += s
 			if !known {
 				continue
 			}
@@ -525,9 +603,9 @@ func (e *Engine) credit(ds *deviceState, from, to time.Time, v float64, known bo
 			if byProcess {
 				u = e.shares[as.key]
 			}
-			ac.Active += sec * u
+			ac.Active += s * u
 			if u < e.cfg.IdleThreshold {
-				ac.Idle += sec
+				ac.Idle += s
 			}
 		}
 	})

@@ -441,6 +441,7 @@ func TestConfigValidate(t *testing.T) {
 		{"threshold above one", func(c *Config) { c.IdleThreshold = 5 }, "idle threshold 5 must be a ratio in (0, 1]"},
 		{"poll too short", func(c *Config) { c.PollInterval = time.Millisecond }, "poll interval 1ms is too short (at least 10ms)"},
 		{"negative retention", func(c *Config) { c.Retention = -time.Second }, "retention -1s must not be negative"},
+		{"negative stale grace", func(c *Config) { c.StaleGrace = -time.Second }, "kubelet stale grace -1s must not be negative"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -455,5 +456,59 @@ func TestConfigValidate(t *testing.T) {
 				t.Errorf("Validate() = %q, want %q", got, tc.want)
 			}
 		})
+	}
+}
+
+// TestStaleGrace: while the kubelet cannot be read, its last good list is
+// credited for StaleGrace; beyond, the device's time is unattributed, the
+// allocation stays exported and stale, and nothing is dropped: every
+// observed second is allocated, unallocated or unattributed.
+func TestStaleGrace(t *testing.T) {
+	t.Parallel()
+	cfg := DefaultConfig()
+	cfg.StaleGrace = 10 * time.Second
+	h := newHarness(t, cfg, []func(time.Duration) float64{constant(0.5)}, []holding{{"p", 0, 0, time.Hour}})
+	// Down after the list at 20s, back at 50s.
+	h.kube.down = func(d time.Duration) bool { return d > 20*time.Second && d < 50*time.Second }
+	s := h.run(40 * time.Second)
+	a := findAlloc(s, "p")
+	if a == nil || !a.Live || !a.Stale {
+		t.Fatalf("allocation during the outage = %+v, want live and stale", a)
+	}
+	d := s.Devices[0].Counters[Offpeak]
+	// Credited up to the last poll within the grace (30s) and the half
+	// poll after it; unattributed since.
+	near(t, "allocated at 40s", a.Counters[Offpeak].Allocated, 31)
+	near(t, "unattributed at 40s", d.Unattributed, 9)
+	s = h.run(60 * time.Second)
+	a, d = findAlloc(s, "p"), s.Devices[0].Counters[Offpeak]
+	if a.Stale {
+		t.Error("allocation still stale after the kubelet came back")
+	}
+	// The fresh list at 50s also covers the poll before it.
+	near(t, "allocated at 60s", a.Counters[Offpeak].Allocated, 42)
+	near(t, "unattributed at 60s", d.Unattributed, 18)
+	near(t, "observed", d.Observed, a.Counters[Offpeak].Allocated+d.Unallocated+d.Unattributed)
+}
+
+// TestExclusiveConflict: two pods listed on one exclusive GPU (an older
+// kubelet still listing a terminated pod, with no pod source to tell) split
+// its time, so that allocated seconds never exceed observed ones, and the
+// conflict is counted.
+func TestExclusiveConflict(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t, DefaultConfig(), []func(time.Duration) float64{constant(0.8)},
+		[]holding{{"new", 0, 0, time.Hour}, {"old", 0, 0, 20500 * time.Millisecond}})
+	s := h.run(40 * time.Second)
+	old, cur := findAlloc(s, "old"), findAlloc(s, "new")
+	near(t, "old allocated", old.Counters[Offpeak].Allocated, 10.25)
+	near(t, "new allocated", cur.Counters[Offpeak].Allocated, 29.75)
+	near(t, "new active", cur.Counters[Offpeak].Active, 0.8*29.75)
+	if old.Shared || cur.Shared {
+		t.Error("an exclusive GPU listed twice is not shared")
+	}
+	near(t, "observed", s.Devices[0].Counters[Offpeak].Observed, 40)
+	if n := source(s, collector.SourceKubelet).Errors["exclusive_conflict"]; n != 21 {
+		t.Errorf("exclusive_conflict counted %d times, want once per list (21)", n)
 	}
 }

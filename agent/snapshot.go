@@ -34,6 +34,10 @@ type DeviceCounters struct {
 	UnallocatedActive float64
 	// Gap is time between samples that no sample covered.
 	Gap float64
+	// Unattributed is observed time while who held the device was not
+	// known: before the kubelet first answered, or while it has been
+	// unreachable for longer than the stale grace.
+	Unattributed float64
 }
 
 // DeviceSnapshot is one device's identity, gauges and counters.

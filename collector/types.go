@@ -190,4 +190,8 @@ type AllocationList struct {
 	Allocations []Allocation
 	// Stale is true when the latest call failed and this is the last good answer.
 	Stale bool
+	// Problems are the entries of this answer that were skipped (a device
+	// ID that names no device form, a name that is not valid UTF-8), each a
+	// *SourceError; the rest of the answer is valid.
+	Problems []error
 }

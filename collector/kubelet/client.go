@@ -12,11 +12,13 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+	"unicode/utf8"
 
 	"go.uber.org/zap"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/backoff"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/connectivity"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/status"
 	podresourcesv1 "k8s.io/kubelet/pkg/apis/podresources/v1"
@@ -36,7 +38,17 @@ const (
 	ReasonExhausted = "exhausted"
 	// ReasonOther: any other failure, including a cancelled context.
 	ReasonOther = "other"
+	// ReasonMalformedDeviceID: an answer listed a device ID that names no
+	// device form gpuxray knows; the entry was skipped (AllocationList.Problems).
+	ReasonMalformedDeviceID = "malformed_device_id"
+	// ReasonInvalidName: an answer listed a namespace, pod or container name
+	// that is not valid UTF-8 or longer than any Kubernetes name; the entry
+	// was skipped.
+	ReasonInvalidName = "invalid_name"
 )
+
+// maxNameBytes is the longest Kubernetes object name (a DNS subdomain).
+const maxNameBytes = 253
 
 // Backoff after ResourceExhausted: the kubelet's limit (QPS 100, burst 10) is
 // shared by every client on the node, so pressing on only starves the others.
@@ -91,7 +103,8 @@ func New(cfg Config, logger *zap.Logger) (*Client, error) {
 				BaseDelay:  100 * time.Millisecond,
 				Multiplier: 1.6,
 				Jitter:     0.2,
-				MaxDelay:   5 * time.Second,
+				// A restarted kubelet is found again within about a poll.
+				MaxDelay: time.Second,
 			},
 			MinConnectTimeout: cfg.Timeout,
 		}),
@@ -148,7 +161,8 @@ func (c *Client) List(ctx context.Context) (collector.AllocationList, error) {
 	if err != nil {
 		return c.stale(), c.failed("list pod resources", err)
 	}
-	list := collector.AllocationList{At: c.clock.Now(), Allocations: c.allocations(resp)}
+	allocs, problems := c.allocations(resp)
+	list := collector.AllocationList{At: c.clock.Now(), Allocations: allocs, Problems: problems}
 	c.mu.Lock()
 	c.lastGood, c.backoff, c.retryAt = list, 0, time.Time{}
 	c.mu.Unlock()
@@ -185,8 +199,10 @@ func (c *Client) Allocatable(ctx context.Context) ([]collector.DeviceRef, error)
 }
 
 // allocations converts an answer, keeping the devices of GPU resources only.
-func (c *Client) allocations(resp *podresourcesv1.ListPodResourcesResponse) []collector.Allocation {
+// Entries it cannot use are skipped and returned as problems.
+func (c *Client) allocations(resp *podresourcesv1.ListPodResourcesResponse) ([]collector.Allocation, []error) {
 	var out []collector.Allocation
+	var problems []error
 	for _, pod := range resp.GetPodResources() {
 		for _, ctr := range pod.GetContainers() {
 			for _, dev := range ctr.GetDevices() {
@@ -194,9 +210,17 @@ func (c *Client) allocations(resp *podresourcesv1.ListPodResourcesResponse) []co
 				if !c.cfg.matches(name) {
 					continue
 				}
+				if !validName(pod.GetNamespace()) || !validName(pod.GetName()) || !validName(ctr.GetName()) {
+					problems = append(problems, collector.NewSourceError(collector.SourceKubelet, ReasonInvalidName,
+						fmt.Errorf("a pod with a namespace, name or container name of %d, %d and %d bytes, not all valid UTF-8 of at most %d",
+							len(pod.GetNamespace()), len(pod.GetName()), len(ctr.GetName()), maxNameBytes)))
+					continue
+				}
 				for _, id := range dev.GetDeviceIds() {
 					ref, ok := c.parse(id, name, zap.String("pod", pod.GetNamespace()+"/"+pod.GetName()))
 					if !ok {
+						problems = append(problems, collector.NewSourceError(collector.SourceKubelet, ReasonMalformedDeviceID,
+							fmt.Errorf("pod %s/%s: device ID of %d bytes", pod.GetNamespace(), pod.GetName(), len(id))))
 						continue
 					}
 					out = append(out, collector.Allocation{
@@ -220,7 +244,13 @@ func (c *Client) allocations(resp *podresourcesv1.ListPodResourcesResponse) []co
 			strings.Compare(a.Resource, b.Resource),
 		)
 	})
-	return out
+	return out, problems
+}
+
+// validName reports whether a Kubernetes name from the kubelet can be a
+// label value: valid UTF-8, not empty, no longer than any Kubernetes name.
+func validName(s string) bool {
+	return s != "" && len(s) <= maxNameBytes && utf8.ValidString(s)
 }
 
 // parse parses a device ID, counting and logging one that gpuxray cannot map
@@ -258,6 +288,9 @@ func (c *Client) failed(op string, err error) error {
 	switch status.Code(err) {
 	case codes.Unavailable:
 		reason = ReasonUnavailable
+		// Try to reconnect now rather than after gRPC's backoff, so the
+		// next poll finds a restarted kubelet.
+		c.conn.ResetConnectBackoff()
 	case codes.DeadlineExceeded:
 		reason = ReasonDeadline
 	case codes.ResourceExhausted:
@@ -270,6 +303,27 @@ func (c *Client) failed(op string, err error) error {
 		c.log.Debug("kubelet refused a call, backing off", zap.Duration("for", window))
 	}
 	return collector.NewSourceError(collector.SourceKubelet, reason, fmt.Errorf("%s: %w", op, err))
+}
+
+// WaitReady connects and waits until the connection is ready or ctx is
+// done. List does not need it; replay calls it after restarting its
+// simulated kubelet, so that the first poll after the restart on a virtual
+// clock does not depend on how fast the real clock reconnects.
+func (c *Client) WaitReady(ctx context.Context) error {
+	c.conn.ResetConnectBackoff()
+	c.conn.Connect()
+	for {
+		s := c.conn.GetState()
+		if s == connectivity.Ready {
+			return nil
+		}
+		if s == connectivity.TransientFailure {
+			c.conn.ResetConnectBackoff()
+		}
+		if !c.conn.WaitForStateChange(ctx, s) {
+			return fmt.Errorf("kubelet connection to %s not ready: %w (%s)", c.cfg.Socket, ctx.Err(), s)
+		}
+	}
 }
 
 type realClock struct{}
