@@ -3,10 +3,12 @@ package exporter
 import (
 	"slices"
 	"strconv"
+	"unicode/utf8"
 
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/gpuxray/gpuxray/agent"
+	"github.com/gpuxray/gpuxray/collector/workload"
 )
 
 // SnapshotSource gives the latest engine snapshot.
@@ -62,10 +64,10 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 	s := c.src.Snapshot()
 	d := c.d
 	gauge := func(desc *prometheus.Desc, v float64, lv ...string) {
-		ch <- prometheus.MustNewConstMetric(desc, prometheus.GaugeValue, v, lv...)
+		ch <- prometheus.MustNewConstMetric(desc, prometheus.GaugeValue, v, labelValues(lv)...)
 	}
 	counter := func(desc *prometheus.Desc, v float64, lv ...string) {
-		ch <- prometheus.MustNewConstMetric(desc, prometheus.CounterValue, v, lv...)
+		ch <- prometheus.MustNewConstMetric(desc, prometheus.CounterValue, v, labelValues(lv)...)
 	}
 	if c.build != nil {
 		gauge(d.buildInfo, 1, c.build.Version, c.build.Revision, c.build.GoVersion)
@@ -74,6 +76,7 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 	for _, dev := range s.Devices {
 		gpu := strconv.Itoa(dev.GPU)
 		gauge(d.deviceInfo, 1, dev.UUID, gpu, dev.Name, dev.MIGProfile, dev.ParentUUID, dev.DriverVersion, dev.UtilizationSource)
+		gauge(d.deviceUp, boolValue(dev.Present), dev.UUID, gpu)
 		if dev.HasUtilization {
 			gauge(d.deviceUtil, dev.Utilization, dev.UUID, gpu)
 		}
@@ -102,6 +105,7 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 			counter(d.deviceUnalloc, wc.Unallocated, dev.UUID, gpu, win)
 			counter(d.deviceUnallocActive, wc.UnallocatedActive, dev.UUID, gpu, win)
 			counter(d.deviceGap, wc.Gap, dev.UUID, gpu, win)
+			counter(d.deviceUnattributed, wc.Unattributed, dev.UUID, gpu, win)
 		}
 	}
 
@@ -135,13 +139,32 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 		counter(d.allocOverflow, float64(s.Overflowed))
 	}
 	for _, src := range s.Sources {
-		up := 0.0
-		if src.Up {
-			up = 1
-		}
-		gauge(d.sourceUp, up, src.Name)
+		gauge(d.sourceUp, boolValue(src.Up), src.Name)
 		for reason, n := range src.Errors {
 			counter(d.sourceErrors, float64(n), src.Name, reason)
 		}
 	}
+}
+
+func boolValue(b bool) float64 {
+	if b {
+		return 1
+	}
+	return 0
+}
+
+// MaxLabelBytes caps every label value: longer ones are cut at a character
+// boundary. Kubernetes names are at most 253 bytes.
+const MaxLabelBytes = 256
+
+// labelValues makes every value of lv, in place, a valid label value of at
+// most MaxLabelBytes: MustNewConstMetric panics on invalid UTF-8, and
+// names, models and pod labels come from outside the process.
+func labelValues(lv []string) []string {
+	for i, v := range lv {
+		if len(v) > MaxLabelBytes || !utf8.ValidString(v) {
+			lv[i] = workload.CapValue(v, MaxLabelBytes)
+		}
+	}
+	return lv
 }

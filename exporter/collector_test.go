@@ -94,11 +94,11 @@ gpuxray_build_info{goversion="go1.26",revision="abc",version="1.0.0"} 1
 		"gpuxray_source_up", "gpuxray_build_info"); err != nil {
 		t.Fatal(err)
 	}
-	// 1 build + 16 device (6 gauges, 5 counters × 2 windows) + 9 live
-	// allocation (info, 3 counters × 2, streak, memory) + 6 ended allocation
-	// (counters only) + 3 source series.
-	if n := testutil.CollectAndCount(c); n != 35 {
-		t.Errorf("collected %d metrics, want 35", n)
+	// 1 build + 19 device (7 gauges with up, 6 counters × 2 windows) + 9
+	// live allocation (info, 3 counters × 2, streak, memory) + 6 ended
+	// allocation (counters only) + 3 source series.
+	if n := testutil.CollectAndCount(c); n != 38 {
+		t.Errorf("collected %d metrics, want 38", n)
 	}
 }
 

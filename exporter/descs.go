@@ -23,6 +23,7 @@ type descs struct {
 	deviceInfo, deviceUtil, deviceMemUsed, deviceMemTotal, devicePower, deviceEnergy *prometheus.Desc
 	deviceSMActive, deviceSMOccupancy, deviceTensorActive, deviceUnattributedMem     *prometheus.Desc
 	deviceObserved, deviceIdle, deviceUnalloc, deviceUnallocActive, deviceGap        *prometheus.Desc
+	deviceUp, deviceUnattributed                                                     *prometheus.Desc
 	allocInfo, allocSeconds, allocIdle, allocActive, allocStreak, allocMemory        *prometheus.Desc
 	sourceUp, sourceErrors, buildInfo, allocOverflow                                 *prometheus.Desc
 }
@@ -52,6 +53,8 @@ func newDescs(extra []string) *descs {
 		deviceUnalloc:         d("device_unallocated_seconds_total", "Observed time while no pod held the device.", deviceWinLabels),
 		deviceUnallocActive:   d("device_unallocated_active_seconds_total", "Utilization-weighted time the device was busy while no pod held it, or with processes no holding pod owns (with process attribution).", deviceWinLabels),
 		deviceGap:             d("device_sample_gap_seconds_total", "Time between samples that no sample covered; neither idle nor busy.", deviceWinLabels),
+		deviceUp:              d("device_up", "Whether the last poll read the device's activity (0: NVML is down, the GPU is lost, or a call failed or hangs).", deviceLabels),
+		deviceUnattributed:    d("device_unattributed_seconds_total", "Observed time while who held the device was unknown: before the kubelet first answered, or while it was unreachable beyond --kubelet.stale-grace.", deviceWinLabels),
 		allocInfo:             d("allocation_info", "A device allocated to a container, as the kubelet lists it; stale=\"true\" while the kubelet cannot be read.", allocInfoLabels),
 		allocSeconds:          d("allocated_seconds_total", "Observed time the device was allocated to the container.", allocWinLabels),
 		allocIdle:             d("allocated_idle_seconds_total", "Allocated time whose samples were below the idle threshold.", allocWinLabels),
@@ -70,6 +73,7 @@ func (d *descs) all() []*prometheus.Desc {
 		d.deviceInfo, d.deviceUtil, d.deviceMemUsed, d.deviceMemTotal, d.devicePower, d.deviceEnergy,
 		d.deviceSMActive, d.deviceSMOccupancy, d.deviceTensorActive, d.deviceUnattributedMem,
 		d.deviceObserved, d.deviceIdle, d.deviceUnalloc, d.deviceUnallocActive, d.deviceGap,
+		d.deviceUp, d.deviceUnattributed,
 		d.allocInfo, d.allocSeconds, d.allocIdle, d.allocActive, d.allocStreak, d.allocMemory,
 		d.sourceUp, d.sourceErrors, d.buildInfo, d.allocOverflow,
 	}

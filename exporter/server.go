@@ -101,11 +101,11 @@ func NewHandler(g prometheus.Gatherer, metricsPath string, ready func() bool, lo
 	return mux
 }
 
-// withPprof adds net/http/pprof's handlers in front of h.
+// withPprof adds net/http/pprof's handlers in front of h; not
+// /debug/pprof/cmdline: no command line leaves the process.
 func withPprof(h http.Handler) http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("/debug/pprof/", pprof.Index)
-	mux.HandleFunc("/debug/pprof/cmdline", pprof.Cmdline)
 	mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
 	mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
 	mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
