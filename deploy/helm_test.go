@@ -64,6 +64,12 @@ agent:
     podResourcesSocket: /var/lib/kubelet/pod-resources/kubelet.sock
     timeout: 7s
     resourceNames: [example.com/gpu, example.com/vgpu]
+  pods:
+    enabled: false
+    extraLabels: {team: team, cost_center: billing/cost-center}
+    modelKeys: [example.com/model, model]
+  kubeconfig: /etc/gpuxray/kubeconfig
+  procRoot: /host/proc
   peak:
     schedule: "Mon-Fri 08:00-12:30,13:30-19:00; Sat 10:00-14:00"
     timezone: Europe/Berlin
@@ -122,12 +128,13 @@ func TestHelmTemplate(t *testing.T) {
 			"--idle.source=samples", "--limits.max-allocations=2000",
 			"--kubelet.pod-resources-socket=/var/lib/kubelet/pod-resources/kubelet.sock",
 			"--peak.schedule=Mon-Fri 09:00-18:00", "--peak.timezone=UTC", "--log.format=json",
+			"--pods.enabled=true", "--node.name=$(NODE_NAME)", "--proc.root=/proc",
 		} {
 			if !slices.Contains(c.Args, f) {
 				t.Errorf("args %q lack %s", c.Args, f)
 			}
 		}
-		for _, f := range []string{"web.config.file", "web.enable-pprof", "kubelet.resource-names"} {
+		for _, f := range []string{"web.config.file", "web.enable-pprof", "kubelet.resource-names", "pods.extra-labels", "pods.model-keys", "kubeconfig"} {
 			if slices.ContainsFunc(c.Args, func(a string) bool { return strings.HasPrefix(a, "--"+f) }) {
 				t.Errorf("args %q hold --%s by default", c.Args, f)
 			}
@@ -152,6 +159,8 @@ func TestHelmTemplate(t *testing.T) {
 			"--kubelet.timeout=7s", "--kubelet.resource-names=example.com/gpu,example.com/vgpu",
 			"--peak.schedule=Mon-Fri 08:00-12:30,13:30-19:00; Sat 10:00-14:00", "--peak.timezone=Europe/Berlin",
 			"--log.level=debug", "--log.format=console",
+			"--pods.enabled=false", "--pods.extra-labels=cost_center=billing/cost-center,team=team",
+			"--pods.model-keys=example.com/model,model", "--kubeconfig=/etc/gpuxray/kubeconfig", "--proc.root=/host/proc",
 		} {
 			if !slices.Contains(c.Args, f) {
 				t.Errorf("args %q lack %s", c.Args, f)

@@ -39,6 +39,10 @@ func runAgent(ctx context.Context, args []string, stderr io.Writer) error {
 	fs.DurationVar(&kubeCfg.Timeout, "kubelet.timeout", kubeCfg.Timeout, "deadline of one pod-resources call")
 	var resourceNames string
 	fs.StringVar(&resourceNames, "kubelet.resource-names", "", "comma-separated extra GPU resource names (nvidia.com/gpu, nvidia.com/gpu.shared and nvidia.com/mig-* are always read)")
+	var idCfg identityConfig
+	identityFlags(fs, &idCfg)
+	var podCfg podSourceConfig
+	podSourceFlags(fs, &podCfg)
 	simulate := fs.Bool("simulate", false, "run on a simulated node: the scenario FILE given as argument, or the embedded demo")
 	var logCfg logConfig
 	logFlags(fs, &logCfg)
@@ -55,6 +59,12 @@ func runAgent(ctx context.Context, args []string, stderr io.Writer) error {
 		return usagef("unexpected argument %q (flags go before the scenario FILE, which needs --simulate)", fs.Arg(0))
 	case fs.NArg() == 1:
 		scenarioPath = fs.Arg(0)
+	}
+	if err := idCfg.parse(); err != nil {
+		return err
+	}
+	if err := podCfg.validate(); err != nil {
+		return err
 	}
 	if resourceNames != "" {
 		for _, n := range strings.Split(resourceNames, ",") {
@@ -89,6 +99,7 @@ func runAgent(ctx context.Context, args []string, stderr io.Writer) error {
 		}
 		defer s.stop()
 		lib, clock, kubeCfg.Socket = s.nvml(), simClock, s.socket
+		s.node.SetIdentity(idCfg.simIdentity())
 		engineOpts = s.engineOptions(logger)
 		logger.Info("simulated node", zap.String("node", sc.Node), zap.String("scenario", scenarioName(scenarioPath)),
 			zap.Int("gpus", sc.GPUs), zap.Int("pods", len(sc.Pods)), zap.String("kubelet_socket", s.socket))
@@ -108,13 +119,21 @@ func runAgent(ctx context.Context, args []string, stderr io.Writer) error {
 	}
 	defer kube.Close()
 
+	g, gctx := errgroup.WithContext(ctx)
+	if !*simulate {
+		opts, err := startPodSource(gctx, podCfg, &idCfg, logger, g.Go)
+		if err != nil {
+			return err
+		}
+		engineOpts = opts
+	}
 	engine, err := agent.New(engineCfg, reader, kube, clock, logger.Named("engine"), engineOpts...)
 	if err != nil {
 		return usageError{err}
 	}
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(
-		exporter.NewCollector(engine, ptr(buildInfo())),
+		exporter.NewCollector(engine, ptr(buildInfo()), exporter.WithExtraLabels(idCfg.labelNames()...)),
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
 	)
@@ -124,7 +143,6 @@ func runAgent(ctx context.Context, args []string, stderr io.Writer) error {
 	}
 	logger.Info("gpuxray agent starting", zap.String("version", version), zap.Stringer("engine", engine))
 
-	g, gctx := errgroup.WithContext(ctx)
 	g.Go(func() error { return engine.Run(gctx) })
 	g.Go(func() error { return srv.Serve(gctx) })
 	err = g.Wait()

@@ -219,6 +219,8 @@ func TestUsageErrors(t *testing.T) {
 		{"bad peak time zone", []string{"replay", "--peak.timezone=Mars/Olympus", "x.yaml"}, nil, 2, `time zone "Mars/Olympus" is not an IANA time zone name`},
 		{"bad replay format", []string{"replay", "--format=json", "x.yaml"}, nil, 2, `--format "json" is not one of text, openmetrics`},
 		{"scrape interval below the poll interval", []string{"replay", "--format=openmetrics", "--scrape.interval=100ms", "x.yaml"}, nil, 2, "--scrape.interval 100ms is shorter than --poll.interval 1s"},
+		{"bad extra label", []string{"agent", "--pods.extra-labels=pod=team"}, nil, 2, `--pods.extra-labels: extra label "pod=team": "pod" is a label gpuxray already sets`},
+		{"relative proc root", []string{"agent", "--node.name=n1", "--proc.root=proc"}, nil, 2, `the proc root "proc" is not absolute`},
 		{"version", []string{"version"}, nil, 0, "gpuxray dev"},
 		{"help", []string{"agent", "-h"}, nil, 0, "GPUXRAY_POLL_INTERVAL"},
 	}

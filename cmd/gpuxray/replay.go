@@ -32,6 +32,8 @@ func runReplay(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	engineFlags(fs, &cfg)
 	nvmlCfg := nvml.DefaultConfig()
 	readerFlags(fs, &nvmlCfg)
+	var idCfg identityConfig
+	identityFlags(fs, &idCfg)
 	format := fs.String("format", "text", "output: text (the final metrics) or openmetrics (a scrape every --scrape.interval, with timestamps, for promtool tsdb create-blocks-from openmetrics)")
 	scrapeEvery := fs.Duration("scrape.interval", 30*time.Second, "with --format openmetrics, the virtual time between two scrapes")
 	logCfg := logConfig{}
@@ -58,6 +60,9 @@ func runReplay(ctx context.Context, args []string, stdout, stderr io.Writer) err
 			return usageError{err}
 		}
 	}
+	if err := idCfg.parse(); err != nil {
+		return err
+	}
 	logger, err := newLogger(logCfg, stderr)
 	if err != nil {
 		return err
@@ -68,13 +73,13 @@ func runReplay(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	}
 	if *format == "openmetrics" {
 		rec := newOMRecorder(map[string]string{"job": "gpuxray", "instance": sc.Node})
-		if _, err := replay(ctx, sc, cfg, nvmlCfg, logger, *scrapeEvery, rec.scrape); err != nil {
+		if _, err := replay(ctx, sc, cfg, nvmlCfg, &idCfg, logger, *scrapeEvery, rec.scrape); err != nil {
 			return err
 		}
 		_, err = rec.WriteTo(stdout)
 		return err
 	}
-	out, err := replay(ctx, sc, cfg, nvmlCfg, logger, 0, nil)
+	out, err := replay(ctx, sc, cfg, nvmlCfg, &idCfg, logger, 0, nil)
 	if err != nil {
 		return err
 	}
@@ -86,7 +91,7 @@ func runReplay(ctx context.Context, args []string, stdout, stderr io.Writer) err
 // virtual time, and returns the final exposition in the text format. With a
 // scrape func, it also scrapes the metrics at the start, every scrapeEvery
 // of virtual time (at the first poll at or after each), and at the end.
-func replay(ctx context.Context, sc *sim.Scenario, cfg agent.Config, nvmlCfg nvml.Config, zl *zap.Logger,
+func replay(ctx context.Context, sc *sim.Scenario, cfg agent.Config, nvmlCfg nvml.Config, id *identityConfig, zl *zap.Logger,
 	scrapeEvery time.Duration, scrape func(time.Time, prometheus.Gatherer) error) ([]byte, error) {
 	clock := sim.NewVirtualClock(sc.Start)
 	s, err := startSimulation(sc, clock)
@@ -94,6 +99,7 @@ func replay(ctx context.Context, sc *sim.Scenario, cfg agent.Config, nvmlCfg nvm
 		return nil, err
 	}
 	defer s.stop()
+	s.node.SetIdentity(id.simIdentity())
 
 	reader := nvml.New(s.nvml(), nvmlCfg, zl.Named("nvml"), clock)
 	if err := reader.Init(); err != nil {
@@ -112,7 +118,7 @@ func replay(ctx context.Context, sc *sim.Scenario, cfg agent.Config, nvmlCfg nvm
 		return nil, usageError{err}
 	}
 	reg := prometheus.NewPedanticRegistry()
-	reg.MustRegister(exporter.NewCollector(engine, nil))
+	reg.MustRegister(exporter.NewCollector(engine, nil, exporter.WithExtraLabels(id.labelNames()...)))
 	end := sc.Start.Add(sc.Duration)
 	nextScrape := sc.Start
 	for t := sc.Start; !t.After(end); t = t.Add(cfg.PollInterval) {

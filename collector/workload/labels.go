@@ -16,9 +16,9 @@ const MaxExtraLabelBytes = 128
 // label may not take one of these names (a duplicate label name cannot be
 // exported), nor any name starting with "__" (reserved by Prometheus).
 var ReservedLabelNames = []string{
-	"container", "driver_version", "gpu", "instance", "job", "mig_profile", "model",
+	"attribution", "container", "driver_version", "gpu", "instance", "job", "mig_profile", "model",
 	"name", "namespace", "parent_uuid", "pod", "reason", "resource", "shared",
-	"source", "utilization_source", "uuid", "window", "workload", "workload_kind",
+	"source", "stale", "utilization_source", "uuid", "window", "workload", "workload_kind",
 }
 
 // SanitizeLabelName turns s into a valid Prometheus label name

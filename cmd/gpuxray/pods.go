@@ -1,0 +1,135 @@
+package main
+
+import (
+	"context"
+	"flag"
+	"os"
+	"slices"
+	"strings"
+	"time"
+
+	"go.uber.org/zap"
+
+	"github.com/gpuxray/gpuxray/agent"
+	"github.com/gpuxray/gpuxray/collector/pods"
+	"github.com/gpuxray/gpuxray/collector/proc"
+	"github.com/gpuxray/gpuxray/collector/sim"
+	"github.com/gpuxray/gpuxray/collector/workload"
+)
+
+// syncTimeout bounds how long the agent waits for the first list of the
+// node's pods before it starts polling: waiting avoids series that first
+// appear without workload and model, then again with them.
+const syncTimeout = 10 * time.Second
+
+// identityConfig is how pods are named beyond pod-resources: workload,
+// model and extra labels, from the pod source.
+type identityConfig struct {
+	extraLabels string
+	modelKeys   string
+
+	// Parsed by parse.
+	extra map[string]string
+	keys  []string
+}
+
+func identityFlags(fs *flag.FlagSet, c *identityConfig) {
+	fs.StringVar(&c.extraLabels, "pods.extra-labels", "", "extra labels on allocation series from pod labels, name=pod-label-key, comma-separated (e.g. team=team,cost_center=billing/cost-center)")
+	fs.StringVar(&c.modelKeys, "pods.model-keys", strings.Join(workload.DefaultModelKeys, ","), "pod labels and annotations that name a pod's model, first present wins; else the model is read from the GPU process's command line")
+}
+
+// parse checks the identity flags; errors are usage errors.
+func (c *identityConfig) parse() error {
+	extra, err := workload.ParseExtraLabels(c.extraLabels)
+	if err != nil {
+		return usagef("--pods.extra-labels: %v", err)
+	}
+	c.extra = extra
+	c.keys = nil
+	for _, k := range strings.Split(c.modelKeys, ",") {
+		if k = strings.TrimSpace(k); k != "" {
+			c.keys = append(c.keys, k)
+		}
+	}
+	return nil
+}
+
+// labelNames are the extra label names, in the order the series carry them.
+func (c *identityConfig) labelNames() []string {
+	names := make([]string, 0, len(c.extra))
+	for n := range c.extra {
+		names = append(names, n)
+	}
+	slices.Sort(names)
+	return names
+}
+
+func (c *identityConfig) simIdentity() sim.Identity {
+	return sim.Identity{ModelKeys: c.keys, ExtraLabels: c.extra}
+}
+
+// podSourceConfig is the node's pod source: the API server's pods of this
+// node, and the host's /proc for per-process attribution.
+type podSourceConfig struct {
+	enabled    bool
+	nodeName   string
+	kubeconfig string
+	procRoot   string
+}
+
+func podSourceFlags(fs *flag.FlagSet, c *podSourceConfig) {
+	fs.BoolVar(&c.enabled, "pods.enabled", true, "watch this node's pods through the API server (needs --node.name): workload, model and extra labels, terminal pods, and per-process attribution on shared GPUs")
+	fs.StringVar(&c.nodeName, "node.name", os.Getenv("NODE_NAME"), "this node's name, from the downward API (spec.nodeName); defaults to $NODE_NAME")
+	fs.StringVar(&c.kubeconfig, "kubeconfig", "", "kubeconfig to reach the API server with; empty means in-cluster")
+	fs.StringVar(&c.procRoot, "proc.root", proc.DefaultConfig().Root, "the host's /proc (the pod needs hostPID, or mount the host's /proc here) for per-process attribution")
+}
+
+// validate checks what can be checked before start-up; errors are usage
+// errors.
+func (c podSourceConfig) validate() error {
+	if err := (proc.Config{Root: c.procRoot}).Validate(); err != nil {
+		return usageError{err}
+	}
+	if c.kubeconfig != "" {
+		if _, err := os.Stat(c.kubeconfig); err != nil {
+			return usagef("the kubeconfig %q cannot be read: %v", c.kubeconfig, err)
+		}
+	}
+	return nil
+}
+
+// startPodSource starts the pod informer in g and returns the engine options
+// that use it, or none (logged) when the agent runs without one: disabled, no
+// node name, or no way to reach the API server. A configuration that cannot
+// work (an unreadable kubeconfig, a relative /proc) is a usage error.
+func startPodSource(ctx context.Context, c podSourceConfig, id *identityConfig, logger *zap.Logger, run func(func() error)) ([]agent.Option, error) {
+	if !c.enabled {
+		return nil, nil
+	}
+	if c.nodeName == "" {
+		logger.Info("no pod source: --node.name (or $NODE_NAME) is not set; workloads, models and per-process attribution are off")
+		return nil, nil
+	}
+	procCfg := proc.Config{Root: c.procRoot}
+	cfg := pods.DefaultConfig(c.nodeName)
+	cfg.Kubeconfig, cfg.ModelKeys, cfg.ExtraLabels = c.kubeconfig, id.keys, id.extra
+	if err := cfg.Validate(); err != nil {
+		return nil, usageError{err}
+	}
+	client, err := pods.NewClient(cfg)
+	if err != nil {
+		logger.Warn("no pod source: the API server cannot be reached from here; workloads, models and per-process attribution are off", zap.Error(err))
+		return nil, nil
+	}
+	src, err := pods.New(cfg, client, logger.Named("pods"))
+	if err != nil {
+		return nil, usageError{err}
+	}
+	run(func() error { return src.Run(ctx) })
+	wctx, cancel := context.WithTimeout(ctx, syncTimeout)
+	defer cancel()
+	if !src.WaitForSync(wctx) {
+		logger.Warn("the node's pods are not listed yet; polling starts without them", zap.Duration("waited", syncTimeout))
+	}
+	return []agent.Option{agent.WithPods(src), agent.WithProcesses(proc.New(procCfg, logger.Named("proc")))}, nil
+}
