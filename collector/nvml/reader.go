@@ -89,8 +89,8 @@ type device struct {
 	// so (gotSamples, gotProcSamples): a driver being upgraded does that.
 	gotSamples, gotProcSamples bool
 	noSamples                  bool
-	noProcSamples bool
-	noMemoryV2    bool
+	noProcSamples              bool
+	noMemoryV2                 bool
 	// gpm samples SM activity where GPM works; useGPM says its samples are
 	// the device's utilization samples.
 	gpm    *gpmSampler
