@@ -2,24 +2,14 @@ package deploy
 
 import (
 	"bytes"
-	"os"
 	"os/exec"
 	"testing"
+
+	"github.com/gpuxray/gpuxray/internal/testtool"
 )
 
-// need returns the path of a tool the test needs. Locally a missing tool
-// skips the test; in CI (CI set), which installs it, it fails.
-func need(t *testing.T, tool string) string {
-	t.Helper()
-	p, err := exec.LookPath(tool)
-	if err != nil {
-		if os.Getenv("CI") != "" {
-			t.Fatalf("%s is not installed; .ci/run installs it", tool)
-		}
-		t.Skipf("%s is not installed (.ci/run shows how to install it)", tool)
-	}
-	return p
-}
+// need is testtool.Need: a missing tool skips locally and fails in CI.
+var need = testtool.Need
 
 // output runs a command and returns its standard output; stderr goes into
 // the error.

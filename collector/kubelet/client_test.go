@@ -3,12 +3,12 @@ package kubelet_test
 import (
 	"errors"
 	"fmt"
-	"os"
-	"path/filepath"
 	"reflect"
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/gpuxray/gpuxray/internal/testtool"
 
 	"go.uber.org/zap/zaptest"
 	"google.golang.org/grpc/codes"
@@ -50,20 +50,7 @@ func (c *fakeClock) Advance(d time.Duration) {
 	c.now = c.now.Add(d)
 }
 
-// socketPath returns a socket path in a fresh directory, short enough for the
-// 108-byte limit of unix socket paths.
-func socketPath(t *testing.T) string {
-	t.Helper()
-	dir := t.TempDir()
-	if len(dir) > 80 {
-		var err error
-		if dir, err = os.MkdirTemp("", "kl"); err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { os.RemoveAll(dir) })
-	}
-	return filepath.Join(dir, "kubelet.sock")
-}
+func socketPath(t *testing.T) string { return testtool.SocketPath(t, "kubelet.sock") }
 
 // serve starts a fake kubelet answering list on a fresh socket.
 func serve(t *testing.T, list func() *podresourcesv1.ListPodResourcesResponse) (*sim.KubeletServer, string) {

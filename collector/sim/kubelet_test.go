@@ -5,9 +5,10 @@ import (
 	"errors"
 	"io/fs"
 	"os"
-	"path/filepath"
 	"testing"
 	"time"
+
+	"github.com/gpuxray/gpuxray/internal/testtool"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
@@ -19,20 +20,7 @@ import (
 	"github.com/gpuxray/gpuxray/collector/sim"
 )
 
-// kubeletSocket returns a socket path in a fresh directory, short enough for
-// the 108-byte limit of unix socket paths.
-func kubeletSocket(t *testing.T) string {
-	t.Helper()
-	dir := t.TempDir()
-	if len(dir) > 80 {
-		var err error
-		if dir, err = os.MkdirTemp("", "kl"); err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { os.RemoveAll(dir) })
-	}
-	return filepath.Join(dir, "kubelet.sock")
-}
+func kubeletSocket(t *testing.T) string { return testtool.SocketPath(t, "kubelet.sock") }
 
 // kubeletAnswer is a small answer: one pod with one GPU.
 func kubeletAnswer() *podresourcesv1.ListPodResourcesResponse {

@@ -13,24 +13,15 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/gpuxray/gpuxray/internal/testtool"
+
 	"go.yaml.in/yaml/v3"
 )
 
 var update = flag.Bool("update", false, "rewrite "+PrometheusRuleFile+" from "+RulesFile)
 
-// need returns the path of a tool the test needs. Locally a missing tool
-// skips the test; in CI (CI=true), which installs it, it fails.
-func need(t *testing.T, tool string) string {
-	t.Helper()
-	p, err := exec.LookPath(tool)
-	if err != nil {
-		if os.Getenv("CI") != "" {
-			t.Fatalf("%s is not installed; .ci/run installs it", tool)
-		}
-		t.Skipf("%s is not installed (apt-get install prometheus)", tool)
-	}
-	return p
-}
+// need is testtool.Need: a missing tool skips locally and fails in CI.
+var need = testtool.Need
 
 func TestPrometheusRuleUpToDate(t *testing.T) {
 	want := PrometheusRule(Rules)

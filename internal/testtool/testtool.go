@@ -1,0 +1,41 @@
+// Package testtool holds helpers that tests across gpuxray share: finding
+// the external tools .ci/run installs, and short unix socket paths.
+package testtool
+
+import (
+	"os"
+	"os/exec"
+	"path/filepath"
+	"testing"
+)
+
+// Need returns the path of an external tool a test needs (promtool,
+// prometheus, helm, …). Locally a missing tool skips the test; in CI (CI
+// set), whose .ci/run installs it, it fails.
+func Need(t testing.TB, tool string) string {
+	t.Helper()
+	p, err := exec.LookPath(tool)
+	if err != nil {
+		if os.Getenv("CI") != "" {
+			t.Fatalf("%s is not installed; .ci/run installs it", tool)
+		}
+		t.Skipf("%s is not installed (.ci/run shows how to install it)", tool)
+	}
+	return p
+}
+
+// SocketPath returns a path for a unix socket in a fresh directory that is
+// removed after the test, short enough for the 108-byte limit of socket
+// paths (t.TempDir's can be longer).
+func SocketPath(t testing.TB, name string) string {
+	t.Helper()
+	dir := t.TempDir()
+	if len(dir)+len(name) > 100 {
+		var err error
+		if dir, err = os.MkdirTemp("", "gx"); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { os.RemoveAll(dir) })
+	}
+	return filepath.Join(dir, name)
+}
