@@ -4,6 +4,7 @@
 //	gpuxray [agent] [flags]          run the agent (the default)
 //	gpuxray agent --simulate [FILE]  run it on a simulated node (FILE, or the embedded demo)
 //	gpuxray replay [flags] FILE      replay a scenario on a virtual clock, print the final metrics
+//	gpuxray report --prometheus URL  the capacity verdict from a range of Prometheus data
 //	gpuxray version                  print the version
 package main
 
@@ -48,12 +49,14 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		err = runAgent(ctx, args, stderr)
 	case "replay":
 		err = runReplay(ctx, args, stdout, stderr)
+	case "report":
+		err = runReport(ctx, args, stdout, stderr)
 	case "version":
 		fmt.Fprintln(stdout, versionString())
 	case "help":
 		fmt.Fprint(stdout, topUsage)
 	default:
-		err = usagef("unknown command %q; the commands are agent, replay and version", cmd)
+		err = usagef("unknown command %q; the commands are agent, replay, report and version", cmd)
 	}
 	var ue usageError
 	switch {
@@ -74,8 +77,9 @@ Usage:
   gpuxray [agent] [flags]          run the node agent (the default command)
   gpuxray agent --simulate [FILE]  run the agent on a simulated node (FILE, or the embedded demo)
   gpuxray replay [flags] FILE      replay a scenario as fast as possible and print the final metrics
+  gpuxray report --prometheus URL  "do we need more GPUs?": the capacity verdict from a range of data
   gpuxray version                  print the version
 
-Run "gpuxray agent -h" or "gpuxray replay -h" for the flags. Every flag can also
+Run "gpuxray agent -h", "gpuxray replay -h" or "gpuxray report -h" for the flags. Every flag can also
 be set by an environment variable: --poll.interval is GPUXRAY_POLL_INTERVAL.
 `

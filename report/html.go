@@ -1,0 +1,249 @@
+package report
+
+import (
+	"fmt"
+	"html"
+	"html/template"
+	"io"
+	"math"
+	"strings"
+	"time"
+)
+
+// WriteHTML writes the report as one self-contained page: inline CSS and
+// inline SVG charts, no script, and a policy that forbids any fetch.
+func WriteHTML(w io.Writer, r *Report) error {
+	loc, err := time.LoadLocation(r.Range.Timezone)
+	if err != nil {
+		loc = time.UTC
+	}
+	d := struct {
+		R                                  *Report
+		Period                             string
+		Short                              bool
+		Funnel, Heatmap, Wasters, Timeline template.HTML
+	}{
+		R:        r,
+		Period:   fmt.Sprintf("%s → %s %s", r.Range.Start.In(loc).Format(timeFmt), r.Range.End.In(loc).Format(timeFmt), r.Range.Timezone),
+		Short:    r.Verdict.Kind == VerdictShort,
+		Funnel:   funnelSVG(r),
+		Heatmap:  heatmapSVG(r),
+		Wasters:  wastersSVG(r),
+		Timeline: timelineSVG(r, loc),
+	}
+	return page.Execute(w, d)
+}
+
+var page = template.Must(template.New("report").Funcs(template.FuncMap{
+	"pct":  func(f float64) string { return fmt.Sprintf("%.0f%%", 100*f) },
+	"f1":   func(f float64) string { return fmt.Sprintf("%.1f", f) },
+	"dur":  humanSeconds,
+	"dash": dash,
+	"when": func(t time.Time, tz string) string {
+		loc, err := time.LoadLocation(tz)
+		if err != nil {
+			loc = time.UTC
+		}
+		return t.In(loc).Format(timeFmt)
+	},
+}).Parse(`<!DOCTYPE html>
+<html lang="en"><head><meta charset="utf-8">
+<meta http-equiv="Content-Security-Policy" content="default-src 'none'; style-src 'unsafe-inline'; img-src data:">
+<meta name="viewport" content="width=device-width, initial-scale=1">
+<title>gpuxray capacity report</title>
+<style>
+body{font:15px/1.45 system-ui,-apple-system,"Segoe UI",Roboto,sans-serif;color:#1d2330;background:#f4f5f8;margin:0}
+main{max-width:1080px;margin:0 auto;padding:24px}
+h1{font-size:22px;margin:0 0 2px}h2{font-size:17px;margin:28px 0 10px}
+.sub{color:#5b6475;font-size:13px}
+.card{background:#fff;border-radius:10px;box-shadow:0 1px 3px rgba(0,0,0,.08);padding:18px 20px;margin:14px 0}
+.verdict{border-left:8px solid #2e9d5b}.verdict.short{border-left-color:#d1495b}
+.verdict p{font-size:20px;font-weight:600;margin:0 0 10px}
+.verdict ol{margin:0;padding-left:20px;color:#3b4455;font-size:14px}
+table{border-collapse:collapse;width:100%;font-size:14px}
+th,td{text-align:left;padding:6px 8px;border-bottom:1px solid #e7e9ef}th{color:#5b6475;font-weight:600}
+td.n{text-align:right;font-variant-numeric:tabular-nums}
+svg{display:block;max-width:100%;height:auto}
+svg text{font-family:system-ui,sans-serif;fill:#1d2330}
+.grid{display:grid;grid-template-columns:1fr 1fr;gap:14px}@media(max-width:800px){.grid{grid-template-columns:1fr}}
+.warn{color:#8a5a00}
+</style></head><body><main>
+<h1>Do we need more GPUs?</h1>
+<div class="sub">gpuxray capacity report · {{.Period}} · {{f1 .R.Range.PeakHours}} peak hours · {{.R.Prometheus}}</div>
+<div class="card verdict{{if .Short}} short{{end}}" id="verdict"><p>{{.R.Verdict.Sentence}}</p>
+<ol>{{range .R.Verdict.Arithmetic}}<li>{{.}}</li>{{end}}</ol></div>
+<div class="grid">
+<div class="card"><h2>Where the GPU time went</h2>{{.Funnel}}</div>
+<div class="card"><h2>Top wasters: idle GPU-hours at peak</h2>{{.Wasters}}</div>
+</div>
+<div class="card"><h2>Idle allocated GPUs by hour and weekday ({{.R.Heatmap.Timezone}})</h2>{{.Heatmap}}</div>
+<div class="card"><h2>Pending demand and reclaimable capacity</h2>{{.Timeline}}</div>
+<div class="card"><h2>Top workloads</h2><table>
+<tr><th>workload</th><th>kind</th><th>model</th><th>idle at peak</th><th>idle</th><th>efficiency</th><th>longest idle streak</th></tr>
+{{range .R.TopWorkloads}}<tr><td>{{.ID}}</td><td>{{dash .Kind}}</td><td>{{dash .Model}}</td><td class="n">{{f1 .PeakIdle}} GPU-h</td><td class="n">{{f1 .Idle}} GPU-h</td><td class="n">{{pct .Efficiency}}</td><td class="n">{{dur .LongestIdleStreakSeconds}}</td></tr>
+{{end}}</table></div>
+<div class="card"><h2>Top models</h2><table>
+<tr><th>model</th><th>workloads</th><th>idle at peak</th><th>idle</th><th>efficiency</th><th>longest idle streak</th></tr>
+{{range .R.TopModels}}<tr><td>{{.Model}}</td><td class="n">{{.Workloads}}</td><td class="n">{{f1 .PeakIdle}} GPU-h</td><td class="n">{{f1 .Idle}} GPU-h</td><td class="n">{{pct .Efficiency}}</td><td class="n">{{dur .LongestIdleStreakSeconds}}</td></tr>
+{{end}}</table></div>
+{{if .R.Hints}}<div class="card"><h2>Right-sizing</h2><table><tr><th>workload</th><th>hint</th><th></th></tr>
+{{range .R.Hints}}<tr><td>{{.Namespace}}/{{dash .Name}}</td><td>{{.Hint}}</td><td>{{.Message}}</td></tr>
+{{end}}</table></div>{{end}}
+{{if or .R.Missing .R.Warnings}}<div class="card warn"><h2>Partial data</h2><ul>
+{{$tz := .R.Range.Timezone}}{{range .R.Missing}}<li>{{.Source}} {{.Instance}}: no data {{when .Start $tz}} → {{when .End $tz}}</li>{{end}}
+{{range .R.Warnings}}<li>{{.}}</li>{{end}}</ul></div>{{end}}
+</main></body></html>
+`))
+
+func esc(s string) string { return html.EscapeString(s) }
+
+// funnelSVG draws owned → allocated → active, with idle and unallocated.
+func funnelSVG(r *Report) template.HTML {
+	f := r.Funnel.All
+	rows := []struct {
+		name  string
+		v     float64
+		color string
+	}{
+		{"owned", f.Owned, "#4a5568"},
+		{"allocated", f.Allocated, "#3b82c4"},
+		{"active (utilization-weighted)", f.Active, "#2e9d5b"},
+		{"idle while allocated", f.Idle, "#d1495b"},
+		{"unallocated", f.Unallocated, "#e9a23b"},
+	}
+	const w, barH, gap, left = 480.0, 30.0, 12.0, 190.0
+	var b strings.Builder
+	fmt.Fprintf(&b, `<svg id="funnel" viewBox="0 0 %g %g" role="img" aria-label="GPU time funnel">`, w, float64(len(rows))*(barH+gap))
+	for i, row := range rows {
+		y := float64(i) * (barH + gap)
+		bw := (w - left - 130) * ratio(row.v, f.Owned)
+		fmt.Fprintf(&b, `<text x="0" y="%g" font-size="13">%s</text>`, y+barH*0.65, esc(row.name))
+		fmt.Fprintf(&b, `<rect x="%g" y="%g" width="%g" height="%g" rx="4" fill="%s"/>`, left, y, math.Max(bw, 1), barH, row.color)
+		fmt.Fprintf(&b, `<text x="%g" y="%g" font-size="12">%.0f GPU-h · %.0f%%</text>`, left+math.Max(bw, 1)+6, y+barH*0.65, row.v, 100*ratio(row.v, f.Owned))
+	}
+	b.WriteString(`</svg>`)
+	return template.HTML(b.String())
+}
+
+// heatColor maps 0..1 onto white → amber → red.
+func heatColor(x float64) string {
+	x = math.Max(0, math.Min(1, x))
+	stops := [][3]float64{{250, 250, 252}, {245, 180, 60}, {200, 40, 60}}
+	seg := x * 2
+	i := int(math.Min(seg, 1))
+	t := seg - float64(i)
+	c := [3]float64{}
+	for k := range c {
+		c[k] = stops[i][k] + (stops[i+1][k]-stops[i][k])*t
+	}
+	return fmt.Sprintf("rgb(%.0f,%.0f,%.0f)", c[0], c[1], c[2])
+}
+
+// heatmapSVG draws idle allocated GPUs by weekday (Monday first) and hour.
+func heatmapSVG(r *Report) template.HTML {
+	const cell, left, top = 36.0, 44.0, 20.0
+	hi := 0.0
+	for _, day := range r.Heatmap.IdleAllocatedGPUs {
+		for _, v := range day {
+			if v != nil {
+				hi = math.Max(hi, *v)
+			}
+		}
+	}
+	var b strings.Builder
+	fmt.Fprintf(&b, `<svg id="heatmap" viewBox="0 0 %g %g" role="img" aria-label="idle GPUs by hour and weekday">`, left+24*cell+10, top+7*cell+34)
+	for h := 0; h < 24; h += 2 {
+		fmt.Fprintf(&b, `<text x="%g" y="%g" font-size="11" text-anchor="middle">%02d</text>`, left+float64(h)*cell+cell/2, top-6, h)
+	}
+	days := []string{"Sun", "Mon", "Tue", "Wed", "Thu", "Fri", "Sat"}
+	for row := 0; row < 7; row++ {
+		d := (row + 1) % 7
+		y := top + float64(row)*cell
+		fmt.Fprintf(&b, `<text x="0" y="%g" font-size="12">%s</text>`, y+cell*0.62, days[d])
+		for h := 0; h < 24; h++ {
+			x := left + float64(h)*cell
+			v := r.Heatmap.IdleAllocatedGPUs[d][h]
+			if v == nil {
+				fmt.Fprintf(&b, `<rect x="%g" y="%g" width="%g" height="%g" fill="#eceef2"/>`, x+1, y+1, cell-2, cell-2)
+				continue
+			}
+			fmt.Fprintf(&b, `<rect class="cell" x="%g" y="%g" width="%g" height="%g" rx="3" fill="%s"><title>%s %02d:00 · %.2f idle GPUs</title></rect>`,
+				x+1, y+1, cell-2, cell-2, heatColor(ratio(*v, hi)), days[d], h, *v)
+			if *v >= 0.05 {
+				fmt.Fprintf(&b, `<text x="%g" y="%g" font-size="10" text-anchor="middle">%.1f</text>`, x+cell/2, y+cell*0.6, *v)
+			}
+		}
+	}
+	ly := top + 7*cell + 14
+	for i := 0; i <= 10; i++ {
+		fmt.Fprintf(&b, `<rect x="%g" y="%g" width="20" height="10" fill="%s"/>`, left+float64(i)*20, ly, heatColor(float64(i)/10))
+	}
+	fmt.Fprintf(&b, `<text x="%g" y="%g" font-size="11">0 → %.1f idle GPUs; grey: no data</text>`, left+230, ly+9, hi)
+	b.WriteString(`</svg>`)
+	return template.HTML(b.String())
+}
+
+// wastersSVG draws the top workloads' idle GPU-hours at peak.
+func wastersSVG(r *Report) template.HTML {
+	const w, barH, gap, left = 480.0, 22.0, 8.0, 200.0
+	n := len(r.TopWorkloads)
+	hi := 0.0
+	for _, x := range r.TopWorkloads {
+		hi = math.Max(hi, x.PeakIdle)
+	}
+	var b strings.Builder
+	fmt.Fprintf(&b, `<svg id="wasters" viewBox="0 0 %g %g" role="img" aria-label="top wasters">`, w, math.Max(1, float64(n))*(barH+gap))
+	for i, x := range r.TopWorkloads {
+		y := float64(i) * (barH + gap)
+		bw := (w - left - 70) * ratio(x.PeakIdle, hi)
+		label := x.ID()
+		if len(label) > 28 {
+			label = label[:27] + "…"
+		}
+		fmt.Fprintf(&b, `<text x="0" y="%g" font-size="12">%s</text>`, y+barH*0.7, esc(label))
+		fmt.Fprintf(&b, `<rect class="bar" x="%g" y="%g" width="%g" height="%g" rx="3" fill="#d1495b"/>`, left, y, math.Max(bw, 1), barH)
+		fmt.Fprintf(&b, `<text x="%g" y="%g" font-size="11">%.1f GPU-h</text>`, left+math.Max(bw, 1)+5, y+barH*0.7, x.PeakIdle)
+	}
+	b.WriteString(`</svg>`)
+	return template.HTML(b.String())
+}
+
+// timelineSVG draws pending GPUs against reclaimable GPUs over the range,
+// peak time shaded.
+func timelineSVG(r *Report, loc *time.Location) template.HTML {
+	const w, h, left, bottom, top = 1000.0, 240.0, 40.0, 24.0, 24.0
+	tl := r.Timeline
+	n := len(tl)
+	hi := 1.0
+	for _, p := range tl {
+		hi = math.Max(hi, math.Max(p.PendingGPUs, math.Max(p.ReclaimableGPUs, p.OwnedGPUs)))
+	}
+	x := func(i int) float64 { return left + (w-left-10)*float64(i)/math.Max(1, float64(n)) }
+	y := func(v float64) float64 { return top + (h-bottom-top)*(1-v/hi) }
+	var b strings.Builder
+	fmt.Fprintf(&b, `<svg id="timeline" viewBox="0 0 %g %g" role="img" aria-label="pending and reclaimable GPUs">`, w, h)
+	for i, p := range tl {
+		if p.Peak > 0 {
+			fmt.Fprintf(&b, `<rect x="%g" y="%g" width="%g" height="%g" fill="#eef2fb" opacity="%.2f"/>`, x(i), top, x(i+1)-x(i), h-bottom-top, p.Peak)
+		}
+	}
+	line := func(get func(TimelinePoint) float64, color, id string) {
+		var pts []string
+		for i, p := range tl {
+			pts = append(pts, fmt.Sprintf("%.1f,%.1f %.1f,%.1f", x(i), y(get(p)), x(i+1), y(get(p))))
+		}
+		fmt.Fprintf(&b, `<polyline id="%s" fill="none" stroke="%s" stroke-width="2" points="%s"/>`, id, color, strings.Join(pts, " "))
+	}
+	line(func(p TimelinePoint) float64 { return p.OwnedGPUs }, "#a0a7b4", "owned")
+	line(func(p TimelinePoint) float64 { return p.ReclaimableGPUs }, "#2e9d5b", "reclaimable")
+	line(func(p TimelinePoint) float64 { return p.PendingGPUs }, "#d1495b", "pending")
+	for _, v := range []float64{0, hi / 2, hi} {
+		fmt.Fprintf(&b, `<text x="0" y="%g" font-size="11">%.0f</text>`, y(v)+4, v)
+	}
+	for i := 0; i < n; i += max(1, n/8) {
+		fmt.Fprintf(&b, `<text x="%g" y="%g" font-size="11">%s</text>`, x(i), h-6, tl[i].Start.In(loc).Format("Mon 15:04"))
+	}
+	fmt.Fprintf(&b, `<text x="%g" y="14" font-size="12" text-anchor="end"><tspan fill="#d1495b">━ pending</tspan>  <tspan fill="#2e9d5b">━ reclaimable</tspan>  <tspan fill="#a0a7b4">━ owned</tspan>  (shaded: peak)</text>`, w-10)
+	b.WriteString(`</svg>`)
+	return template.HTML(b.String())
+}

@@ -1,0 +1,512 @@
+package report
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math"
+	"strings"
+	"time"
+
+	"github.com/prometheus/common/model"
+	"golang.org/x/sync/errgroup"
+)
+
+// SchemaVersion is the version of the JSON report's schema (docs/report.md).
+const SchemaVersion = 1
+
+// Config is what one report covers and how it reads Prometheus.
+type Config struct {
+	// Prometheus is the server's URL, shown in the report.
+	Prometheus string
+	// End is the end of the range (now when zero), rounded down to Step.
+	End time.Time
+	// Range is the length of the range; a whole number of Steps.
+	Range time.Duration
+	// Step is the resolution of every figure: rates are taken over each step
+	// and summed. It divides an hour.
+	Step time.Duration
+	// Location is the clock of the heatmap.
+	Location *time.Location
+	// Peak, when set, is the peak schedule the agents are expected to use
+	// (--peak.schedule); the report follows the agents' window label and
+	// warns where it disagrees. PeakSchedule is its spelling.
+	Peak         func(time.Time) bool
+	PeakSchedule string
+	// Top is how many workloads and models are listed.
+	Top int
+	// Quantile of per-step shortfall at peak that decides the verdict.
+	Quantile float64
+	Hints    HintConfig
+	// Timeout bounds each query.
+	Timeout time.Duration
+	// MaxPoints is the most steps one range query asks for (Prometheus
+	// refuses more than 11,000); smaller chunks are tried when the server
+	// refuses or times out.
+	MaxPoints int
+	// Concurrency is how many queries run at once.
+	Concurrency int
+	// Progress, when set, is called as query steps complete.
+	Progress func(done, total int)
+	// Now is the clock (time.Now when nil).
+	Now func() time.Time
+}
+
+// DefaultConfig is a week at a 5-minute resolution.
+func DefaultConfig() Config {
+	return Config{
+		Range:       7 * 24 * time.Hour,
+		Step:        5 * time.Minute,
+		Location:    time.UTC,
+		Top:         10,
+		Quantile:    0.95,
+		Hints:       HintConfig{ActivityThreshold: 0.2, MemoryBound: 0.5, Headroom: 1.1},
+		Timeout:     2 * time.Minute,
+		MaxPoints:   10000,
+		Concurrency: 4,
+	}
+}
+
+// Validate checks the configuration; its errors are one sentence each.
+func (c Config) Validate() error {
+	switch {
+	case c.Step < time.Minute || time.Hour%c.Step != 0:
+		return fmt.Errorf("step %s must divide an hour and be at least 1m (1m, 5m, 15m, 1h, …)", c.Step)
+	case c.Range <= 0 || c.Range%c.Step != 0:
+		return fmt.Errorf("range %s must be a positive whole number of steps (%s)", c.Range, c.Step)
+	case c.Range/c.Step > 1_000_000:
+		return fmt.Errorf("range %s at step %s is more than a million steps; take a longer step", c.Range, c.Step)
+	case c.Top < 1:
+		return fmt.Errorf("top %d must be at least 1", c.Top)
+	case !(c.Quantile > 0 && c.Quantile <= 1):
+		return fmt.Errorf("quantile %g must be in (0, 1]", c.Quantile)
+	case c.Timeout <= 0:
+		return fmt.Errorf("timeout %s must be positive", c.Timeout)
+	case c.MaxPoints < 1 || c.MaxPoints > 11000:
+		return fmt.Errorf("max points %d must be from 1 to 11000", c.MaxPoints)
+	case c.Location == nil:
+		return errors.New("no time zone")
+	case !(c.Hints.ActivityThreshold > 0 && c.Hints.ActivityThreshold <= 1):
+		return fmt.Errorf("activity threshold %g must be in (0, 1]", c.Hints.ActivityThreshold)
+	case !(c.Hints.MemoryBound > 0 && c.Hints.MemoryBound <= 1):
+		return fmt.Errorf("memory-bound share %g must be in (0, 1]", c.Hints.MemoryBound)
+	case c.Hints.Headroom < 1:
+		return fmt.Errorf("headroom %g must be at least 1", c.Hints.Headroom)
+	}
+	return nil
+}
+
+// Report is the capacity report: what docs/report.md documents, field by field.
+type Report struct {
+	SchemaVersion int       `json:"schema_version"`
+	GeneratedAt   time.Time `json:"generated_at"`
+	Prometheus    string    `json:"prometheus"`
+	Range         Range     `json:"range"`
+	Funnel        struct {
+		All  Funnel `json:"all"`
+		Peak Funnel `json:"peak"`
+	} `json:"funnel"`
+	Verdict      Verdict         `json:"verdict"`
+	Demand       Demand          `json:"demand"`
+	TopWorkloads []Workload      `json:"top_workloads"`
+	TopModels    []Model         `json:"top_models"`
+	Hints        []Hint          `json:"hints"`
+	Heatmap      Heatmap         `json:"heatmap"`
+	Timeline     []TimelinePoint `json:"timeline"`
+	Missing      []Missing       `json:"missing"`
+	Warnings     []string        `json:"warnings"`
+}
+
+// Range is the time the report covers.
+type Range struct {
+	Start       time.Time `json:"start"`
+	End         time.Time `json:"end"`
+	StepSeconds float64   `json:"step_seconds"`
+	Hours       float64   `json:"hours"`
+	PeakHours   float64   `json:"peak_hours"`
+	Timezone    string    `json:"timezone"`
+	// PeakSchedule is the schedule checked against the agents' windows, "" if none.
+	PeakSchedule string `json:"peak_schedule"`
+}
+
+// Heatmap is the mean number of idle allocated GPUs by weekday (0 = Sunday)
+// and hour of day, on the report's clock; null where there is no data.
+type Heatmap struct {
+	Timezone          string          `json:"timezone"`
+	IdleAllocatedGPUs [7][24]*float64 `json:"idle_allocated_gpus"`
+}
+
+// TimelinePoint is a bucket of the range: means over its steps.
+type TimelinePoint struct {
+	Start           time.Time `json:"start"`
+	OwnedGPUs       float64   `json:"owned_gpus"`
+	AllocatedGPUs   float64   `json:"allocated_gpus"`
+	ActiveGPUs      float64   `json:"active_gpus"`
+	ReclaimableGPUs float64   `json:"reclaimable_gpus"`
+	PendingGPUs     float64   `json:"pending_gpus"`
+	Peak            float64   `json:"peak"`
+}
+
+// Missing is a span without data from one source and instance.
+type Missing struct {
+	Source   string    `json:"source"`
+	Instance string    `json:"instance"`
+	Start    time.Time `json:"start"`
+	End      time.Time `json:"end"`
+}
+
+// The counters read, by window; S is the step.
+const (
+	qObserved          = `sum by (window) (increase(gpuxray_device_observed_seconds_total[S]) * on (cluster, job, instance, uuid) group_left () max by (cluster, job, instance, uuid) (gpuxray_device_info{parent_uuid=""}))`
+	qAllocated         = `sum by (window) (increase(gpuxray_allocated_seconds_total[S]))`
+	qActive            = `sum by (window) (increase(gpuxray_allocated_active_seconds_total[S]))`
+	qIdle              = `sum by (window) (increase(gpuxray_allocated_idle_seconds_total[S]))`
+	qUnallocated       = `sum by (window) (increase(gpuxray_device_unallocated_seconds_total[S]))`
+	qUnallocatedActive = `sum by (window) (increase(gpuxray_device_unallocated_active_seconds_total[S]))`
+	wl                 = `namespace, workload_kind, workload, model`
+	qWLAllocated       = `sum by (` + wl + `, window) (increase(gpuxray_allocated_seconds_total[S]))`
+	qWLActive          = `sum by (` + wl + `, window) (increase(gpuxray_allocated_active_seconds_total[S]))`
+	qWLIdle            = `sum by (` + wl + `, window) (increase(gpuxray_allocated_idle_seconds_total[S]))`
+	qWLStreak          = `max by (` + wl + `) (max_over_time(gpuxray_allocation_idle_streak_seconds[S]))`
+	qWLMemory          = `max by (` + wl + `) (max_over_time(gpuxray_allocation_memory_used_bytes[S]))`
+	qWLMemoryTotal     = `max by (` + wl + `) (max_over_time(gpuxray_allocation_memory_used_bytes[S]) * 0 + on (cluster, job, instance, uuid) group_left () max by (cluster, job, instance, uuid) (gpuxray_device_memory_total_bytes * on (cluster, job, instance, uuid) group_left () max by (cluster, job, instance, uuid) (gpuxray_device_info{parent_uuid=""})))`
+	// qPending is cluster:kube_pod_container_resource_requests_gpu_pending:sum
+	// of the rules, summed over clusters.
+	qPending = `sum(sum by (cluster, namespace) (max by (cluster, namespace, pod, container) (kube_pod_container_resource_requests{resource="nvidia_com_gpu", node=""}) * on (cluster, namespace, pod) group_left () (max by (cluster, namespace, pod) (kube_pod_status_phase{phase="Pending"}) == 1)))`
+	qKSM     = `count by (instance) (count_over_time(kube_pod_status_phase[S]))`
+	qNodes   = `count by (instance) (count_over_time(gpuxray_device_observed_seconds_total[S]))`
+)
+
+// Build reads the range from Prometheus and computes the report.
+func Build(ctx context.Context, api API, c Config) (*Report, error) {
+	if err := c.Validate(); err != nil {
+		return nil, err
+	}
+	now := time.Now
+	if c.Now != nil {
+		now = c.Now
+	}
+	end := c.End
+	if end.IsZero() {
+		end = now()
+	}
+	end = end.Truncate(c.Step)
+	g := grid{start: end.Add(-c.Range), step: c.Step, n: int(c.Range / c.Step)}
+	type job struct {
+		expr   string
+		offset time.Duration
+		out    []series
+	}
+	S := model.Duration(c.Step).String()
+	jobs := []*job{{expr: qNodes}, {expr: qObserved}, {expr: qAllocated}, {expr: qActive}, {expr: qIdle}, {expr: qUnallocated}, {expr: qUnallocatedActive},
+		{expr: qWLAllocated}, {expr: qWLActive}, {expr: qWLIdle}, {expr: qWLStreak}, {expr: qWLMemory}, {expr: qWLMemoryTotal},
+		// A gauge is read at the middle of each step.
+		{expr: qPending, offset: -c.Step / 2}, {expr: qKSM}}
+	q := &querier{api: api, timeout: c.Timeout, maxPoints: c.MaxPoints, g: g, progress: c.Progress, total: len(jobs) * g.n}
+	// The first query alone: an unreachable server is one error, not fifteen.
+	eg, ectx := errgroup.WithContext(ctx)
+	eg.SetLimit(max(1, c.Concurrency))
+	var err error
+	if jobs[0].out, err = q.queryRange(ctx, strings.ReplaceAll(jobs[0].expr, "[S]", "["+S+"]"), 0); err != nil {
+		return nil, err
+	}
+	for _, j := range jobs[1:] {
+		eg.Go(func() error {
+			var err error
+			j.out, err = q.queryRange(ectx, strings.ReplaceAll(j.expr, "[S]", "["+S+"]"), j.offset)
+			return err
+		})
+	}
+	if err := eg.Wait(); err != nil {
+		return nil, err
+	}
+	in := input{g: g, loc: c.Location, nodes: jobs[0].out,
+		observed: byWindow(jobs[1].out, g.n), allocated: byWindow(jobs[2].out, g.n), active: byWindow(jobs[3].out, g.n),
+		idle: byWindow(jobs[4].out, g.n), unallocated: byWindow(jobs[5].out, g.n), unallocatedActive: byWindow(jobs[6].out, g.n),
+		wlAllocated: jobs[7].out, wlActive: jobs[8].out, wlIdle: jobs[9].out, wlStreak: jobs[10].out, wlMemory: jobs[11].out, wlMemoryTotal: jobs[12].out,
+		pending: jobs[13].out, ksm: jobs[14].out}
+	if len(in.nodes) == 0 {
+		return nil, fmt.Errorf("%w (%s to %s): is the agent scraped by this Prometheus, and is the range right?", ErrNoData,
+			g.start.Format(time.RFC3339), end.Format(time.RFC3339))
+	}
+	r := compute(in, c)
+	r.GeneratedAt = now().UTC()
+	r.Prometheus = c.Prometheus
+	r.Warnings = append(r.Warnings, q.warnings...)
+	return r, nil
+}
+
+// windowed is a cluster sum split by window, per step, in seconds.
+type windowed struct{ peak, offpeak []float64 }
+
+func (w windowed) all(i int) float64 { return w.peak[i] + w.offpeak[i] }
+
+func byWindow(ss []series, n int) windowed {
+	w := windowed{peak: make([]float64, n), offpeak: make([]float64, n)}
+	for _, s := range ss {
+		dst := w.offpeak
+		if s.labels["window"] == "peak" {
+			dst = w.peak
+		}
+		for i, v := range s.vals {
+			if !math.IsNaN(v) {
+				dst[i] += v
+			}
+		}
+	}
+	return w
+}
+
+// input is everything read from Prometheus, on the grid.
+type input struct {
+	g                                                                 grid
+	loc                                                               *time.Location
+	nodes                                                             []series
+	observed, allocated, active, idle, unallocated, unallocatedActive windowed
+	wlAllocated, wlActive, wlIdle, wlStreak, wlMemory, wlMemoryTotal  []series
+	pending, ksm                                                      []series
+}
+
+func compute(in input, c Config) *Report {
+	g := in.g
+	stepS := g.step.Seconds()
+	stepH := g.step.Hours()
+	r := &Report{SchemaVersion: SchemaVersion}
+	r.Range = Range{Start: g.start, End: g.at(g.n - 1), StepSeconds: stepS, Hours: float64(g.n) * stepH,
+		Timezone: c.Location.String(), PeakSchedule: c.PeakSchedule}
+
+	// The peak share of each step, as the agents' window label says.
+	peak := make([]float64, g.n)
+	var mismatch int
+	var firstMismatch time.Time
+	for i := range peak {
+		if o := in.observed.all(i); o > 0 {
+			peak[i] = in.observed.peak[i] / o
+			if c.Peak != nil {
+				if s := scheduleShare(c.Peak, g.at(i).Add(-g.step), g.step); math.Abs(s-peak[i]) > 0.5 {
+					if mismatch == 0 {
+						firstMismatch = g.at(i).Add(-g.step)
+					}
+					mismatch++
+				}
+			}
+		}
+	}
+	if mismatch > 0 {
+		r.Warnings = append(r.Warnings, fmt.Sprintf("the agents' peak window disagrees with --peak.schedule %q in %d of %d steps (first at %s); the report follows the agents' window label",
+			c.PeakSchedule, mismatch, g.n, firstMismatch.In(c.Location).Format("Mon 2006-01-02 15:04 MST")))
+	}
+
+	// The funnel.
+	f := &r.Funnel
+	for i := 0; i < g.n; i++ {
+		f.All.Owned += in.observed.all(i)
+		f.All.Allocated += in.allocated.all(i)
+		f.All.Active += in.active.all(i)
+		f.All.Idle += in.idle.all(i)
+		f.All.Unallocated += in.unallocated.all(i)
+		f.All.UnallocatedActive += in.unallocatedActive.all(i)
+		f.Peak.Owned += in.observed.peak[i]
+		f.Peak.Allocated += in.allocated.peak[i]
+		f.Peak.Active += in.active.peak[i]
+		f.Peak.Idle += in.idle.peak[i]
+		f.Peak.Unallocated += in.unallocated.peak[i]
+		f.Peak.UnallocatedActive += in.unallocatedActive.peak[i]
+		f.Peak.Hours += peak[i] * stepH
+	}
+	f.All.Hours = r.Range.Hours
+	for _, fu := range []*Funnel{&f.All, &f.Peak} {
+		fu.Owned /= 3600
+		fu.Allocated /= 3600
+		fu.Active /= 3600
+		fu.Idle /= 3600
+		fu.Unallocated /= 3600
+		fu.UnallocatedActive /= 3600
+	}
+	r.Range.PeakHours = f.Peak.Hours
+
+	// Demand against reclaimable capacity, step by step.
+	pending := sumSeries(in.pending, g.n)
+	steps := make([]DemandStep, g.n)
+	for i := range steps {
+		steps[i] = DemandStep{Peak: peak[i], Pending: pending[i],
+			IdleAllocated: in.idle.all(i) / stepS, Unallocated: in.unallocated.all(i) / stepS, UnallocatedActive: in.unallocatedActive.all(i) / stepS}
+	}
+	r.Demand = SetAgainst(steps, stepH, c.Quantile, len(in.ksm) > 0)
+	r.Verdict = Decide(r.Demand)
+
+	// Workloads and models.
+	ws := workloads(in)
+	r.TopWorkloads = TopByPeakIdle(ws, c.Top)
+	r.TopModels = Models(ws, c.Top)
+	r.Hints = Hints(TopByPeakIdle(ws, len(ws)), c.Hints)
+
+	// The heatmap and the timeline.
+	var idleSum, obsSteps [7][24]float64
+	r.Heatmap.Timezone = c.Location.String()
+	for i := 0; i < g.n; i++ {
+		if in.observed.all(i) <= 0 {
+			continue
+		}
+		mid := g.at(i).Add(-g.step / 2).In(c.Location)
+		idleSum[mid.Weekday()][mid.Hour()] += in.idle.all(i) / stepS
+		obsSteps[mid.Weekday()][mid.Hour()]++
+	}
+	for d := range idleSum {
+		for h := range idleSum[d] {
+			if obsSteps[d][h] > 0 {
+				v := idleSum[d][h] / obsSteps[d][h]
+				r.Heatmap.IdleAllocatedGPUs[d][h] = &v
+			}
+		}
+	}
+	per := max(1, g.n/500)
+	for per > 1 && time.Hour%(g.step*time.Duration(per)) != 0 && (g.step*time.Duration(per))%time.Hour != 0 {
+		per++
+	}
+	for i := 0; i < g.n; i += per {
+		p := TimelinePoint{Start: g.at(i).Add(-g.step)}
+		k := 0
+		for j := i; j < min(i+per, g.n); j++ {
+			p.OwnedGPUs += in.observed.all(j) / stepS
+			p.AllocatedGPUs += in.allocated.all(j) / stepS
+			p.ActiveGPUs += in.active.all(j) / stepS
+			p.ReclaimableGPUs += steps[j].Reclaimable()
+			p.PendingGPUs += pending[j]
+			p.Peak += peak[j]
+			k++
+		}
+		n := float64(k)
+		p.OwnedGPUs, p.AllocatedGPUs, p.ActiveGPUs, p.ReclaimableGPUs, p.PendingGPUs, p.Peak =
+			p.OwnedGPUs/n, p.AllocatedGPUs/n, p.ActiveGPUs/n, p.ReclaimableGPUs/n, p.PendingGPUs/n, p.Peak/n
+		r.Timeline = append(r.Timeline, p)
+	}
+
+	// What is missing.
+	r.Missing = append(missing("gpuxray", in.nodes, g), missing("kube-state-metrics", in.ksm, g)...)
+	if r.Missing == nil {
+		r.Missing = []Missing{}
+	}
+	if r.Warnings == nil {
+		r.Warnings = []string{}
+	}
+	if r.Hints == nil {
+		r.Hints = []Hint{}
+	}
+	return r
+}
+
+// scheduleShare is the share of [from, from+d) inside the schedule,
+// probed every minute.
+func scheduleShare(in func(time.Time) bool, from time.Time, d time.Duration) float64 {
+	n, k := 0, 0
+	for t := from.Add(30 * time.Second); t.Before(from.Add(d)); t = t.Add(time.Minute) {
+		n++
+		if in(t) {
+			k++
+		}
+	}
+	return ratio(float64(k), float64(n))
+}
+
+func sumSeries(ss []series, n int) []float64 {
+	out := make([]float64, n)
+	for _, s := range ss {
+		for i, v := range s.vals {
+			if !math.IsNaN(v) {
+				out[i] += v
+			}
+		}
+	}
+	return out
+}
+
+// missing lists, per instance seen in the range, the spans it has no data.
+func missing(source string, ss []series, g grid) []Missing {
+	var out []Missing
+	for _, s := range ss {
+		inst := string(s.labels["instance"])
+		for i := 0; i < g.n; {
+			if !math.IsNaN(s.vals[i]) {
+				i++
+				continue
+			}
+			j := i
+			for j < g.n && math.IsNaN(s.vals[j]) {
+				j++
+			}
+			out = append(out, Missing{Source: source, Instance: inst, Start: g.at(i).Add(-g.step), End: g.at(j - 1)})
+			i = j
+		}
+	}
+	return out
+}
+
+type wlKey struct{ ns, kind, name, model string }
+
+func keyOf(m model.Metric) wlKey {
+	return wlKey{string(m["namespace"]), string(m["workload_kind"]), string(m["workload"]), string(m["model"])}
+}
+
+// workloads folds the per-workload series into Workloads.
+func workloads(in input) []Workload {
+	g := in.g
+	by := map[wlKey]*Workload{}
+	alloc := map[wlKey][]float64{}
+	act := map[wlKey][]float64{}
+	get := func(k wlKey) *Workload {
+		w := by[k]
+		if w == nil {
+			w = &Workload{Namespace: k.ns, Kind: k.kind, Name: k.name, Model: k.model}
+			by[k] = w
+			alloc[k], act[k] = make([]float64, g.n), make([]float64, g.n)
+		}
+		return w
+	}
+	add := func(ss []series, all, pk func(*Workload) *float64, perStep map[wlKey][]float64) {
+		for _, s := range ss {
+			k := keyOf(s.labels)
+			w := get(k)
+			isPeak := s.labels["window"] == "peak"
+			for i, v := range s.vals {
+				if math.IsNaN(v) {
+					continue
+				}
+				*all(w) += v / 3600
+				if isPeak {
+					*pk(w) += v / 3600
+				}
+				if perStep != nil {
+					perStep[k][i] += v
+				}
+			}
+		}
+	}
+	add(in.wlAllocated, func(w *Workload) *float64 { return &w.Allocated }, func(w *Workload) *float64 { return &w.PeakAllocated }, alloc)
+	add(in.wlActive, func(w *Workload) *float64 { return &w.Active }, func(w *Workload) *float64 { return &w.PeakActive }, act)
+	add(in.wlIdle, func(w *Workload) *float64 { return &w.Idle }, func(w *Workload) *float64 { return &w.PeakIdle }, nil)
+	maxOf := func(ss []series, f func(*Workload) *float64) {
+		for _, s := range ss {
+			w := get(keyOf(s.labels))
+			for _, v := range s.vals {
+				if !math.IsNaN(v) {
+					*f(w) = max(*f(w), v)
+				}
+			}
+		}
+	}
+	maxOf(in.wlStreak, func(w *Workload) *float64 { return &w.LongestIdleStreakSeconds })
+	maxOf(in.wlMemory, func(w *Workload) *float64 { return &w.PeakMemoryBytes })
+	maxOf(in.wlMemoryTotal, func(w *Workload) *float64 { return &w.MemoryTotalBytes })
+	out := make([]Workload, 0, len(by))
+	for k, w := range by {
+		for i := range alloc[k] {
+			if a := alloc[k][i]; a >= g.step.Seconds()/2 {
+				w.PeakActivity = max(w.PeakActivity, act[k][i]/a)
+			}
+		}
+		w.finish()
+		out = append(out, *w)
+	}
+	return out
+}

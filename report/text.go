@@ -1,0 +1,120 @@
+package report
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"math"
+	"strings"
+	"text/tabwriter"
+	"time"
+)
+
+// WriteJSON writes the report as indented JSON (docs/report.md).
+func WriteJSON(w io.Writer, r *Report) error {
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	return enc.Encode(r)
+}
+
+const timeFmt = "Mon 2006-01-02 15:04"
+
+// WriteText writes the report for a terminal.
+func WriteText(w io.Writer, r *Report) error {
+	loc, err := time.LoadLocation(r.Range.Timezone)
+	if err != nil {
+		loc = time.UTC
+	}
+	var b strings.Builder
+	fmt.Fprintf(&b, "gpuxray capacity report: %s → %s %s (%s, %.1f peak hours)\n",
+		r.Range.Start.In(loc).Format(timeFmt), r.Range.End.In(loc).Format(timeFmt), r.Range.Timezone, humanHours(r.Range.Hours), r.Range.PeakHours)
+	fmt.Fprintf(&b, "from %s\n\n", r.Prometheus)
+
+	fmt.Fprintf(&b, "VERDICT  %s\n", r.Verdict.Sentence)
+	for _, l := range r.Verdict.Arithmetic {
+		fmt.Fprintf(&b, "  · %s\n", l)
+	}
+
+	b.WriteString("\nGPU TIME\n")
+	tw := tabwriter.NewWriter(&b, 0, 0, 2, ' ', tabwriter.AlignRight)
+	a, p := r.Funnel.All, r.Funnel.Peak
+	fmt.Fprintf(tw, "\tall hours\t\tat peak\t\t\n")
+	row := func(name string, all, peak float64) {
+		fmt.Fprintf(tw, "  %s\t%.1f GPU-h\t%.2f GPUs\t%.1f GPU-h\t%.2f GPUs\t\n", name, all, a.GPUs(all), peak, p.GPUs(peak))
+	}
+	row("owned", a.Owned, p.Owned)
+	row("allocated", a.Allocated, p.Allocated)
+	row("active (utilization-weighted)", a.Active, p.Active)
+	row("idle while allocated", a.Idle, p.Idle)
+	row("unallocated", a.Unallocated, p.Unallocated)
+	tw.Flush()
+	fmt.Fprintf(&b, "  efficiency (active / allocated): %.0f%% over all hours, %.0f%% at peak\n", 100*a.Efficiency(), 100*p.Efficiency())
+
+	b.WriteString("\nTOP WORKLOADS BY IDLE GPU-HOURS AT PEAK\n")
+	tw = tabwriter.NewWriter(&b, 0, 0, 2, ' ', 0)
+	fmt.Fprintf(tw, "  workload\tkind\tmodel\tidle at peak\tidle\tefficiency\tlongest idle streak\n")
+	for _, x := range r.TopWorkloads {
+		fmt.Fprintf(tw, "  %s\t%s\t%s\t%.1f GPU-h\t%.1f GPU-h\t%.0f%%\t%s\n", x.ID(), dash(x.Kind), dash(x.Model), x.PeakIdle, x.Idle, 100*x.Efficiency, humanSeconds(x.LongestIdleStreakSeconds))
+	}
+	tw.Flush()
+
+	b.WriteString("\nTOP MODELS BY IDLE GPU-HOURS AT PEAK\n")
+	tw = tabwriter.NewWriter(&b, 0, 0, 2, ' ', 0)
+	fmt.Fprintf(tw, "  model\tworkloads\tidle at peak\tidle\tefficiency\tlongest idle streak\n")
+	for _, x := range r.TopModels {
+		fmt.Fprintf(tw, "  %s\t%d\t%.1f GPU-h\t%.1f GPU-h\t%.0f%%\t%s\n", x.Model, x.Workloads, x.PeakIdle, x.Idle, 100*x.Efficiency, humanSeconds(x.LongestIdleStreakSeconds))
+	}
+	tw.Flush()
+
+	if len(r.Hints) > 0 {
+		b.WriteString("\nRIGHT-SIZING\n")
+		for _, h := range r.Hints {
+			fmt.Fprintf(&b, "  %s/%s: %s\n", h.Namespace, dash(h.Name), h.Message)
+		}
+	}
+	if len(r.Missing) > 0 || len(r.Warnings) > 0 {
+		b.WriteString("\nPARTIAL DATA\n")
+		for _, m := range r.Missing {
+			fmt.Fprintf(&b, "  %s %s: no data %s → %s\n", m.Source, m.Instance, m.Start.In(loc).Format(timeFmt), m.End.In(loc).Format(timeFmt))
+		}
+		for _, w := range r.Warnings {
+			fmt.Fprintf(&b, "  %s\n", w)
+		}
+	}
+	_, err = io.WriteString(w, b.String())
+	return err
+}
+
+func dash(s string) string {
+	if s == "" {
+		return "-"
+	}
+	return s
+}
+
+func humanHours(h float64) string {
+	if h >= 48 && h == float64(int(h/24))*24 {
+		return fmt.Sprintf("%dd", int(h/24))
+	}
+	return fmt.Sprintf("%gh", h)
+}
+
+func humanSeconds(s float64) string {
+	if s <= 0 {
+		return "-"
+	}
+	m := int(math.Round(s / 60))
+	if m == 0 {
+		return "<1m"
+	}
+	var b strings.Builder
+	for _, u := range []struct {
+		n    int
+		unit string
+	}{{m / 1440, "d"}, {m / 60 % 24, "h"}, {m % 60, "m"}} {
+		if u.n > 0 {
+			fmt.Fprintf(&b, "%d%s", u.n, u.unit)
+		}
+	}
+	return b.String()
+}

@@ -1,0 +1,212 @@
+package report
+
+import (
+	"fmt"
+	"math"
+	"slices"
+	"strings"
+)
+
+// Funnel is where a range's GPU time went, in GPU-hours.
+type Funnel struct {
+	// Hours is the wall-clock time the figures cover.
+	Hours float64 `json:"hours"`
+	// Owned is the GPU time of whole GPUs observed (MIG instances are part of their GPU).
+	Owned float64 `json:"owned_gpu_hours"`
+	// Allocated is the GPU time held by pods.
+	Allocated float64 `json:"allocated_gpu_hours"`
+	// Active is allocated time weighted by utilization: effective GPU-hours.
+	Active float64 `json:"active_gpu_hours"`
+	// Idle is allocated time whose samples were idle.
+	Idle float64 `json:"idle_gpu_hours"`
+	// Unallocated is GPU time no pod held.
+	Unallocated float64 `json:"unallocated_gpu_hours"`
+	// UnallocatedActive is utilization-weighted time busy while no pod held the GPU.
+	UnallocatedActive float64 `json:"unallocated_active_gpu_hours"`
+}
+
+// GPUs is a number of GPU-hours as a mean number of GPUs over the funnel's hours.
+func (f Funnel) GPUs(gpuHours float64) float64 { return ratio(gpuHours, f.Hours) }
+
+// Efficiency is active over allocated GPU time, 0 when nothing was allocated.
+func (f Funnel) Efficiency() float64 { return ratio(f.Active, f.Allocated) }
+
+func ratio(a, b float64) float64 {
+	if b <= 0 {
+		return 0
+	}
+	return a / b
+}
+
+// DemandStep is one step of the range, set side by side: what waited and
+// what could have taken it at that time.
+type DemandStep struct {
+	// Peak is the share of the step inside the peak window, 0..1.
+	Peak float64
+	// Pending is the GPUs requested by Pending, unscheduled pods.
+	Pending float64
+	// IdleAllocated is GPUs allocated and idle; Unallocated GPUs held by
+	// nobody; UnallocatedActive the busy part of those.
+	IdleAllocated, Unallocated, UnallocatedActive float64
+}
+
+// Reclaimable is the capacity that could take work at the step: idle
+// allocated GPUs plus unallocated ones, less what runs on those outside
+// Kubernetes (cluster:gpuxray_idle_gpus:rate5m of the rules).
+func (s DemandStep) Reclaimable() float64 {
+	return max(0, s.IdleAllocated+s.Unallocated-s.UnallocatedActive)
+}
+
+// Demand is pending demand at peak set against reclaimable capacity at the
+// same times. GPU-hours are weighted by each step's share of peak.
+type Demand struct {
+	// Available is false when no kube-state-metrics series were found: demand is unknown.
+	Available bool `json:"available"`
+	// PeakHours is the peak time the figures cover.
+	PeakHours float64 `json:"peak_hours"`
+	// PendingGPUHours is GPU time requested by pending pods at peak.
+	PendingGPUHours float64 `json:"pending_gpu_hours"`
+	// IdleAllocatedGPUHours, UnallocatedGPUHours and UnallocatedActiveGPUHours
+	// make up ReclaimableGPUHours, at peak.
+	IdleAllocatedGPUHours     float64 `json:"idle_allocated_gpu_hours"`
+	UnallocatedGPUHours       float64 `json:"unallocated_gpu_hours"`
+	UnallocatedActiveGPUHours float64 `json:"unallocated_active_gpu_hours"`
+	ReclaimableGPUHours       float64 `json:"reclaimable_gpu_hours"`
+	// CoveredGPUHours is pending demand that reclaimable capacity could have
+	// run at the same step; ShortfallGPUHours the rest.
+	CoveredGPUHours   float64 `json:"covered_gpu_hours"`
+	ShortfallGPUHours float64 `json:"shortfall_gpu_hours"`
+	// PendingGPUs and ReclaimableGPUs are the means over peak time.
+	PendingGPUs     float64 `json:"pending_gpus"`
+	ReclaimableGPUs float64 `json:"reclaimable_gpus"`
+	// MaxPendingGPUs is the most GPUs pending at once at peak.
+	MaxPendingGPUs float64 `json:"max_pending_gpus"`
+	// Quantile is the share of peak steps ShortfallGPUs is taken at.
+	Quantile float64 `json:"quantile"`
+	// ShortfallGPUs is that quantile of pending less reclaimable GPUs over
+	// the steps that are mostly peak.
+	ShortfallGPUs float64 `json:"shortfall_gpus"`
+}
+
+// SetAgainst computes Demand from steps of stepHours each; q is the quantile
+// of the per-step shortfall that decides the verdict (0.95: a shortfall that
+// lasts under 5% of peak time is left to queueing).
+func SetAgainst(steps []DemandStep, stepHours, q float64, available bool) Demand {
+	d := Demand{Available: available, Quantile: q}
+	var short []float64
+	for _, s := range steps {
+		if s.Peak <= 0 {
+			continue
+		}
+		w := s.Peak * stepHours
+		r := s.Reclaimable()
+		d.PeakHours += w
+		d.PendingGPUHours += s.Pending * w
+		d.IdleAllocatedGPUHours += s.IdleAllocated * w
+		d.UnallocatedGPUHours += s.Unallocated * w
+		d.UnallocatedActiveGPUHours += s.UnallocatedActive * w
+		d.ReclaimableGPUHours += r * w
+		d.CoveredGPUHours += min(s.Pending, r) * w
+		d.ShortfallGPUHours += max(0, s.Pending-r) * w
+		if s.Peak >= 0.5 {
+			short = append(short, max(0, s.Pending-r))
+			d.MaxPendingGPUs = max(d.MaxPendingGPUs, s.Pending)
+		}
+	}
+	d.PendingGPUs = ratio(d.PendingGPUHours, d.PeakHours)
+	d.ReclaimableGPUs = ratio(d.ReclaimableGPUHours, d.PeakHours)
+	d.ShortfallGPUs = Quantile(short, q)
+	return d
+}
+
+// Quantile is the q-quantile of xs by the nearest-rank method; 0 for none.
+func Quantile(xs []float64, q float64) float64 {
+	if len(xs) == 0 {
+		return 0
+	}
+	s := slices.Clone(xs)
+	slices.Sort(s)
+	i := int(math.Ceil(q*float64(len(s)))) - 1
+	return s[min(max(i, 0), len(s)-1)]
+}
+
+// Verdict kinds.
+const (
+	// VerdictFixFirst: reclaimable capacity covers the demand at peak.
+	VerdictFixFirst = "fix_first"
+	// VerdictShort: demand exceeds capacity even after reclaiming.
+	VerdictShort = "short"
+	// VerdictNoDemandData: no kube-state-metrics series, demand unknown.
+	VerdictNoDemandData = "no_demand_data"
+)
+
+// measurementSlack is the part of a GPU a shortfall may exceed a whole
+// number by and still round down: rates sampled at step boundaries are not
+// exact, and a shortfall of 2.03 GPUs is 2 GPUs.
+const measurementSlack = 0.1
+
+// Verdict answers "do we need more GPUs?" and shows its arithmetic.
+type Verdict struct {
+	Kind string `json:"kind"`
+	// ReclaimableGPUs (N), PendingGPUs (M) and GPUsShort (K) are the numbers of the sentence.
+	ReclaimableGPUs float64 `json:"reclaimable_gpus"`
+	PendingGPUs     float64 `json:"pending_gpus"`
+	GPUsShort       int     `json:"gpus_short"`
+	Sentence        string  `json:"sentence"`
+	// Arithmetic is the verdict's working, one line a step.
+	Arithmetic []string `json:"arithmetic"`
+}
+
+// Decide turns the demand at peak into the verdict.
+func Decide(d Demand) Verdict {
+	v := Verdict{ReclaimableGPUs: d.ReclaimableGPUs, PendingGPUs: d.PendingGPUs}
+	v.Arithmetic = []string{
+		fmt.Sprintf("reclaimable at peak: idle allocated %.1f + unallocated %.1f − busy unallocated %.1f = %.1f GPU-hours over %.1f peak hours = %.2f GPUs",
+			d.IdleAllocatedGPUHours, d.UnallocatedGPUHours, d.UnallocatedActiveGPUHours, d.ReclaimableGPUHours, d.PeakHours, d.ReclaimableGPUs),
+	}
+	if !d.Available {
+		v.Kind = VerdictNoDemandData
+		v.Sentence = fmt.Sprintf("Reclaimable capacity at peak is %.1f GPUs; pending demand is unknown (no kube-state-metrics series): fix idle allocation first, then measure demand.", d.ReclaimableGPUs)
+		return v
+	}
+	v.GPUsShort = int(math.Max(0, math.Ceil(d.ShortfallGPUs-measurementSlack)))
+	v.Arithmetic = append(v.Arithmetic,
+		fmt.Sprintf("pending demand at peak: %.1f GPU-hours over %.1f peak hours = %.2f GPUs (at most %.0f at once)",
+			d.PendingGPUHours, d.PeakHours, d.PendingGPUs, d.MaxPendingGPUs),
+		fmt.Sprintf("at the same times: %.1f GPU-hours of that demand fit in reclaimable GPUs, %.1f did not",
+			d.CoveredGPUHours, d.ShortfallGPUHours),
+		fmt.Sprintf("pending − reclaimable at the %s of peak time: %.2f GPUs → %d GPUs short",
+			percentile(d.Quantile), d.ShortfallGPUs, v.GPUsShort),
+	)
+	if v.GPUsShort == 0 {
+		v.Kind = VerdictFixFirst
+		v.Sentence = fmt.Sprintf("Reclaimable capacity at peak (%.1f GPUs) covers pending demand (%.1f GPUs): fix idle allocation and scheduling first.",
+			d.ReclaimableGPUs, d.PendingGPUs)
+		return v
+	}
+	v.Kind = VerdictShort
+	v.Sentence = fmt.Sprintf("After reclaiming %.1f GPUs at peak, peak demand (%.1f GPUs pending) still exceeds capacity by %d %s.",
+		d.ReclaimableGPUs, d.PendingGPUs, v.GPUsShort, plural(v.GPUsShort, "GPU", "GPUs"))
+	return v
+}
+
+func percentile(q float64) string {
+	n := fmt.Sprintf("%g", q*100)
+	suffix := "th"
+	switch {
+	case strings.HasSuffix(n, "1") && !strings.HasSuffix(n, "11"):
+		suffix = "st"
+	case strings.HasSuffix(n, "2") && !strings.HasSuffix(n, "12"):
+		suffix = "nd"
+	case strings.HasSuffix(n, "3") && !strings.HasSuffix(n, "13"):
+		suffix = "rd"
+	}
+	return n + suffix + " percentile"
+}
+
+func plural(n int, one, many string) string {
+	if n == 1 {
+		return one
+	}
+	return many
+}

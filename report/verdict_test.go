@@ -1,0 +1,155 @@
+package report
+
+import (
+	"math"
+	"strings"
+	"testing"
+)
+
+func approx(t *testing.T, what string, got, want float64) {
+	t.Helper()
+	if math.Abs(got-want) > 1e-9 {
+		t.Errorf("%s = %g, want %g", what, got, want)
+	}
+}
+
+func TestQuantile(t *testing.T) {
+	for _, c := range []struct {
+		xs   []float64
+		q    float64
+		want float64
+	}{
+		{nil, 0.95, 0},
+		{[]float64{3}, 0.95, 3},
+		{[]float64{0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 5}, 0.95, 0}, // one step in 20 is 5%
+		{[]float64{0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 5, 5}, 0.95, 5},
+		{[]float64{4, 1, 3, 2}, 0.5, 2},
+		{[]float64{4, 1, 3, 2}, 1, 4},
+	} {
+		approx(t, "quantile", Quantile(c.xs, c.q), c.want)
+	}
+}
+
+func TestSetAgainstAndDecide(t *testing.T) {
+	// Hour steps. Peak is 4 hours: two with 2 GPUs pending while 5 are
+	// reclaimable, two with 6 pending while 1 is; off-peak demand is ignored.
+	steps := []DemandStep{
+		{Peak: 0, Pending: 9, IdleAllocated: 0},
+		{Peak: 1, Pending: 2, IdleAllocated: 3, Unallocated: 2.5, UnallocatedActive: 0.5},
+		{Peak: 1, Pending: 2, IdleAllocated: 3, Unallocated: 2},
+		{Peak: 1, Pending: 6, IdleAllocated: 1},
+		{Peak: 1, Pending: 6, IdleAllocated: 1},
+	}
+	d := SetAgainst(steps, 1, 0.95, true)
+	approx(t, "peak hours", d.PeakHours, 4)
+	approx(t, "pending GPU-hours", d.PendingGPUHours, 16)
+	approx(t, "reclaimable GPU-hours", d.ReclaimableGPUHours, 12)
+	approx(t, "idle allocated GPU-hours", d.IdleAllocatedGPUHours, 8)
+	approx(t, "unallocated GPU-hours", d.UnallocatedGPUHours, 4.5)
+	approx(t, "busy unallocated GPU-hours", d.UnallocatedActiveGPUHours, 0.5)
+	approx(t, "covered", d.CoveredGPUHours, 2+2+1+1)
+	approx(t, "shortfall", d.ShortfallGPUHours, 10)
+	approx(t, "pending GPUs", d.PendingGPUs, 4)
+	approx(t, "reclaimable GPUs", d.ReclaimableGPUs, 3)
+	approx(t, "shortfall GPUs", d.ShortfallGPUs, 5)
+	approx(t, "max pending", d.MaxPendingGPUs, 6)
+	v := Decide(d)
+	if v.Kind != VerdictShort || v.GPUsShort != 5 {
+		t.Fatalf("verdict %s, %d short; want short by 5", v.Kind, v.GPUsShort)
+	}
+	if want := "After reclaiming 3.0 GPUs at peak, peak demand (4.0 GPUs pending) still exceeds capacity by 5 GPUs."; v.Sentence != want {
+		t.Errorf("sentence %q, want %q", v.Sentence, want)
+	}
+	for _, want := range []string{"idle allocated 8.0 + unallocated 4.5 − busy unallocated 0.5 = 12.0 GPU-hours over 4.0 peak hours = 3.00 GPUs",
+		"16.0 GPU-hours over 4.0 peak hours = 4.00 GPUs (at most 6 at once)", "6.0 GPU-hours of that demand fit", "95th percentile of peak time: 5.00 GPUs → 5 GPUs short"} {
+		if !strings.Contains(strings.Join(v.Arithmetic, "\n"), want) {
+			t.Errorf("arithmetic lacks %q:\n%s", want, strings.Join(v.Arithmetic, "\n"))
+		}
+	}
+}
+
+func TestDecide(t *testing.T) {
+	for _, c := range []struct {
+		name  string
+		d     Demand
+		kind  string
+		short int
+		says  string
+	}{
+		{"covered", Demand{Available: true, PendingGPUs: 1.33, ReclaimableGPUs: 4.27, Quantile: 0.95}, VerdictFixFirst, 0,
+			"Reclaimable capacity at peak (4.3 GPUs) covers pending demand (1.3 GPUs): fix idle allocation and scheduling first."},
+		{"noise under a tenth of a GPU rounds down", Demand{Available: true, ShortfallGPUs: 2.05, Quantile: 0.95}, VerdictShort, 2, "by 2 GPUs"},
+		{"a fraction of a GPU over is one more", Demand{Available: true, ShortfallGPUs: 0.4, Quantile: 0.9}, VerdictShort, 1, "by 1 GPU."},
+		{"tiny shortfall is none", Demand{Available: true, ShortfallGPUs: 0.08, Quantile: 0.95}, VerdictFixFirst, 0, "covers"},
+		{"no kube-state-metrics", Demand{ReclaimableGPUs: 2}, VerdictNoDemandData, 0, "pending demand is unknown"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			v := Decide(c.d)
+			if v.Kind != c.kind || v.GPUsShort != c.short || !strings.Contains(v.Sentence, c.says) {
+				t.Errorf("got %s, %d short, %q; want %s, %d, containing %q", v.Kind, v.GPUsShort, v.Sentence, c.kind, c.short, c.says)
+			}
+		})
+	}
+}
+
+func TestFunnel(t *testing.T) {
+	f := Funnel{Hours: 24, Owned: 144, Allocated: 96, Active: 48}
+	approx(t, "owned GPUs", f.GPUs(f.Owned), 6)
+	approx(t, "efficiency", f.Efficiency(), 0.5)
+	approx(t, "empty efficiency", Funnel{}.Efficiency(), 0)
+}
+
+func TestWorkloadsAndHints(t *testing.T) {
+	const gib = 1 << 30
+	ws := []Workload{
+		{Namespace: "a", Name: "train", Model: "llama3", Usage: Usage{Allocated: 48, Active: 40, PeakIdle: 2, Idle: 3, LongestIdleStreakSeconds: 3600}, PeakActivity: 0.9, PeakMemoryBytes: 60 * gib, MemoryTotalBytes: 80 * gib},
+		{Namespace: "b", Name: "notebook", Usage: Usage{Allocated: 24, Idle: 24, PeakIdle: 9, LongestIdleStreakSeconds: 86400}, PeakActivity: 0, PeakMemoryBytes: 8 * gib, MemoryTotalBytes: 80 * gib},
+		{Namespace: "c", Name: "vllm", Model: "mistral", Usage: Usage{Allocated: 24, Active: 3.6}, PeakActivity: 0.15, PeakMemoryBytes: 70 * gib, MemoryTotalBytes: 80 * gib},
+		{Namespace: "d", Name: "embed", Model: "llama3", Usage: Usage{Allocated: 10, Active: 2, PeakIdle: 2, Idle: 1}, PeakActivity: 0.25, PeakMemoryBytes: 15 * gib, MemoryTotalBytes: 80 * gib},
+	}
+	for i := range ws {
+		ws[i].finish()
+	}
+	top := TopByPeakIdle(ws, 3)
+	if got := []string{top[0].ID(), top[1].ID(), top[2].ID()}; strings.Join(got, " ") != "b/notebook a/train d/embed" {
+		t.Errorf("top = %v", got)
+	}
+	ms := Models(ws, 10)
+	if ms[0].Model != "(unknown)" || ms[1].Model != "llama3" || ms[1].Workloads != 2 {
+		t.Fatalf("models %+v", ms)
+	}
+	approx(t, "llama3 idle at peak", ms[1].PeakIdle, 4)
+	approx(t, "llama3 efficiency", ms[1].Efficiency, 42.0/58)
+	approx(t, "llama3 streak", ms[1].LongestIdleStreakSeconds, 3600)
+
+	got := map[string]string{}
+	for _, h := range Hints(ws, HintConfig{ActivityThreshold: 0.2, MemoryBound: 0.5, Headroom: 1.1}) {
+		got[h.Namespace+"/"+h.Name+" "+h.Hint] = h.Profile
+	}
+	want := map[string]string{
+		"b/notebook mig": "1g.10gb", "b/notebook shared": "", "b/notebook low_activity": "",
+		"c/vllm memory_bound": "", "c/vllm low_activity": "",
+		// 15 GiB × 1.1 needs 2 memory slices, 0.25 × 1.1 two of seven compute slices.
+		"d/embed mig": "2g.20gb", "d/embed shared": "",
+	}
+	for k, p := range want {
+		if gp, ok := got[k]; !ok || gp != p {
+			t.Errorf("hint %s: got %q (present %v), want %q", k, gp, ok, p)
+		}
+	}
+	if len(got) != len(want) {
+		t.Errorf("hints %v, want %v", got, want)
+	}
+}
+
+func TestMIGName(t *testing.T) {
+	for _, c := range []struct {
+		compute, memory int
+		gib             float64
+		want            string
+	}{{1, 1, 80, "1g.10gb"}, {3, 4, 80, "3g.40gb"}, {2, 2, 141, "2g.35gb"}, {1, 1, 40, "1g.5gb"}} {
+		if got := migName(c.compute, c.memory, c.gib*(1<<30)); got != c.want {
+			t.Errorf("migName(%d, %d, %g GiB) = %s, want %s", c.compute, c.memory, c.gib, got, c.want)
+		}
+	}
+}

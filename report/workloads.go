@@ -1,0 +1,198 @@
+package report
+
+import (
+	"cmp"
+	"fmt"
+	"math"
+	"slices"
+)
+
+// Usage is the GPU time of one workload or model, in GPU-hours, over the
+// whole range and at peak.
+type Usage struct {
+	Allocated     float64 `json:"allocated_gpu_hours"`
+	Idle          float64 `json:"idle_gpu_hours"`
+	Active        float64 `json:"active_gpu_hours"`
+	PeakAllocated float64 `json:"peak_allocated_gpu_hours"`
+	PeakIdle      float64 `json:"peak_idle_gpu_hours"`
+	PeakActive    float64 `json:"peak_active_gpu_hours"`
+	// Efficiency is Active/Allocated; PeakEfficiency the same at peak.
+	Efficiency     float64 `json:"efficiency"`
+	PeakEfficiency float64 `json:"peak_efficiency"`
+	// LongestIdleStreakSeconds is the longest an allocation stayed idle
+	// without a break (max_over_time of gpuxray_allocation_idle_streak_seconds).
+	LongestIdleStreakSeconds float64 `json:"longest_idle_streak_seconds"`
+}
+
+func (u *Usage) add(o Usage) {
+	u.Allocated += o.Allocated
+	u.Idle += o.Idle
+	u.Active += o.Active
+	u.PeakAllocated += o.PeakAllocated
+	u.PeakIdle += o.PeakIdle
+	u.PeakActive += o.PeakActive
+	u.LongestIdleStreakSeconds = max(u.LongestIdleStreakSeconds, o.LongestIdleStreakSeconds)
+}
+
+func (u *Usage) finish() {
+	u.Efficiency = ratio(u.Active, u.Allocated)
+	u.PeakEfficiency = ratio(u.PeakActive, u.PeakAllocated)
+}
+
+// Workload is one owning workload (with its model) and what it did with its GPUs.
+type Workload struct {
+	Namespace string `json:"namespace"`
+	Kind      string `json:"workload_kind"`
+	Name      string `json:"workload"`
+	Model     string `json:"model"`
+	Usage
+	// PeakActivity is the highest utilization (active/allocated) of any
+	// step in which the workload held at least half a GPU.
+	PeakActivity float64 `json:"peak_activity"`
+	// PeakMemoryBytes is the most memory one of its allocations used;
+	// MemoryTotalBytes that allocation's whole GPU's (0 for MIG instances
+	// and shared GPUs' unknowns).
+	PeakMemoryBytes  float64 `json:"peak_memory_bytes"`
+	MemoryTotalBytes float64 `json:"memory_total_bytes"`
+}
+
+// ID is namespace/workload, or namespace/(none) for pods with no owner.
+func (w Workload) ID() string {
+	n := w.Name
+	if n == "" {
+		n = "(no owner)"
+	}
+	return w.Namespace + "/" + n
+}
+
+// Model is the GPU time of one model across workloads.
+type Model struct {
+	Model string `json:"model"`
+	Usage
+	Workloads int `json:"workloads"`
+}
+
+// TopByPeakIdle sorts workloads by idle GPU-hours at peak, most first (then
+// by name, so the order is stable), and keeps n.
+func TopByPeakIdle(ws []Workload, n int) []Workload {
+	s := slices.Clone(ws)
+	slices.SortFunc(s, func(a, b Workload) int {
+		return cmp.Or(cmp.Compare(b.PeakIdle, a.PeakIdle), cmp.Compare(b.Idle, a.Idle), cmp.Compare(a.ID(), b.ID()), cmp.Compare(a.Model, b.Model))
+	})
+	return s[:min(n, len(s))]
+}
+
+// Models groups workloads by model ("" is "(unknown)") and sorts them as
+// TopByPeakIdle does.
+func Models(ws []Workload, n int) []Model {
+	by := map[string]*Model{}
+	for _, w := range ws {
+		name := w.Model
+		if name == "" {
+			name = "(unknown)"
+		}
+		m := by[name]
+		if m == nil {
+			m = &Model{Model: name}
+			by[name] = m
+		}
+		m.add(w.Usage)
+		m.Workloads++
+	}
+	out := make([]Model, 0, len(by))
+	for _, m := range by {
+		m.finish()
+		out = append(out, *m)
+	}
+	slices.SortFunc(out, func(a, b Model) int {
+		return cmp.Or(cmp.Compare(b.PeakIdle, a.PeakIdle), cmp.Compare(b.Idle, a.Idle), cmp.Compare(a.Model, b.Model))
+	})
+	return out[:min(n, len(out))]
+}
+
+// HintConfig sets when a right-sizing hint is given.
+type HintConfig struct {
+	// ActivityThreshold: a workload whose activity never exceeds it is
+	// reported (default 0.2).
+	ActivityThreshold float64
+	// MemoryBound: a workload using at least this share of its GPU's memory
+	// while its efficiency stays under ActivityThreshold is memory-bound but
+	// compute-idle (default 0.5).
+	MemoryBound float64
+	// Headroom multiplies peak memory and activity before fitting them into
+	// a smaller slice (default 1.1).
+	Headroom float64
+}
+
+// Hint kinds.
+const (
+	HintMIG         = "mig"
+	HintShared      = "shared"
+	HintMemoryBound = "memory_bound"
+	HintLowActivity = "low_activity"
+)
+
+// Hint is one right-sizing suggestion for a workload.
+type Hint struct {
+	Namespace string `json:"namespace"`
+	Kind      string `json:"workload_kind"`
+	Name      string `json:"workload"`
+	Model     string `json:"model"`
+	// Hint is one of mig, shared, memory_bound, low_activity.
+	Hint string `json:"hint"`
+	// Profile is the smallest MIG profile that fits (mig only).
+	Profile string `json:"profile,omitempty"`
+	Message string `json:"message"`
+}
+
+// migProfiles are the MIG profiles of a GPU with 7 compute and 8 memory
+// slices (A100, H100, H200, B200), smallest first, without the whole GPU.
+var migProfiles = []struct{ compute, memory int }{{1, 1}, {2, 2}, {3, 4}, {4, 4}}
+
+// Hints gives right-sizing hints from each workload's peak memory and activity.
+func Hints(ws []Workload, c HintConfig) []Hint {
+	var out []Hint
+	for _, w := range ws {
+		if w.Allocated <= 0 {
+			continue
+		}
+		h := func(kind, profile, format string, a ...any) {
+			out = append(out, Hint{Namespace: w.Namespace, Kind: w.Kind, Name: w.Name, Model: w.Model, Hint: kind, Profile: profile, Message: fmt.Sprintf(format, a...)})
+		}
+		act, mem := w.PeakActivity*c.Headroom, w.PeakMemoryBytes*c.Headroom
+		if total := w.MemoryTotalBytes; total > 0 {
+			fitted := false
+			for _, p := range migProfiles {
+				if act <= float64(p.compute)/7 && mem <= total*float64(p.memory)/8 {
+					name := migName(p.compute, p.memory, total)
+					h(HintMIG, name, "peak memory %s of %s and activity at most %.0f%% fit a MIG %s slice (%d/7 of the compute)",
+						bytesString(w.PeakMemoryBytes), bytesString(total), 100*w.PeakActivity, name, p.compute)
+					fitted = true
+					break
+				}
+			}
+			if act <= 0.5 && mem <= total/2 {
+				h(HintShared, "", "peak memory %s and activity at most %.0f%% leave room for a second workload: share the GPU (time-slicing or MPS)",
+					bytesString(w.PeakMemoryBytes), 100*w.PeakActivity)
+			} else if !fitted && w.PeakMemoryBytes >= c.MemoryBound*total && w.Efficiency < c.ActivityThreshold {
+				h(HintMemoryBound, "", "uses %s of %s memory but %.0f%% of the compute: memory-bound and compute-idle; a quantized or smaller model would free the GPU",
+					bytesString(w.PeakMemoryBytes), bytesString(total), 100*w.Efficiency)
+			}
+		}
+		if w.PeakActivity < c.ActivityThreshold {
+			h(HintLowActivity, "", "activity never exceeded %.0f%% (at most %.0f%%)", 100*c.ActivityThreshold, 100*w.PeakActivity)
+		}
+	}
+	return out
+}
+
+// migName names a profile as NVIDIA does: compute slices and memory in GB
+// of a GPU with total bytes ("1g.10gb" on an 80 GB GPU).
+func migName(compute, memory int, total float64) string {
+	gib := math.Round(total / (1 << 30))
+	return fmt.Sprintf("%dg.%.0fgb", compute, math.Round(gib*float64(memory)/8))
+}
+
+func bytesString(b float64) string {
+	return fmt.Sprintf("%.1f GiB", b/(1<<30))
+}
