@@ -1,0 +1,592 @@
+package e2e
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"image"
+	"image/png"
+	"math"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"sort"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/gpuxray/gpuxray/agent"
+	"github.com/gpuxray/gpuxray/collector/sim"
+	"github.com/gpuxray/gpuxray/report"
+)
+
+// reportNodes are the three nodes of the report's cluster, two days each.
+var reportNodes = []string{"testdata/report-a.yaml", "testdata/report-b.yaml", "testdata/report-c.yaml"}
+
+// pendingPod is a pod kube-state-metrics reports as Pending from `from` to
+// `to` (offsets from the scenarios' start), requesting gpus.
+type pendingPod struct {
+	namespace, name string
+	gpus            int
+	from, to        time.Duration
+	// node is set when the pod is bound and pulling its image: not waiting for a GPU.
+	node string
+}
+
+// reportPending: Monday, a two-GPU job waits 10:00-16:00 while the training
+// job idles and node c is unallocated; Tuesday, three two-GPU sweeps wait
+// all peak long while only the notebook's GPU is idle.
+var reportPending = []pendingPod{
+	{namespace: "research", name: "big-0", gpus: 2, from: 10 * time.Hour, to: 16 * time.Hour},
+	{namespace: "research", name: "sweep-0", gpus: 2, from: 33 * time.Hour, to: 42 * time.Hour},
+	{namespace: "research", name: "sweep-1", gpus: 2, from: 33 * time.Hour, to: 42 * time.Hour},
+	{namespace: "research", name: "sweep-2", gpus: 2, from: 33 * time.Hour, to: 42 * time.Hour},
+	{namespace: "inference", name: "pull-0", gpus: 1, from: 36 * time.Hour, to: 37 * time.Hour, node: "report-b"},
+}
+
+// ksmOpenMetrics writes kube-state-metrics' series for the pending pods and
+// a running one, a scrape every `every` from start for d.
+func ksmOpenMetrics(start time.Time, d, every time.Duration) []byte {
+	var phase, req bytes.Buffer
+	for at := time.Duration(0); at <= d; at += every {
+		ts := fmt.Sprintf("%d.000", start.Add(at).Unix())
+		fmt.Fprintf(&phase, "kube_pod_status_phase{instance=\"ksm:8080\",job=\"kube-state-metrics\",namespace=\"inference\",phase=\"Running\",pod=\"vllm-0\"} 1 %s\n", ts)
+		fmt.Fprintf(&req, "kube_pod_container_resource_requests{container=\"vllm\",instance=\"ksm:8080\",job=\"kube-state-metrics\",namespace=\"inference\",node=\"report-b\",pod=\"vllm-0\",resource=\"nvidia_com_gpu\",unit=\"integer\"} 1 %s\n", ts)
+		for _, p := range reportPending {
+			if at < p.from || at >= p.to {
+				continue
+			}
+			node := ""
+			if p.node != "" {
+				node = fmt.Sprintf(",node=%q", p.node)
+			}
+			for _, ph := range []string{"Pending", "Running"} {
+				v := 0
+				if ph == "Pending" {
+					v = 1
+				}
+				fmt.Fprintf(&phase, "kube_pod_status_phase{instance=\"ksm:8080\",job=\"kube-state-metrics\",namespace=%q,phase=%q,pod=%q} %d %s\n", p.namespace, ph, p.name, v, ts)
+			}
+			fmt.Fprintf(&req, "kube_pod_container_resource_requests{container=\"main\",instance=\"ksm:8080\",job=\"kube-state-metrics\",namespace=%q%s,pod=%q,resource=\"nvidia_com_gpu\",unit=\"integer\"} %d %s\n", p.namespace, node, p.name, p.gpus, ts)
+			fmt.Fprintf(&req, "kube_pod_container_resource_requests{container=\"main\",instance=\"ksm:8080\",job=\"kube-state-metrics\",namespace=%q%s,pod=%q,resource=\"cpu\",unit=\"core\"} 8 %s\n", p.namespace, node, p.name, ts)
+		}
+	}
+	// OpenMetrics wants each series' samples together: sort the lines.
+	sorted := func(b *bytes.Buffer) string {
+		lines := strings.Split(strings.TrimSpace(b.String()), "\n")
+		sort.SliceStable(lines, func(i, j int) bool { return seriesOf(lines[i]) < seriesOf(lines[j]) })
+		return strings.Join(lines, "\n") + "\n"
+	}
+	var out bytes.Buffer
+	out.WriteString("# TYPE kube_pod_status_phase gauge\n# HELP kube_pod_status_phase The pods current phase.\n")
+	out.WriteString(sorted(&phase))
+	out.WriteString("# TYPE kube_pod_container_resource_requests gauge\n# HELP kube_pod_container_resource_requests The number of requested request resource by a container.\n")
+	out.WriteString(sorted(&req))
+	out.WriteString("# EOF\n")
+	return out.Bytes()
+}
+
+func seriesOf(line string) string {
+	return line[:strings.LastIndex(line[:strings.LastIndex(line, " ")], " ")]
+}
+
+// reportTruth is what the report must say about [from, to), from the
+// scenarios and the pending pods alone.
+type reportTruth struct {
+	all, peak report.Funnel
+	demand    report.Demand
+	workloads map[string]*report.Workload // by namespace/workload
+	heatmap   map[string]float64          // "weekday/hour" → mean idle allocated GPUs
+}
+
+func truthOf(t *testing.T, scs []*sim.Scenario, from, to time.Time, quantile float64) reportTruth {
+	t.Helper()
+	sched, err := agent.ParseSchedule(agent.DefaultPeakSchedule, time.UTC)
+	if err != nil {
+		t.Fatal(err)
+	}
+	const step = 10 * time.Second
+	h := step.Hours()
+	tr := reportTruth{workloads: map[string]*report.Workload{}, heatmap: map[string]float64{}}
+	idleSince := map[string]time.Duration{} // pod → start of its idle run, -1 when busy
+	var shortfall []float64
+	heatSum := map[string]float64{}
+	heatN := map[string]float64{}
+	start := scs[0].Start
+	for d := time.Duration(0); d < scs[0].Duration; d += step {
+		mid := d + step/2
+		at := start.Add(mid)
+		inRange := !at.Before(from) && at.Before(to)
+		peak := sched.At(at)
+		var idleGPUs, unalloc, unallocActive float64
+		for _, sc := range scs {
+			held := map[int]bool{}
+			for i, p := range sc.Pods {
+				key := sc.Node + "/" + p.Namespace + "/" + p.Name
+				if mid < p.From || mid >= p.To {
+					delete(idleSince, key)
+					continue
+				}
+				u := sc.UtilAt(i, mid)
+				n := float64(len(p.Devices))
+				for _, dev := range p.Devices {
+					held[dev.GPU] = true
+				}
+				w := tr.workloads[p.Namespace+"/"+p.Owner.Name]
+				if w == nil {
+					w = &report.Workload{Namespace: p.Namespace, Kind: p.Owner.Kind, Name: p.Owner.Name, Model: p.Labels["model"]}
+					tr.workloads[p.Namespace+"/"+p.Owner.Name] = w
+				}
+				idle := u < 0.05
+				if idle {
+					if _, ok := idleSince[key]; !ok {
+						idleSince[key] = d
+					}
+				} else {
+					delete(idleSince, key)
+				}
+				if !inRange {
+					continue
+				}
+				w.Allocated += n * h
+				w.Active += n * u * h
+				if peak {
+					w.PeakAllocated += n * h
+					w.PeakActive += n * u * h
+				}
+				if idle {
+					idleGPUs += n
+					w.Idle += n * h
+					if peak {
+						w.PeakIdle += n * h
+					}
+					w.LongestIdleStreakSeconds = max(w.LongestIdleStreakSeconds, (d + step - idleSince[key]).Seconds())
+				}
+			}
+			for gpu := 0; gpu < sc.GPUs; gpu++ {
+				if !held[gpu] {
+					unalloc++
+					unallocActive += sc.GPUUtilAt(gpu, mid)
+				}
+			}
+		}
+		if !inRange {
+			continue
+		}
+		owned := 0.0
+		for _, sc := range scs {
+			owned += float64(sc.GPUs)
+		}
+		var pending float64
+		for _, p := range reportPending {
+			if p.node == "" && mid >= p.from && mid < p.to {
+				pending += float64(p.gpus)
+			}
+		}
+		for _, f := range []*report.Funnel{&tr.all, &tr.peak} {
+			if f == &tr.peak && !peak {
+				continue
+			}
+			f.Hours += h
+			f.Owned += owned * h
+			f.Idle += idleGPUs * h
+			f.Unallocated += unalloc * h
+			f.UnallocatedActive += unallocActive * h
+		}
+		key := fmt.Sprintf("%d/%02d", int(at.Weekday()), at.Hour())
+		heatSum[key] += idleGPUs
+		heatN[key]++
+		if peak {
+			reclaim := idleGPUs + unalloc - unallocActive
+			dm := &tr.demand
+			dm.PeakHours += h
+			dm.PendingGPUHours += pending * h
+			dm.ReclaimableGPUHours += reclaim * h
+			dm.CoveredGPUHours += min(pending, reclaim) * h
+			dm.ShortfallGPUHours += max(0, pending-reclaim) * h
+			shortfall = append(shortfall, max(0, pending-reclaim))
+		}
+	}
+	for _, w := range tr.workloads {
+		tr.all.Allocated += w.Allocated
+		tr.all.Active += w.Active
+		tr.peak.Allocated += w.PeakAllocated
+		tr.peak.Active += w.PeakActive
+		w.Efficiency = w.Active / w.Allocated
+	}
+	for k, s := range heatSum {
+		tr.heatmap[k] = s / heatN[k]
+	}
+	dm := &tr.demand
+	dm.PendingGPUs, dm.ReclaimableGPUs = dm.PendingGPUHours/dm.PeakHours, dm.ReclaimableGPUHours/dm.PeakHours
+	dm.ShortfallGPUs = report.Quantile(shortfall, quantile)
+	return tr
+}
+
+// near fails unless got is within 1% of want (or 0.02 of it, near zero).
+func near(t *testing.T, what string, got, want float64) {
+	t.Helper()
+	if math.Abs(got-want) > math.Max(0.01*math.Abs(want), 0.02) || math.IsNaN(got) {
+		t.Errorf("%s = %.4f, want %.4f ± 1%%", what, got, want)
+	}
+}
+
+// TestReport replays two days of a three-node cluster, backfills them with
+// kube-state-metrics' pending pods into a real Prometheus, and checks every
+// figure of `gpuxray report --format json` against the scenarios for Monday
+// (idle allocation covers the waiting job: fix first) and Tuesday (demand
+// exceeds capacity by 5 GPUs after reclaiming); then renders the HTML report
+// in headless Chromium.
+func TestReport(t *testing.T) {
+	t.Parallel()
+	promtool := need(t, "promtool")
+	prom := need(t, "prometheus")
+	started := time.Now()
+	var scs []*sim.Scenario
+	for _, p := range reportNodes {
+		sc, err := sim.LoadScenario(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		scs = append(scs, sc)
+	}
+	dir := t.TempDir()
+	data := filepath.Join(dir, "data")
+
+	// 1. Replay each node (a scrape every 2 minutes, polls every 15s: the
+	// driver keeps 20s of samples) and backfill it, all at once.
+	var wg sync.WaitGroup
+	errs := make([]error, len(scs)+1)
+	backfill := func(i int, om string) {
+		blocks := filepath.Join(dir, fmt.Sprintf("blocks-%d", i))
+		if out, err := exec.Command(promtool, "tsdb", "create-blocks-from", "openmetrics", om, blocks).CombinedOutput(); err != nil {
+			errs[i] = fmt.Errorf("promtool tsdb create-blocks-from openmetrics %s: %v\n%s", om, err, out)
+		}
+	}
+	for i, p := range reportNodes {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			om := filepath.Join(dir, fmt.Sprintf("node-%d.om", i))
+			f, err := os.Create(om)
+			if err != nil {
+				errs[i] = err
+				return
+			}
+			var stderr bytes.Buffer
+			cmd := exec.Command(binary, "replay", "--format=openmetrics", "--scrape.interval=2m", "--poll.interval=15s", p)
+			cmd.Stdout, cmd.Stderr = f, &stderr
+			err = cmd.Run()
+			f.Close()
+			if err != nil {
+				errs[i] = fmt.Errorf("replay %s: %v\n%s", p, err, stderr.String())
+				return
+			}
+			backfill(i, om)
+		}()
+	}
+	ksm := filepath.Join(dir, "ksm.om")
+	if err := os.WriteFile(ksm, ksmOpenMetrics(scs[0].Start, scs[0].Duration, 2*time.Minute), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	backfill(len(scs), ksm)
+	wg.Wait()
+	for _, err := range errs {
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := os.MkdirAll(data, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	for i := range errs {
+		src := filepath.Join(dir, fmt.Sprintf("blocks-%d", i))
+		bs, err := os.ReadDir(src)
+		if err != nil || len(bs) == 0 {
+			t.Fatalf("no blocks in %s: %v", src, err)
+		}
+		for _, b := range bs {
+			if err := os.Rename(filepath.Join(src, b.Name()), filepath.Join(data, b.Name())); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	backfilled := time.Since(started)
+	_, addr := startPrometheus(t, prom, filepath.Join(dir, "prom"), data, "global: {}\n")
+	ready := time.Since(started)
+
+	runReport := func(args ...string) []byte {
+		t.Helper()
+		cmd := exec.Command(binary, append([]string{"report", "--prometheus=http://" + addr, "--step=10m"}, args...)...)
+		var stdout, stderr bytes.Buffer
+		cmd.Stdout, cmd.Stderr = &stdout, &stderr
+		if err := cmd.Run(); err != nil {
+			t.Fatalf("gpuxray report %v: %v\n%s", args, err, stderr.String())
+		}
+		if stderr.Len() > 0 {
+			t.Errorf("gpuxray report %v wrote to stderr (not a terminal): %s", args, stderr.String())
+		}
+		return stdout.Bytes()
+	}
+
+	for _, c := range []struct {
+		name      string
+		end       time.Time
+		kind      string
+		gpusShort int
+	}{
+		{"Monday: fix first", scs[0].Start.Add(24 * time.Hour), report.VerdictFixFirst, 0},
+		{"Tuesday: short", scs[0].Start.Add(48 * time.Hour), report.VerdictShort, 5},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			var r report.Report
+			if err := json.Unmarshal(runReport("--range=1d", "--end="+c.end.Format(time.RFC3339), "--format=json"), &r); err != nil {
+				t.Fatal(err)
+			}
+			want := truthOf(t, scs, c.end.Add(-24*time.Hour), c.end, r.Demand.Quantile)
+			if r.Verdict.Kind != c.kind || r.Verdict.GPUsShort != c.gpusShort {
+				t.Errorf("verdict %s with %d GPUs short, want %s with %d: %s", r.Verdict.Kind, r.Verdict.GPUsShort, c.kind, c.gpusShort, r.Verdict.Sentence)
+			}
+			for _, f := range []struct {
+				name      string
+				got, want report.Funnel
+			}{{"all", r.Funnel.All, want.all}, {"peak", r.Funnel.Peak, want.peak}} {
+				near(t, f.name+" hours", f.got.Hours, f.want.Hours)
+				near(t, f.name+" owned", f.got.Owned, f.want.Owned)
+				near(t, f.name+" allocated", f.got.Allocated, f.want.Allocated)
+				near(t, f.name+" active", f.got.Active, f.want.Active)
+				near(t, f.name+" idle", f.got.Idle, f.want.Idle)
+				near(t, f.name+" unallocated", f.got.Unallocated, f.want.Unallocated)
+				near(t, f.name+" unallocated active", f.got.UnallocatedActive, f.want.UnallocatedActive)
+			}
+			d, wd := r.Demand, want.demand
+			if !d.Available {
+				t.Error("demand not available, want kube-state-metrics' series found")
+			}
+			near(t, "peak hours", d.PeakHours, wd.PeakHours)
+			near(t, "pending GPU-hours", d.PendingGPUHours, wd.PendingGPUHours)
+			near(t, "reclaimable GPU-hours", d.ReclaimableGPUHours, wd.ReclaimableGPUHours)
+			near(t, "covered GPU-hours", d.CoveredGPUHours, wd.CoveredGPUHours)
+			near(t, "shortfall GPU-hours", d.ShortfallGPUHours, wd.ShortfallGPUHours)
+			near(t, "pending GPUs", d.PendingGPUs, wd.PendingGPUs)
+			near(t, "reclaimable GPUs", d.ReclaimableGPUs, wd.ReclaimableGPUs)
+			near(t, "shortfall GPUs", d.ShortfallGPUs, wd.ShortfallGPUs)
+			near(t, "verdict's reclaimable GPUs", r.Verdict.ReclaimableGPUs, wd.ReclaimableGPUs)
+			near(t, "verdict's pending GPUs", r.Verdict.PendingGPUs, wd.PendingGPUs)
+
+			got := map[string]report.Workload{}
+			for _, w := range r.TopWorkloads {
+				got[w.Namespace+"/"+w.Name] = w
+			}
+			for id, w := range want.workloads {
+				g, ok := got[id]
+				if w.Allocated == 0 {
+					if ok && g.Allocated > 0.02 {
+						t.Errorf("workload %s: %.2f GPU-hours allocated, want none", id, g.Allocated)
+					}
+					continue
+				}
+				if !ok {
+					t.Errorf("workload %s missing from the top workloads %v", id, got)
+					continue
+				}
+				if g.Kind != w.Kind || g.Model != w.Model {
+					t.Errorf("workload %s: kind %q model %q, want %q %q", id, g.Kind, g.Model, w.Kind, w.Model)
+				}
+				near(t, id+" allocated", g.Allocated, w.Allocated)
+				near(t, id+" idle", g.Idle, w.Idle)
+				near(t, id+" active", g.Active, w.Active)
+				near(t, id+" idle at peak", g.PeakIdle, w.PeakIdle)
+				near(t, id+" efficiency", g.Efficiency, w.Efficiency)
+				near(t, id+" longest idle streak (hours)", g.LongestIdleStreakSeconds/3600, w.LongestIdleStreakSeconds/3600)
+			}
+			for i := 1; i < len(r.TopWorkloads); i++ {
+				if r.TopWorkloads[i].PeakIdle > r.TopWorkloads[i-1].PeakIdle {
+					t.Errorf("top workloads not sorted by idle at peak: %s before %s", r.TopWorkloads[i-1].ID(), r.TopWorkloads[i].ID())
+				}
+			}
+			models := map[string]float64{}
+			for _, w := range want.workloads {
+				m := w.Model
+				if m == "" {
+					m = "(unknown)"
+				}
+				models[m] += w.PeakIdle
+			}
+			for _, m := range r.TopModels {
+				near(t, "model "+m.Model+" idle at peak", m.PeakIdle, models[m.Model])
+			}
+
+			cells := 0
+			for wd := range r.Heatmap.IdleAllocatedGPUs {
+				for h, v := range r.Heatmap.IdleAllocatedGPUs[wd] {
+					key := fmt.Sprintf("%d/%02d", wd, h)
+					w, ok := want.heatmap[key]
+					switch {
+					case v == nil && ok:
+						t.Errorf("heatmap %s: no data, want %.3f", key, w)
+					case v != nil && !ok:
+						t.Errorf("heatmap %s: %.3f, outside the range", key, *v)
+					case v != nil:
+						cells++
+						near(t, "heatmap "+key, *v, w)
+					}
+				}
+			}
+			if cells != 24 {
+				t.Errorf("heatmap has %d cells, want 24", cells)
+			}
+			if len(r.Missing) != 0 {
+				t.Errorf("missing data %+v, want none", r.Missing)
+			}
+
+			hints := map[string]bool{}
+			for _, h := range r.Hints {
+				hints[h.Namespace+"/"+h.Name+" "+h.Hint+" "+h.Profile] = true
+			}
+			for _, h := range []string{"data-science/notebook mig 1g.10gb", "data-science/notebook shared ", "data-science/notebook low_activity ",
+				"inference/vllm memory_bound ", "inference/vllm low_activity "} {
+				if !hints[h] {
+					t.Errorf("no hint %q in %v", h, hints)
+				}
+			}
+			for h := range hints {
+				if strings.HasPrefix(h, "research/") || strings.HasPrefix(h, "batch/") {
+					t.Errorf("hint %q for a busy workload", h)
+				}
+			}
+		})
+	}
+	reported := time.Since(started)
+
+	// The text report names the verdict; the HTML report renders in Chromium.
+	text := string(runReport("--range=2d", "--end=2026-12-02"))
+	for _, want := range []string{"VERDICT  After reclaiming", "research/train", "TOP MODELS", "RIGHT-SIZING"} {
+		if !strings.Contains(text, want) {
+			t.Errorf("text report lacks %q:\n%s", want, text)
+		}
+	}
+	if testing.Verbose() {
+		t.Logf("gpuxray report --range=2d --end=2026-12-02:\n%s", text)
+	}
+	page := filepath.Join(dir, "report.html")
+	runReport("--range=2d", "--end=2026-12-02T00:00:00Z", "--format=html", "--output="+page)
+	if a := os.Getenv("ARTIFACTS"); a != "" {
+		if b, err := os.ReadFile(page); err == nil {
+			_ = os.WriteFile(filepath.Join(a, "gpuxray-report.html"), b, 0o644)
+		}
+	}
+	checkHTMLInChromium(t, page)
+	t.Logf("backfilled in %s, Prometheus ready at %s, JSON reports checked at %s, done at %s",
+		backfilled.Round(time.Millisecond), ready.Round(time.Millisecond), reported.Round(time.Millisecond), time.Since(started).Round(time.Millisecond))
+}
+
+// checkHTMLInChromium opens the page in headless Chromium: no console
+// message (a blocked fetch or a broken chart would log one), every chart in
+// the rendered DOM, and the screenshot showing the charts' colours. The
+// screenshot is kept in $ARTIFACTS when set.
+func checkHTMLInChromium(t *testing.T, page string) {
+	t.Helper()
+	chromium := needChromium(t)
+	html, err := os.ReadFile(page)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if m := regexp.MustCompile(`(?i)(src|href)\s*=\s*"(https?:)?//`).Find(html); m != nil {
+		t.Errorf("the page fetches from the network: %s", m)
+	}
+	shotDir := os.Getenv("ARTIFACTS")
+	if shotDir == "" {
+		shotDir = t.TempDir()
+	}
+	shot := filepath.Join(shotDir, "gpuxray-report.png")
+	flags := []string{"--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
+		"--disable-sync", "--no-first-run", "--hide-scrollbars", "--enable-logging=stderr", "--v=0", "--user-data-dir=" + t.TempDir()}
+	url := "file://" + page
+	dom, errOut := chromiumRun(t, chromium, append(flags, "--dump-dom", url)...)
+	for _, id := range []string{`id="funnel"`, `id="heatmap"`, `id="wasters"`, `id="timeline"`, `class="cell"`, `class="bar"`} {
+		if !strings.Contains(dom, id) {
+			t.Errorf("rendered DOM lacks %s", id)
+		}
+	}
+	console := regexp.MustCompile(`(?m)^.*(CONSOLE|Refused to|Uncaught|ERR_).*$`)
+	if m := console.FindAllString(errOut, -1); len(m) > 0 {
+		t.Errorf("console messages while rendering:\n%s", strings.Join(m, "\n"))
+	}
+	_, errOut = chromiumRun(t, chromium, append(flags, "--screenshot="+shot, "--window-size=1200,2400", url)...)
+	if m := console.FindAllString(errOut, -1); len(m) > 0 {
+		t.Errorf("console messages while taking the screenshot:\n%s", strings.Join(m, "\n"))
+	}
+	f, err := os.Open(shot)
+	if err != nil {
+		t.Fatalf("no screenshot: %v\n%s", err, errOut)
+	}
+	defer f.Close()
+	img, err := png.Decode(f)
+	if err != nil {
+		t.Fatalf("screenshot: %v", err)
+	}
+	// The charts' own colours are on screen: idle red, active green, allocated blue.
+	for name, c := range map[string][3]uint32{"idle red": {0xd1, 0x49, 0x5b}, "active green": {0x2e, 0x9d, 0x5b}, "allocated blue": {0x3b, 0x82, 0xc4}} {
+		if n := countColor(img, c); n < 500 {
+			t.Errorf("screenshot has %d pixels of the %s, want a chart's worth", n, name)
+		}
+	}
+	t.Logf("screenshot: %s", shot)
+}
+
+func countColor(img image.Image, c [3]uint32) int {
+	n := 0
+	b := img.Bounds()
+	for y := b.Min.Y; y < b.Max.Y; y++ {
+		for x := b.Min.X; x < b.Max.X; x++ {
+			r, g, bl, _ := img.At(x, y).RGBA()
+			if absDiff(r>>8, c[0]) <= 3 && absDiff(g>>8, c[1]) <= 3 && absDiff(bl>>8, c[2]) <= 3 {
+				n++
+			}
+		}
+	}
+	return n
+}
+
+func absDiff(a, b uint32) uint32 {
+	if a > b {
+		return a - b
+	}
+	return b - a
+}
+
+func chromiumRun(t *testing.T, chromium string, args ...string) (stdout, stderr string) {
+	t.Helper()
+	cmd := exec.Command(chromium, args...)
+	var out, errb bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &errb
+	done := make(chan error, 1)
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	go func() { done <- cmd.Wait() }()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatalf("chromium %v: %v\n%s", args, err, errb.String())
+		}
+	case <-time.After(60 * time.Second):
+		_ = cmd.Process.Kill()
+		t.Fatalf("chromium did not finish within 60s\n%s", errb.String())
+	}
+	return out.String(), errb.String()
+}
+
+// needChromium is need for Debian's chromium (or chromium-browser elsewhere).
+func needChromium(t *testing.T) string {
+	t.Helper()
+	for _, name := range []string{"chromium", "chromium-browser"} {
+		if p, err := exec.LookPath(name); err == nil {
+			return p
+		}
+	}
+	return need(t, "chromium")
+}
