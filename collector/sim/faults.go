@@ -385,8 +385,16 @@ const hangPoll = time.Millisecond
 
 // block waits until the node's clock reaches scenario time to, or until Close.
 func (n *Node) block(to time.Duration) {
-	n.blocked.Add(1)
-	defer n.blocked.Add(-1)
+	n.hangMu.Lock()
+	n.hangEnds[to]++
+	n.hangMu.Unlock()
+	defer func() {
+		n.hangMu.Lock()
+		if n.hangEnds[to]--; n.hangEnds[to] == 0 {
+			delete(n.hangEnds, to)
+		}
+		n.hangMu.Unlock()
+	}()
 	t := time.NewTicker(hangPoll)
 	defer t.Stop()
 	for {
@@ -401,10 +409,22 @@ func (n *Node) block(to time.Duration) {
 	}
 }
 
-// BlockedCalls is the number of NVML calls a hang fault holds now. After
-// the clock moves, a caller on a virtual clock can wait until its own count
-// of calls in flight equals it: every released call has then returned.
-func (n *Node) BlockedCalls() int { return int(n.blocked.Load()) }
+// BlockedCalls is the number of NVML calls held by a hang fault that has
+// not ended at the clock's now. After moving a virtual clock, a caller can
+// wait until its own count of calls in flight equals it: every call a hang
+// released has then returned.
+func (n *Node) BlockedCalls() int {
+	now, _ := n.now()
+	n.hangMu.Lock()
+	defer n.hangMu.Unlock()
+	c := 0
+	for to, k := range n.hangEnds {
+		if to > now {
+			c += k
+		}
+	}
+	return c
+}
 
 // Close releases every NVML call a hang fault holds, as a driver unloaded
 // under a blocked caller would. The node answers as before afterwards.

@@ -7,7 +7,6 @@ import (
 	"math"
 	"sort"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/NVIDIA/go-nvml/pkg/nvml"
@@ -46,7 +45,9 @@ type Node struct {
 	// closed releases the calls hang faults hold (Close).
 	closed    chan struct{}
 	closeOnce sync.Once
-	blocked   atomic.Int64
+	// hangEnds counts the calls blocked in a hang, by the hang's end.
+	hangMu   sync.Mutex
+	hangEnds map[time.Duration]int
 }
 
 // gpuModel is what the simulated driver knows of one GPU.
@@ -88,7 +89,7 @@ func NewNode(sc *Scenario, clock Clock) (*Node, error) {
 			}
 		}
 	}
-	n := &Node{sc: sc, clock: clock, sys: sys, srv: srv, ids: newPodIDs(sc), closed: make(chan struct{})}
+	n := &Node{sc: sc, clock: clock, sys: sys, srv: srv, ids: newPodIDs(sc), closed: make(chan struct{}), hangEnds: map[time.Duration]int{}}
 	n.pods = make([]series, len(sc.Pods))
 	for i := range sc.Pods {
 		n.pods[i] = sc.podSeries(i)
