@@ -60,6 +60,7 @@ func engineFlags(fs *flag.FlagSet, cfg *agent.Config) {
 	fs.DurationVar(&cfg.Retention, "retention", cfg.Retention, "how long an ended allocation stays exported")
 	fs.DurationVar(&cfg.MaxSampleGap, "sample.max-gap", cfg.MaxSampleGap, "longest interval one utilization sample is taken to cover; longer is a gap")
 	fs.IntVar(&cfg.MaxAllocations, "limits.max-allocations", cfg.MaxAllocations, "most allocation series (device × container) kept; beyond, new ones are folded into pod=\"__overflow__\" and counted")
+	fs.DurationVar(&cfg.StaleGrace, "kubelet.stale-grace", cfg.StaleGrace, "how long the kubelet's last good answer keeps being credited while it cannot be read; beyond, device time is counted as unattributed")
 	p := &peakFlags{cfg: cfg, spec: agent.DefaultPeakSchedule, loc: time.UTC}
 	cfg.Windows = p.build()
 	fs.Func("peak.schedule", `weekly peak hours on the wall clock of --peak.timezone, e.g. "Mon-Fri 08:00-12:30,13:30-19:00; Sat 10:00-14:00"; a range that ends before it starts ends the next day; "none" for no peak`, p.setSchedule)
@@ -153,4 +154,5 @@ func newLogger(c logConfig, w io.Writer) (*zap.Logger, error) {
 // readerFlags binds the NVML reader's flags shared by agent and replay.
 func readerFlags(fs *flag.FlagSet, cfg *nvml.Config) {
 	fs.StringVar(&cfg.IdleSource, "idle.source", cfg.IdleSource, "activity source that decides idleness on whole GPUs that have both: samples (NVML utilization samples) or gpm (SM activity, Hopper and newer)")
+	fs.DurationVar(&cfg.CallTimeout, "nvml.timeout", cfg.CallTimeout, "how long a poll waits for one GPU's NVML calls; a GPU whose calls hang longer is reported down until they return")
 }

@@ -24,6 +24,16 @@ import (
 // of the scenario, however early it ended.
 const keepAll = 100 * 365 * 24 * time.Hour
 
+// replayCallTimeout is how long, in real time, replay's reader waits for a
+// GPU's NVML calls. On a virtual clock a call that a hang fault holds cannot
+// return before the clock moves, so it is declared hung after this wait,
+// every time; other reads take microseconds.
+const replayCallTimeout = time.Second
+
+// settleTimeout bounds replay's real-time waits for the simulation to
+// catch up with a move of the virtual clock.
+const settleTimeout = 10 * time.Second
+
 func runReplay(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("gpuxray replay", flag.ContinueOnError)
 	fs.SetOutput(stderr)
@@ -101,6 +111,7 @@ func replay(ctx context.Context, sc *sim.Scenario, cfg agent.Config, nvmlCfg nvm
 	defer s.stop()
 	s.node.SetIdentity(id.simIdentity())
 
+	nvmlCfg.CallTimeout = replayCallTimeout
 	reader := nvml.New(s.nvml(), nvmlCfg, zl.Named("nvml"), clock)
 	if err := reader.Init(); err != nil {
 		return nil, err
@@ -119,6 +130,7 @@ func replay(ctx context.Context, sc *sim.Scenario, cfg agent.Config, nvmlCfg nvm
 	}
 	reg := prometheus.NewPedanticRegistry()
 	reg.MustRegister(exporter.NewCollector(engine, nil, exporter.WithExtraLabels(id.labelNames()...)))
+	faults := sim.NewFaultPlayer(sc, s.kubelet, s.socket, kubeCfg.Timeout)
 	end := sc.Start.Add(sc.Duration)
 	nextScrape := sc.Start
 	for t := sc.Start; !t.After(end); t = t.Add(cfg.PollInterval) {
@@ -126,6 +138,9 @@ func replay(ctx context.Context, sc *sim.Scenario, cfg agent.Config, nvmlCfg nvm
 			return nil, err
 		}
 		clock.Set(t)
+		if err := applyFaults(ctx, faults, t, kube, reader, s.node); err != nil {
+			return nil, err
+		}
 		engine.Poll(ctx)
 		last := t.Add(cfg.PollInterval).After(end)
 		if scrape != nil && (!t.Before(nextScrape) || last) {
@@ -149,4 +164,37 @@ func replay(ctx context.Context, sc *sim.Scenario, cfg agent.Config, nvmlCfg nvm
 		}
 	}
 	return buf.Bytes(), nil
+}
+
+// applyFaults brings the simulated node to the scenario's faults at virtual
+// time t, then waits, in real time, until the real readers see that state
+// exactly as a poll at t would on a node: a restarted kubelet is connected
+// again, and every NVML call a hang fault released has returned. Without
+// these waits the first poll after a fault would depend on how fast the
+// real clock ran.
+func applyFaults(ctx context.Context, p *sim.FaultPlayer, t time.Time, kube *kubelet.Client, reader *nvml.Reader, node *sim.Node) error {
+	if len(node.Scenario().Faults) == 0 {
+		return nil
+	}
+	started, err := p.Apply(t)
+	if err != nil {
+		return fmt.Errorf("simulated kubelet: %w", err)
+	}
+	ctx, cancel := context.WithTimeout(ctx, settleTimeout)
+	defer cancel()
+	if started {
+		if err := kube.WaitReady(ctx); err != nil {
+			return err
+		}
+	}
+	tick := time.NewTicker(100 * time.Microsecond)
+	defer tick.Stop()
+	for reader.InFlight() != node.BlockedCalls() {
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("NVML calls released by a hang fault did not return: %w", ctx.Err())
+		case <-tick.C:
+		}
+	}
+	return nil
 }

@@ -71,6 +71,7 @@ func (s *simulation) engineOptions(logger *zap.Logger) []agent.Option {
 }
 
 func (s *simulation) stop() {
+	s.node.Close()
 	s.kubelet.Stop()
 	os.RemoveAll(s.dir)
 }
