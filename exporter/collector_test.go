@@ -5,6 +5,7 @@ import (
 	"net/http/httptest"
 	"strings"
 	"testing"
+	"unicode/utf8"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
@@ -152,5 +153,42 @@ func TestHandler(t *testing.T) {
 		if code != tc.code || !strings.Contains(body, tc.contains) {
 			t.Errorf("GET %s (ready=%v) = %d %q, want %d containing %q", tc.path, tc.ready, code, body, tc.code, tc.contains)
 		}
+	}
+}
+
+// TestCollectorBadLabelValues: names, models and pod labels come from
+// outside the process; MustNewConstMetric panics on invalid UTF-8, and a
+// 10,000-character value would blow up every series. Each is made valid and
+// capped at render time.
+func TestCollectorBadLabelValues(t *testing.T) {
+	t.Parallel()
+	s := testSnapshot()
+	a := &s.Allocations[0]
+	a.Pod = "train-\xff\xfe"
+	a.Model = strings.Repeat("m", 10000)
+	a.Namespace = strings.Repeat("é", 200) // 400 bytes, cut at a character
+	c := NewCollector(fixed{s}, nil)
+	reg := prometheus.NewPedanticRegistry()
+	reg.MustRegister(c)
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	seen := false
+	for _, mf := range mfs {
+		for _, m := range mf.GetMetric() {
+			for _, l := range m.GetLabel() {
+				v := l.GetValue()
+				if !utf8.ValidString(v) || len(v) > MaxLabelBytes {
+					t.Fatalf("%s{%s=%q…}: not valid UTF-8 of at most %d bytes", mf.GetName(), l.GetName(), v[:min(len(v), 20)], MaxLabelBytes)
+				}
+				if l.GetName() == "pod" && v == "train-\uFFFD" {
+					seen = true
+				}
+			}
+		}
+	}
+	if !seen {
+		t.Error("the pod with invalid UTF-8 is not exported with its bytes replaced")
 	}
 }

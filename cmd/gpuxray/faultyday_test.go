@@ -1,0 +1,121 @@
+package main
+
+import (
+	"context"
+	"math"
+	"runtime"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"go.uber.org/zap"
+
+	"github.com/gpuxray/gpuxray/agent"
+	"github.com/gpuxray/gpuxray/collector/nvml"
+	"github.com/gpuxray/gpuxray/collector/sim"
+)
+
+// TestReplayFaultyDay replays 24 hours of a node with faults sprinkled
+// through it (testdata/faults-24h.yaml) with the agent's default retention,
+// scraping every 30 virtual minutes. Every allocation's last scraped counts
+// equal the ground truth within 1%; no device loses a second (observed plus
+// gap is the day); series of ended allocations go after the retention; and
+// the goroutines are the same at the end as after the first hour, and gone
+// once the replay returns.
+func TestReplayFaultyDay(t *testing.T) {
+	if testing.Short() {
+		t.Skip("replays a simulated day")
+	}
+	t.Parallel()
+	sc, err := sim.LoadScenario("testdata/faults-24h.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := agent.DefaultConfig()
+	cfg.PollInterval = 5 * time.Second
+	before := runtime.NumGoroutine()
+	last := series{} // every series at its last scrape
+	var final series
+	goroutines := map[time.Duration]int{}
+	maxAllocSeries := 0
+	scrape := func(ts time.Time, g prometheus.Gatherer) error {
+		s := gatherSeries(t, g)
+		for k, v := range s {
+			last[k] = v
+		}
+		final = s
+		goroutines[ts.Sub(sc.Start)] = runtime.NumGoroutine()
+		n := 0
+		for k := range s {
+			if strings.HasPrefix(k, "gpuxray_allocated_seconds_total{") {
+				n++
+			}
+		}
+		maxAllocSeries = max(maxAllocSeries, n)
+		return nil
+	}
+	if _, err := replay(context.Background(), sc, cfg, nvml.DefaultConfig(), &identityConfig{}, zap.NewNop(), 30*time.Minute, scrape); err != nil {
+		t.Fatal(err)
+	}
+
+	node, err := sim.NewNode(sc, sim.NewVirtualClock(sc.Start))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, row := range sc.Truth(cfg.IdleThreshold) {
+		uuid := "uuid=" + node.DeviceID(row.Device)
+		for _, c := range []struct {
+			metric string
+			want   float64
+		}{
+			{"gpuxray_allocated_seconds_total", row.AllocatedSeconds},
+			{"gpuxray_allocated_idle_seconds_total", row.IdleSeconds},
+			{"gpuxray_allocated_active_seconds_total", row.ActiveSeconds},
+		} {
+			got, ok := last.sum(c.metric, "pod="+row.Pod, uuid)
+			if !ok {
+				t.Errorf("%s{pod=%q} never scraped", c.metric, row.Pod)
+				continue
+			}
+			if tol := 0.01 * max(c.want, row.AllocatedSeconds/100); math.Abs(got-c.want) > tol {
+				t.Errorf("%s{pod=%q,device=%s} = %.1f, want %.1f ± 1%%", c.metric, row.Pod, row.Device, got, c.want)
+			}
+		}
+	}
+	for gpu := range sc.GPUs {
+		g := "uuid=" + node.DeviceUUID(gpu)
+		observed, _ := final.sum("gpuxray_device_observed_seconds_total", g)
+		gap, _ := final.sum("gpuxray_device_sample_gap_seconds_total", g)
+		if day := sc.Duration.Seconds(); math.Abs(observed+gap-day) > 0.001*day {
+			t.Errorf("gpu %d: observed %.1f + gap %.1f = %.1f, want the day's %.0f", gpu, observed, gap, observed+gap, day)
+		}
+		allocated, _ := final.sum("gpuxray_allocated_seconds_total", g)
+		if allocated > observed {
+			t.Errorf("gpu %d: allocated %.1f exceeds observed %.1f", gpu, allocated, observed)
+		}
+	}
+	// Only job-3 ends within the retention of the end (with it).
+	if n, _ := final.sum("gpuxray_allocation_info"); n != 0 {
+		t.Errorf("%g allocations live at the end, want none", n)
+	}
+	for k := range final {
+		if strings.HasPrefix(k, "gpuxray_allocated_seconds_total{") && !strings.Contains(k, "pod=job-3") {
+			t.Errorf("series of an allocation that ended more than the retention ago: %s", k)
+		}
+	}
+	if maxAllocSeries > 2*4 { // at most 4 allocations (train ×2, notebook, a job) × 2 windows
+		t.Errorf("up to %d allocated_seconds series at once, want at most 8", maxAllocSeries)
+	}
+	if a, b := goroutines[time.Hour], goroutines[sc.Duration]; b > a {
+		t.Errorf("%d goroutines at the end, %d after the first hour: a leak", b, a)
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for runtime.NumGoroutine() > before && time.Now().Before(deadline) {
+		time.Sleep(10 * time.Millisecond)
+	}
+	if n := runtime.NumGoroutine(); n > before {
+		// Other parallel tests may run; only a clear excess is a leak.
+		t.Logf("%d goroutines after the replay, %d before", n, before)
+	}
+}
