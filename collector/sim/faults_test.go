@@ -126,3 +126,31 @@ faults:
 	}
 	n.Close()
 }
+
+// FuzzParseScenario: any bytes give a scenario or a *ScenarioError naming
+// the file, never a panic; a scenario that parses builds a node.
+func FuzzParseScenario(f *testing.F) {
+	f.Add([]byte(demoYAML))
+	f.Add([]byte(head + "pods:\n  - {namespace: a, name: p, devices: [\"gpu:0\"], util: [{at: 0s, value: 0.5}]}\n" +
+		"faults:\n  - {kind: gpu_lost, gpu: \"gpu:0\", from: 1m, to: 2m}\n  - {kind: kubelet_restart, at: 3m}\n" +
+		"  - {kind: ghost_pod, pod: a/g, gpu: \"gpu:1\", phase: Running, from: 1m, to: 2m}\n"))
+	f.Add([]byte("start: [\n"))
+	f.Fuzz(func(t *testing.T, data []byte) {
+		sc, err := ParseScenario(data, "f.yaml")
+		if err != nil {
+			var se *ScenarioError
+			if !errors.As(err, &se) || se.File != "f.yaml" {
+				t.Fatalf("error %v is not a ScenarioError for f.yaml", err)
+			}
+			return
+		}
+		if sc.Duration > 1000*time.Hour {
+			return // a node is cheap, but its series are not
+		}
+		n, err := NewNode(sc, NewVirtualClock(sc.Start.Add(sc.Duration/2)))
+		if err != nil {
+			t.Fatalf("a parsed scenario does not build a node: %v", err)
+		}
+		n.Close()
+	})
+}
