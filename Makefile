@@ -7,7 +7,7 @@ REVISION ?= $(shell git rev-parse HEAD 2>/dev/null || echo unknown)
 LDFLAGS  := -s -w -X main.version=$(VERSION) -X main.revision=$(REVISION)
 GOFLAGS_BUILD := -trimpath -ldflags "$(LDFLAGS)"
 
-.PHONY: all build image-binaries test test-short lint fmt vet demo bench clean
+.PHONY: all build image-binaries test test-short lint fmt vet demo bench fuzz clean
 
 all: lint test build
 
@@ -49,6 +49,19 @@ BENCHCOUNT ?= 6
 bench:
 	go test -run '^$$' -bench . -benchmem -count $(BENCHCOUNT) ./...
 	go test -count=1 -timeout 60m -run 'Harness|Churn' -v ./test/bench -args -harness
+
+## fuzz: each parser's fuzz target for FUZZTIME (its committed corpus under
+## testdata/fuzz/ runs with every go test); a failing input lands in testdata/fuzz/
+FUZZTIME ?= 5s
+FUZZ_TARGETS := ./collector:FuzzParseDeviceID ./collector/proc:FuzzParseCgroup \
+	./agent:FuzzParseSchedule ./collector/sim:FuzzParseScenario \
+	./collector/workload:FuzzModelFromCmdline ./collector/workload:FuzzCapValue \
+	./collector/workload:FuzzSanitizeLabelName
+fuzz:
+	@set -e; for t in $(FUZZ_TARGETS); do \
+	  pkg=$${t%%:*}; name=$${t#*:}; echo "fuzz $$pkg $$name ($(FUZZTIME))"; \
+	  go test -run '^$$' -fuzz "^$$name\$$" -fuzztime $(FUZZTIME) $$pkg; \
+	done
 
 ## lint: formatting and vet
 lint: fmt vet
