@@ -12,17 +12,24 @@ import (
 // Series budget of the demo node, so cardinality cannot creep up unnoticed:
 // per GPU (device series, plus the allocation series of the pods holding
 // it) and in all. Raise these only with a line in docs/scaling.md.
+// The budget: 11 device gauges (info, utilization, memory used and total,
+// power, energy, the three GPM ratios, unattributed memory, up) and 6
+// windowed device counters × 2 windows make 23 device series per GPU; the
+// demo's allocations add the rest. Raising a budget is a decision to record
+// in the commit that does it.
 const (
-	budgetDeviceSeriesPerGPU = 20
-	budgetSeriesPerGPU       = 30
-	budgetSeriesDemoNode     = 240
+	budgetDeviceSeriesPerGPU = 23
+	budgetSeriesPerGPU       = 33
+	budgetSeriesDemoNode     = 264
 )
 
 func TestSeriesBudgetDemo(t *testing.T) {
 	t.Parallel()
 	sc := sim.Demo()
 	n := simnode.New(t, sc, nil)
-	n.Run(time.Second, 3*time.Hour)
+	// Series do not depend on the poll interval: poll every 10 s so that the
+	// three hours run quickly under the race detector.
+	n.Run(10*time.Second, 3*time.Hour)
 	mfs, err := n.Registry.Gather()
 	if err != nil {
 		t.Fatal(err)
