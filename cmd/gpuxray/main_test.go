@@ -301,3 +301,43 @@ func TestReplayPeakTruth(t *testing.T) {
 		}
 	}
 }
+
+// TestReplayIdentity: pods that carry owners, labels and command lines get
+// the workload, model and extra labels a person recognises, and
+// allocations past --limits.max-allocations are folded and counted.
+func TestReplayIdentity(t *testing.T) {
+	t.Parallel()
+	code, out, errs := runCmd(t, "replay", "--pods.extra-labels=team", "--limits.max-allocations=1", "../../test/scenarios/shared.yaml")
+	if code != 0 {
+		t.Fatalf("replay exited %d: %s", code, errs)
+	}
+	p := expfmt.NewTextParser(model.UTF8Validation)
+	mfs, err := p.TextToMetricFamilies(strings.NewReader(out))
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]string{}
+	for _, m := range mfs["gpuxray_allocated_seconds_total"].GetMetric() {
+		if label(m, "window") == "offpeak" {
+			got[label(m, "pod")] = strings.Join([]string{label(m, "workload_kind"), label(m, "workload"), label(m, "model"), label(m, "team")}, "/")
+		}
+	}
+	want := map[string]string{
+		// The first allocation seen keeps its series, with its identity: a
+		// Job's pod, its model read from the command line (no model label).
+		"embed-busy-0": "Job/embed-busy/BAAI/bge-large-en-v1.5/search",
+		// The second is folded into the device's overflow series.
+		"__overflow__": "///",
+	}
+	if len(got) != len(want) {
+		t.Errorf("allocation series %v, want %v", got, want)
+	}
+	for pod, w := range want {
+		if got[pod] != w {
+			t.Errorf("%s: kind/workload/model/team = %q, want %q", pod, got[pod], w)
+		}
+	}
+	if n := mfs["gpuxray_allocation_overflow_total"].GetMetric(); len(n) != 1 || n[0].GetCounter().GetValue() != 1 {
+		t.Errorf("gpuxray_allocation_overflow_total = %v, want 1", n)
+	}
+}
