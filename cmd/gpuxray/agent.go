@@ -7,6 +7,7 @@ import (
 	"io"
 	"os"
 	"strings"
+	"time"
 
 	gonvml "github.com/NVIDIA/go-nvml/pkg/nvml"
 	"github.com/prometheus/client_golang/prometheus"
@@ -86,6 +87,10 @@ func runAgent(ctx context.Context, args []string, stderr io.Writer) error {
 		lib        gonvml.Interface
 		clock      agent.Clock = wallClock{}
 		engineOpts []agent.Option
+		// faults plays the scenario's kubelet faults on the real clock (the
+		// simulated driver plays its NVML faults by itself).
+		faults     *sim.FaultPlayer
+		faultClock sim.Clock
 	)
 	if *simulate {
 		sc, err := loadScenario(scenarioPath)
@@ -100,6 +105,10 @@ func runAgent(ctx context.Context, args []string, stderr io.Writer) error {
 		defer s.stop()
 		lib, clock, kubeCfg.Socket = s.nvml(), simClock, s.socket
 		s.node.SetIdentity(idCfg.simIdentity())
+		if len(sc.Faults) > 0 {
+			faults = sim.NewFaultPlayer(sc, s.kubelet, s.socket, 0)
+			faultClock = simClock
+		}
 		engineOpts = s.engineOptions(logger)
 		logger.Info("simulated node", zap.String("node", sc.Node), zap.String("scenario", scenarioName(scenarioPath)),
 			zap.Int("gpus", sc.GPUs), zap.Int("pods", len(sc.Pods)), zap.String("kubelet_socket", s.socket))
@@ -143,6 +152,9 @@ func runAgent(ctx context.Context, args []string, stderr io.Writer) error {
 	}
 	logger.Info("gpuxray agent starting", zap.String("version", version), zap.Stringer("engine", engine))
 
+	if faults != nil {
+		g.Go(func() error { return playFaults(gctx, faults, faultClock, engineCfg.PollInterval/2, logger) })
+	}
 	g.Go(func() error { return engine.Run(gctx) })
 	g.Go(func() error { return srv.Serve(gctx) })
 	err = g.Wait()
@@ -158,3 +170,20 @@ func scenarioName(path string) string {
 }
 
 func ptr[T any](v T) *T { return &v }
+
+// playFaults applies the scenario's kubelet faults every interval until ctx
+// is done.
+func playFaults(ctx context.Context, p *sim.FaultPlayer, clock sim.Clock, every time.Duration, logger *zap.Logger) error {
+	t := time.NewTicker(every)
+	defer t.Stop()
+	for {
+		if _, err := p.Apply(clock.Now()); err != nil {
+			logger.Warn("simulated kubelet fault could not be played", zap.Error(err))
+		}
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-t.C:
+		}
+	}
+}
