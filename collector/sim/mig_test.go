@@ -75,9 +75,7 @@ func TestParseMIGErrors(t *testing.T) {
 	podOn := func(dev, extra string) string {
 		return mig("[3g.40gb, 2g.20gb, 1g.10gb]") + "pods:\n  - namespace: a\n    name: p\n    devices: [\"" + dev + "\"]\n" + extra
 	}
-	tests := []struct {
-		name, yaml, want string
-	}{
+	tests := []parseErrorCase{
 		{"not a mapping", migHead + "mig: [3g.40gb]\n",
 			`t.yaml:5: mig: want a mapping of GPUs to MIG layouts, such as {"gpu:0": [3g.40gb, 2g.20gb]}, got a list`},
 		{"layout not a list", mig("3g.40gb"), `t.yaml:6: mig.gpu:0: want a list, got "3g.40gb"`},
@@ -132,18 +130,7 @@ func TestParseMIGErrors(t *testing.T) {
 		{"unallocated activity on a GPU in MIG mode", mig("[7g.80gb]") + "unallocated:\n  - {device: \"gpu:0\", at: 0s, value: 0.5}\n",
 			"t.yaml:8: unallocated[0].device: gpu:0 is in MIG mode; the simulation has no activity outside its MIG devices"},
 	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			t.Parallel()
-			_, err := ParseScenario([]byte(tt.yaml), "t.yaml")
-			if err == nil {
-				t.Fatalf("ParseScenario succeeded, want error %q", tt.want)
-			}
-			if err.Error() != tt.want {
-				t.Errorf("error\n got: %s\nwant: %s", err, tt.want)
-			}
-		})
-	}
+	checkParseErrors(t, tests)
 }
 
 func TestParseMIGValues(t *testing.T) {

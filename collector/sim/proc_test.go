@@ -438,9 +438,7 @@ func TestParseProcessesErrors(t *testing.T) {
 	t.Parallel()
 	// un is a valid unattributed list starting at line 5.
 	const un = "unattributed:\n  - device: \"gpu:1\"\n    pid: 900\n"
-	tests := []struct {
-		name, yaml, want string
-	}{
+	tests := []parseErrorCase{
 		{"cgroup style unknown", head + "cgroup: systemd\n",
 			`t.yaml:5: cgroup: "systemd" is not a cgroup style; want one of cgroupfs-containerd, private-namespace, systemd-containerd, systemd-crio, v1-cgroupfs-docker, v1-systemd-docker`},
 		{"cgroup style empty", head + "cgroup: \"\"\n", "t.yaml:5: cgroup: must not be empty"},
@@ -480,18 +478,7 @@ func TestParseProcessesErrors(t *testing.T) {
 		{"util above 1", head + un + "    util: [{at: 0s, value: 2}]\n",
 			"t.yaml:8: unattributed[0].util[0].value: 2 is not a ratio between 0 and 1"},
 	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			t.Parallel()
-			_, err := ParseScenario([]byte(tt.yaml), "t.yaml")
-			if err == nil {
-				t.Fatalf("ParseScenario succeeded, want error %q", tt.want)
-			}
-			if err.Error() != tt.want {
-				t.Errorf("error\n got: %s\nwant: %s", err, tt.want)
-			}
-		})
-	}
+	checkParseErrors(t, tests)
 }
 
 func TestParseProcessesValues(t *testing.T) {

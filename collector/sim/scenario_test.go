@@ -18,9 +18,7 @@ const pod = "pods:\n  - namespace: a\n    name: p\n    devices: [\"gpu:0\"]\n"
 
 func TestParseScenarioErrors(t *testing.T) {
 	t.Parallel()
-	tests := []struct {
-		name, yaml, want string
-	}{
+	tests := []parseErrorCase{
 		{"empty file", "", "t.yaml: empty scenario"},
 		{"not a mapping", "- a\n", "t.yaml:1: want a mapping for the scenario, got a list"},
 		{"syntax", "start: [\n", "t.yaml:1: did not find expected node content"},
@@ -98,22 +96,7 @@ func TestParseScenarioErrors(t *testing.T) {
 		{"unallocated unknown key", head + "unallocated:\n  - {gpu: 3, at: 1h, value: 0.3}\n",
 			"t.yaml:6: unallocated[0].gpu: unknown key; want one of device, at, value"},
 	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			t.Parallel()
-			_, err := ParseScenario([]byte(tt.yaml), "t.yaml")
-			if err == nil {
-				t.Fatalf("ParseScenario succeeded, want error %q", tt.want)
-			}
-			if err.Error() != tt.want {
-				t.Errorf("error\n got: %s\nwant: %s", err, tt.want)
-			}
-			var se *ScenarioError
-			if !errors.As(err, &se) {
-				t.Errorf("error is %T, want *ScenarioError", err)
-			}
-		})
-	}
+	checkParseErrors(t, tests)
 }
 
 func TestParseScenarioValues(t *testing.T) {
@@ -306,4 +289,31 @@ func near(got, want, rel float64) bool {
 		return math.Abs(got) <= rel
 	}
 	return math.Abs(got-want) <= rel*math.Abs(want)
+}
+
+// parseErrorCase is a scenario that must be refused with exactly want.
+type parseErrorCase struct {
+	name, yaml, want string
+}
+
+// checkParseErrors parses each case's scenario and requires its error,
+// word for word, as a *ScenarioError.
+func checkParseErrors(t *testing.T, tests []parseErrorCase) {
+	t.Helper()
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			_, err := ParseScenario([]byte(tt.yaml), "t.yaml")
+			if err == nil {
+				t.Fatalf("ParseScenario succeeded, want error %q", tt.want)
+			}
+			if err.Error() != tt.want {
+				t.Errorf("error\n got: %s\nwant: %s", err, tt.want)
+			}
+			var se *ScenarioError
+			if !errors.As(err, &se) {
+				t.Errorf("error is %T, want *ScenarioError", err)
+			}
+		})
+	}
 }
