@@ -13,9 +13,7 @@ func TestParseFaultErrors(t *testing.T) {
 	t.Parallel()
 	const pod = "pods:\n  - {namespace: a, name: p, devices: [\"gpu:0\"]}\n"
 	f := head + pod + "faults:\n  - "
-	tests := []struct {
-		name, yaml, want string
-	}{
+	tests := []parseErrorCase{
 		{"not a list", head + "faults: {kind: gpu_lost}\n", "t.yaml:5: faults: want a list, got a mapping"},
 		{"kind missing", f + "{gpu: \"gpu:0\", from: 1m, to: 2m}\n", "t.yaml:8: faults[0].kind: missing"},
 		{"kind unknown", f + "{kind: meteor, from: 1m, to: 2m}\n",
@@ -43,16 +41,7 @@ func TestParseFaultErrors(t *testing.T) {
 		{"ghost is a scenario pod", f + "{kind: ghost_pod, pod: a/p, gpu: \"gpu:0\", from: 1m, to: 2m}\n", "t.yaml:8: faults[0].pod: a/p is pods[0]; a ghost pod is one the scenario does not run"},
 		{"ghost phase unknown", f + "{kind: ghost_pod, pod: a/g, gpu: \"gpu:0\", phase: Zombie, from: 1m, to: 2m}\n", `t.yaml:8: faults[0].phase: "Zombie" is not one of Succeeded, Failed, Running, unknown`},
 	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			t.Parallel()
-			_, err := ParseScenario([]byte(tt.yaml), "t.yaml")
-			var se *ScenarioError
-			if err == nil || err.Error() != tt.want || !errors.As(err, &se) {
-				t.Errorf("error\n got: %v\nwant: %s", err, tt.want)
-			}
-		})
-	}
+	checkParseErrors(t, tests)
 }
 
 // TestFaultsOnTheDriver checks what the simulated driver and kubelet answer
