@@ -170,19 +170,12 @@ func TestParseDuty(t *testing.T) {
 // counts its bursts.
 func TestDutyDriver(t *testing.T) {
 	t.Parallel()
-	sc, err := ParseScenario([]byte(head+
+	n, clock := yamlNode(t, head+
 		"pods:\n"+
 		"  - {namespace: a, name: bursty, devices: [\"gpu:0\"], from: 1s, to: 1h, util: {duty: {period: 2s, busy: 200ms, value: 1}}}\n"+
 		"  - {namespace: a, name: s0, resource: nvidia.com/gpu.shared, devices: [\"gpu:1::0\"], util: {duty: {period: 3s, busy: 500ms, value: 0.8}}}\n"+
-		"  - {namespace: a, name: s1, resource: nvidia.com/gpu.shared, devices: [\"gpu:1::1\"], util: [{at: 0s, duty: {period: 700ms, busy: 100ms, value: 0.6, idle: 0.1}}]}\n"), "t.yaml")
-	if err != nil {
-		t.Fatal(err)
-	}
-	clock := NewVirtualClock(sc.Start)
-	n, err := NewNode(sc, clock)
-	if err != nil {
-		t.Fatal(err)
-	}
+		"  - {namespace: a, name: s1, resource: nvidia.com/gpu.shared, devices: [\"gpu:1::1\"], util: [{at: 0s, duty: {period: 700ms, busy: 100ms, value: 0.6, idle: 0.1}}]}\n")
+	sc := n.Scenario()
 	d0 := Duty{Period: 2 * time.Second, Busy: 200 * time.Millisecond, Value: 1}
 	s0 := Duty{Period: 3 * time.Second, Busy: 500 * time.Millisecond, Value: 0.8}
 	s1 := Duty{Period: 700 * time.Millisecond, Busy: 100 * time.Millisecond, Value: 0.6, Idle: 0.1}

@@ -201,15 +201,8 @@ func TestWriteProcStat(t *testing.T) {
 
 func TestPodSource(t *testing.T) {
 	t.Parallel()
-	sc, err := ParseScenario([]byte(procScenario), "p.yaml")
-	if err != nil {
-		t.Fatal(err)
-	}
-	clock := NewVirtualClock(sc.Start)
-	n, err := NewNode(sc, clock)
-	if err != nil {
-		t.Fatal(err)
-	}
+	n, clock := yamlNode(t, procScenario)
+	sc := n.Scenario()
 	uid := PodUID("proc-node", "dev", "slice-0")
 	wantPod := collector.Pod{
 		UID: uid, Namespace: "dev", Name: "slice-0",
@@ -276,15 +269,8 @@ unattributed:
     util: [{at: 10m, value: 0.5}, {at: 15m, value: 0.9}]
   - {device: "gpu:2", pid: 31338, memory: 1GiB, from: 10m, to: 20m}
 `
-	sc, err := ParseScenario([]byte(src), "u.yaml")
-	if err != nil {
-		t.Fatal(err)
-	}
-	clock := NewVirtualClock(sc.Start)
-	n, err := NewNode(sc, clock)
-	if err != nil {
-		t.Fatal(err)
-	}
+	n, clock := yamlNode(t, src)
+	sc := n.Scenario()
 	gpu1, gpu2 := device(t, n, 1), device(t, n, 2)
 	const none = ^uint32(0)
 	tests := []struct {
