@@ -352,13 +352,20 @@ func TestBackfilledDays(t *testing.T) {
 			recording.Groups = append(recording.Groups, promrules.RuleGroup{Name: g.Name, Rules: rs})
 		}
 	}
-	rulePath := ruleFile(t, dir, "recording.yaml", recording)
+	// promtool offsets a group's evaluations within the minute by a hash
+	// of its name and file path, as Prometheus does: a path relative to the
+	// working directory keeps the offset, and so the result, the same from
+	// run to run (the temporary directory's name changes).
+	const ruleName = "recording.yaml"
+	ruleFile(t, dir, ruleName, recording)
 	config := "global:\n  evaluation_interval: 1m\n"
 	p1, addr := startPrometheus(t, prom, filepath.Join(dir, "p1"), data, config)
 	ruleBlocks := filepath.Join(dir, "rule-blocks")
-	if out, err := exec.Command(promtool, "tsdb", "create-blocks-from", "rules", "--quiet",
+	backfill := exec.Command(promtool, "tsdb", "create-blocks-from", "rules", "--quiet",
 		"--url=http://"+addr, "--start="+sc.Start.Format(time.RFC3339), "--end="+end.Format(time.RFC3339),
-		"--eval-interval=1m", "--output-dir="+ruleBlocks, rulePath).CombinedOutput(); err != nil {
+		"--eval-interval=1m", "--output-dir="+ruleBlocks, ruleName)
+	backfill.Dir = dir
+	if out, err := backfill.CombinedOutput(); err != nil {
 		t.Fatalf("promtool tsdb create-blocks-from rules: %v\n%s", err, out)
 	}
 	rulesBackfilled := time.Since(started)
@@ -380,10 +387,13 @@ func TestBackfilledDays(t *testing.T) {
 
 	want := expectedIdle(t, sc)
 
-	// The hour-of-day × weekday matrix: every hour of the two days. Rule
-	// evaluations are offset within their minute (a hash of the group), so
-	// an hour in which a GPU turns idle or busy may be off by a minute's
-	// worth: 1/60 of a GPU.
+	// The hour-of-day × weekday matrix: every hour of the two days. In an
+	// hour in which a GPU turns idle or busy (or its series is born, as the
+	// window label turns to peak), the first 5-minute step reads a rate
+	// that lags by up to one rule interval (the group's offset within the
+	// minute) and whose extrapolation loses up to one scrape interval: three
+	// minutes of a GPU at worst, 0.05 of the hour's mean. Sweeping the
+	// offset over ten group paths gave errors from 0 to 0.030.
 	res, err := promQuery(addr, heatmap, end)
 	if err != nil {
 		t.Fatal(err)
@@ -398,7 +408,7 @@ func TestBackfilledDays(t *testing.T) {
 			t.Errorf("heatmap cell weekday=%s hour=%s is not in the scenario", s.Labels["weekday"], s.Labels["hour"])
 			continue
 		}
-		if math.Abs(s.Value-w) > 0.03 {
+		if math.Abs(s.Value-w) > 0.05 {
 			t.Errorf("heatmap weekday=%s hour=%s: %.3f idle GPUs, want %.3f", s.Labels["weekday"], s.Labels["hour"], s.Value, w)
 		}
 	}
