@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
+	"math"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -37,18 +38,28 @@ const (
 // Reader resolves host PIDs through a proc filesystem. It caches each PID's
 // answer with the process's start time, so a PID the kernel hands to a new
 // process is read afresh. It is safe for concurrent use.
+//
+// A cached PID keeps its /proc/<pid>/stat open: checking a live process
+// each poll is then one pread and one fstat instead of a path lookup, open,
+// read and close. On procfs the open file stays bound to the process it was
+// opened for: once that process exits, reads fail with ESRCH, even if the PID
+// has been reused. On a plain directory tree (a fixture, the simulator) a
+// removed file shows as a link count of zero.
 type Reader struct {
 	root   string
 	logger *zap.Logger
 
 	mu    sync.Mutex
 	cache map[uint32]entry
+	buf   []byte // stat reads, reused
 }
 
-// entry is a resolved PID and the start time of the process it was read from.
+// entry is a resolved PID, the start time of the process it was read from,
+// and that process's stat file, held open.
 type entry struct {
 	start uint64
 	info  collector.ProcessInfo
+	stat  *os.File
 }
 
 // New returns a Reader of cfg.Root; cfg should have passed Validate. A nil
@@ -57,7 +68,18 @@ func New(cfg Config, logger *zap.Logger) *Reader {
 	if logger == nil {
 		logger = zap.NewNop()
 	}
-	return &Reader{root: cfg.Root, logger: logger, cache: map[uint32]entry{}}
+	return &Reader{root: cfg.Root, logger: logger, cache: map[uint32]entry{}, buf: make([]byte, maxStatBytes)}
+}
+
+// Close closes the stat files of the cached PIDs and empties the cache; the
+// Reader stays usable.
+func (r *Reader) Close() {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for pid, e := range r.cache {
+		e.stat.Close()
+		delete(r.cache, pid)
+	}
 }
 
 // Resolve returns what /proc says of each PID: pod UID and container ID (empty
@@ -77,6 +99,7 @@ func (r *Reader) Resolve(pids []uint32) (map[uint32]collector.ProcessInfo, []err
 			continue
 		}
 		e, ok, err := r.resolve(pid)
+		delete(r.cache, pid) // its file is now e's, or closed
 		if err != nil {
 			errs = append(errs, err)
 		}
@@ -86,19 +109,41 @@ func (r *Reader) Resolve(pids []uint32) (map[uint32]collector.ProcessInfo, []err
 		next[pid] = e
 		out[pid] = e.info
 	}
+	for _, e := range r.cache { // PIDs NVML no longer lists
+		e.stat.Close()
+	}
 	r.cache = next
 	return out, errs
 }
 
 // resolve answers one PID from the cache or from /proc; ok is false when the
-// process is gone or could not be read.
+// process is gone or could not be read. The cache entry of pid, if any, is
+// either carried into the answer or closed.
 func (r *Reader) resolve(pid uint32) (entry, bool, error) {
-	start, err := r.startTime(pid)
+	if e, hit := r.cache[pid]; hit {
+		start, err := r.heldStartTime(pid, e.stat)
+		if err == nil && start == e.start {
+			return e, true, nil
+		}
+		// Exited, replaced or unreadable: start again from the path.
+		e.stat.Close()
+	}
+	f, err := os.Open(r.path(pid, "stat"))
+	if err != nil {
+		return entry{}, false, quiet(r.readError(pid, "stat", err))
+	}
+	e, ok, err := r.resolveOpen(pid, f)
+	if !ok {
+		f.Close()
+	}
+	return e, ok, err
+}
+
+// resolveOpen reads pid afresh, its stat file open as f.
+func (r *Reader) resolveOpen(pid uint32, f *os.File) (entry, bool, error) {
+	start, err := r.heldStartTime(pid, f)
 	if err != nil {
 		return entry{}, false, quiet(err)
-	}
-	if e, hit := r.cache[pid]; hit && e.start == start {
-		return e, true, nil
 	}
 	info, err := r.read(pid)
 	if err != nil {
@@ -106,7 +151,7 @@ func (r *Reader) resolve(pid uint32) (entry, bool, error) {
 	}
 	// The process may have exited and its PID been reused between the stat
 	// read and the others: read stat again and trust only a stable answer.
-	again, err := r.startTime(pid)
+	again, err := r.heldStartTime(pid, f)
 	if err != nil {
 		return entry{}, false, quiet(err)
 	}
@@ -117,7 +162,7 @@ func (r *Reader) resolve(pid uint32) (entry, bool, error) {
 	if info.PodUID == "" {
 		r.logger.Debug("GPU process in no pod", zap.Uint32("pid", pid))
 	}
-	return entry{start: start, info: info}, true, nil
+	return entry{start: start, info: info, stat: f}, true, nil
 }
 
 // errGone is a process that exited: NVML listed it a moment ago, so that is
@@ -136,14 +181,27 @@ func (r *Reader) path(pid uint32, file string) string {
 	return filepath.Join(r.root, strconv.FormatUint(uint64(pid), 10), file)
 }
 
-// startTime reads field 22 of /proc/<pid>/stat, the process's start time in
-// clock ticks since boot.
-func (r *Reader) startTime(pid uint32) (uint64, error) {
-	data, err := r.readFile(pid, "stat", maxStatBytes)
-	if err != nil {
-		return 0, err
+// heldStartTime reads field 22 of the open /proc/<pid>/stat f, the
+// process's start time in clock ticks since boot; errGone when the process
+// has exited (ESRCH on procfs, an unlinked file elsewhere).
+func (r *Reader) heldStartTime(pid uint32, f *os.File) (uint64, error) {
+	// One pread and one fstat, straight to the kernel: os.File.ReadAt would
+	// read again to find the end of file, and Stat would allocate.
+	fd := int(f.Fd())
+	n, err := syscall.Pread(fd, r.buf, 0)
+	if err == nil && n == len(r.buf) {
+		err = fmt.Errorf("longer than %d bytes", len(r.buf))
 	}
-	start, err := ParseStartTime(data)
+	if err == nil {
+		var st syscall.Stat_t
+		if err = syscall.Fstat(fd, &st); err == nil && st.Nlink == 0 {
+			return 0, errGone
+		}
+	}
+	if err != nil {
+		return 0, r.readError(pid, "stat", err)
+	}
+	start, err := ParseStartTime(r.buf[:n])
 	if err != nil {
 		return 0, collector.NewSourceError(collector.SourceProc, "parse", fmt.Errorf("pid %d: %w", pid, err))
 	}
@@ -178,11 +236,16 @@ func (r *Reader) readFile(pid uint32, name string, limit int64) ([]byte, error) 
 			return data, nil
 		}
 	}
-	// ESRCH: the process exited after the file was opened.
-	if errors.Is(err, fs.ErrNotExist) || errors.Is(err, syscall.ESRCH) {
-		return nil, errGone
+	return nil, r.readError(pid, name, err)
+}
+
+// readError is errGone for a process that has exited (no such file, or
+// ESRCH once the file was open), a read SourceError otherwise.
+func (r *Reader) readError(pid uint32, name string, err error) error {
+	if errors.Is(err, errGone) || errors.Is(err, fs.ErrNotExist) || errors.Is(err, syscall.ESRCH) {
+		return errGone
 	}
-	return nil, collector.NewSourceError(collector.SourceProc, "read", fmt.Errorf("pid %d %s: %w", pid, name, err))
+	return collector.NewSourceError(collector.SourceProc, "read", fmt.Errorf("pid %d %s: %w", pid, name, err))
 }
 
 // ParseStartTime returns field 22 of a /proc/<pid>/stat line, starttime.
@@ -193,17 +256,33 @@ func ParseStartTime(stat []byte) (uint64, error) {
 	if i < 0 {
 		return 0, errors.New("stat: no ')' after comm")
 	}
-	// Fields 3 onwards follow ") "; starttime is the 20th of them.
-	fields := bytes.Fields(stat[i+1:])
+	// Fields 3 onwards follow ") "; starttime is the 20th of them. Counted
+	// by hand: this runs for every GPU process on every poll.
 	const idx = 22 - 3
-	if len(fields) <= idx {
-		return 0, fmt.Errorf("stat: %d fields after comm, want at least %d", len(fields), idx+1)
+	rest := stat[i+1:]
+	for k := 0; ; k++ {
+		rest = bytes.TrimLeft(rest, " \t\n")
+		if len(rest) == 0 {
+			return 0, fmt.Errorf("stat: %d fields after comm, want at least %d", k, idx+1)
+		}
+		end := bytes.IndexAny(rest, " \t\n")
+		if end < 0 {
+			end = len(rest)
+		}
+		if k == idx {
+			field := rest[:end]
+			var v uint64
+			for _, c := range field {
+				d := uint64(c - '0')
+				if c < '0' || c > '9' || v > (math.MaxUint64-d)/10 {
+					return 0, fmt.Errorf("stat: starttime %q is not a number", field)
+				}
+				v = v*10 + d
+			}
+			return v, nil
+		}
+		rest = rest[end:]
 	}
-	v, err := strconv.ParseUint(string(fields[idx]), 10, 64)
-	if err != nil {
-		return 0, fmt.Errorf("stat: starttime %q is not a number", fields[idx])
-	}
-	return v, nil
 }
 
 // SplitCmdline splits a /proc/<pid>/cmdline (NUL-separated arguments, the

@@ -1,13 +1,16 @@
 package proc
 
 import (
+	"bytes"
 	"errors"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"reflect"
 	"strconv"
 	"strings"
 	"testing"
+	"unicode"
 
 	"github.com/gpuxray/gpuxray/collector"
 )
@@ -260,6 +263,10 @@ func TestParseStartTime(t *testing.T) {
 		{"no comm", "1 python3 S 1", 0, true},
 		{"truncated", "1 (python3) S 1 1 1 0 -1", 0, true},
 		{"starttime not a number", strings.Replace(statLine(1, "p", 5), " 5 ", " five ", 1), 0, true},
+		{"starttime negative", strings.Replace(statLine(1, "p", 5), " 5 ", " -5 ", 1), 0, true},
+		{"starttime overflows", strings.Replace(statLine(1, "p", 5), " 5 ", " 18446744073709551616 ", 1), 0, true},
+		{"starttime largest", strings.Replace(statLine(1, "p", 5), " 5 ", " 18446744073709551615 ", 1), 1<<64 - 1, false},
+		{"tabs and newlines between fields", strings.ReplaceAll(statLine(1, "p", 6), " ", "\t"), 6, false},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -270,6 +277,40 @@ func TestParseStartTime(t *testing.T) {
 			}
 		})
 	}
+}
+
+// FuzzParseStartTime checks the hand-counted field scan against the plain
+// reading of proc(5): split on whitespace after the last ')', parse the 20th
+// field as an unsigned decimal.
+func FuzzParseStartTime(f *testing.F) {
+	f.Add([]byte(statLine(1, "python3", 123456)))
+	f.Add([]byte(statLine(1, "a) S 1 2 (b", 88)))
+	f.Add([]byte("1 (p) S 1 1 1 0 -1"))
+	f.Fuzz(func(t *testing.T, stat []byte) {
+		got, err := ParseStartTime(stat)
+		var want uint64
+		var wantErr error
+		if i := bytes.LastIndexByte(stat, ')'); i < 0 {
+			wantErr = errors.New("no ')'")
+		} else if fields := bytes.Fields(stat[i+1:]); len(fields) < 20 {
+			wantErr = errors.New("too few fields")
+		} else if strings.HasPrefix(string(fields[19]), "+") {
+			wantErr = errors.New("signed") // ParseUint takes no sign either, but be explicit
+		} else {
+			want, wantErr = strconv.ParseUint(string(fields[19]), 10, 64)
+		}
+		// bytes.Fields splits on every Unicode space; stat has only ASCII
+		// ones, and the parser splits on space, tab and newline alone.
+		if bytes.ContainsFunc(stat, func(r rune) bool { return r != ' ' && r != '\t' && r != '\n' && unicode.IsSpace(r) }) {
+			return
+		}
+		if wantErr != nil {
+			want = 0
+		}
+		if (err != nil) != (wantErr != nil) || got != want {
+			t.Errorf("ParseStartTime(%q) = %d, %v; the plain reading gives %d, %v", stat, got, err, want, wantErr)
+		}
+	})
 }
 
 func TestSplitCmdline(t *testing.T) {
@@ -289,4 +330,82 @@ func TestSplitCmdline(t *testing.T) {
 			t.Errorf("SplitCmdline(%q) = %q, want %q", tt.in, got, tt.want)
 		}
 	}
+}
+
+// openFDs is the number of this process's open file descriptors.
+func openFDs(t *testing.T) int {
+	t.Helper()
+	ents, err := os.ReadDir("/proc/self/fd")
+	if err != nil {
+		t.Skip("no /proc/self/fd")
+	}
+	return len(ents)
+}
+
+// TestResolveRealProc resolves a live child process through the real /proc:
+// read once, then answered through its held stat file while it lives, and
+// gone without an error once it has exited and been reaped, its file closed.
+// (Not parallel: it counts this process's descriptors.)
+func TestResolveRealProc(t *testing.T) {
+	cmd := exec.Command("sleep", "60")
+	if err := cmd.Start(); err != nil {
+		t.Skip("cannot start sleep:", err)
+	}
+	defer cmd.Process.Kill()
+	base := openFDs(t) // after Start: os.Process may hold a pidfd
+	pid := uint32(cmd.Process.Pid)
+	r := New(Config{Root: "/proc"}, nil)
+	for i := range 2 {
+		got, errs := r.Resolve([]uint32{pid})
+		if len(errs) != 0 || !reflect.DeepEqual(got[pid].Cmdline, []string{"sleep", "60"}) || got[pid].PID != pid {
+			t.Fatalf("resolve %d of a live process: %+v, %v", i, got, errs)
+		}
+	}
+	if n := openFDs(t); n != base+1 {
+		t.Errorf("%d descriptors open while one process is cached, want %d", n, base+1)
+	}
+	if err := cmd.Process.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	_ = cmd.Wait()
+	held := openFDs(t) // the stat file, and no more pidfd
+	got, errs := r.Resolve([]uint32{pid})
+	if len(got) != 0 || len(errs) != 0 || len(r.cache) != 0 {
+		t.Errorf("after exit: %v, %v, cache %v; want nothing", got, errs, keys(r.cache))
+	}
+	if n := openFDs(t); n != held-1 {
+		t.Errorf("%d descriptors open after the process exited, want %d", n, held-1)
+	}
+}
+
+// TestResolveClosesDropped checks that a PID NVML stops listing has its stat
+// file closed, and that Close closes the rest and leaves the Reader usable.
+// (Not parallel: it counts this process's descriptors.)
+func TestResolveClosesDropped(t *testing.T) {
+	root := t.TempDir()
+	for pid := uint32(1); pid <= 5; pid++ {
+		writeProc(t, root, pid, "python3", 1000, cgroupOf(uidA, cidA), "python3")
+	}
+	base := openFDs(t)
+	r := New(Config{Root: root}, nil)
+	if got, errs := r.Resolve([]uint32{1, 2, 3, 4, 5}); len(got) != 5 || len(errs) != 0 {
+		t.Fatalf("Resolve: %v, %v", got, errs)
+	}
+	if n := openFDs(t); n != base+5 {
+		t.Errorf("%d descriptors with 5 cached, want %d", n, base+5)
+	}
+	if got, _ := r.Resolve([]uint32{2, 4}); len(got) != 2 {
+		t.Fatalf("Resolve: %v", got)
+	}
+	if n := openFDs(t); n != base+2 {
+		t.Errorf("%d descriptors with 2 cached, want %d", n, base+2)
+	}
+	r.Close()
+	if n := openFDs(t); n != base {
+		t.Errorf("%d descriptors after Close, want %d", n, base)
+	}
+	if got, _ := r.Resolve([]uint32{3}); got[3].PodUID != uidA {
+		t.Errorf("Resolve after Close: %v", got)
+	}
+	r.Close()
 }
