@@ -11,6 +11,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"runtime"
 	"slices"
 	"strconv"
@@ -92,10 +93,22 @@ func TestHarness(t *testing.T) {
 		<-tick.C
 		get("/metrics")
 	}
+	// A CPU profile over the measurement, to tell the simulator's share
+	// from the agent's.
+	secs := int(harnessFor.Seconds())
+	type result struct {
+		body []byte
+		err  error
+	}
+	profiled := make(chan result, 1)
+	go func() {
+		b, _, err := get(fmt.Sprintf("/debug/pprof/profile?seconds=%d", secs))
+		profiled <- result{b, err}
+	}()
 	cpu0, t0 := cpuSeconds(t, pid), time.Now()
 	var lat []time.Duration
 	var body []byte
-	for end := time.Now().Add(*harnessFor); time.Now().Before(end); {
+	for end := time.Now().Add(time.Duration(secs) * time.Second); time.Now().Before(end); {
 		<-tick.C
 		b, d, err := get("/metrics")
 		if err != nil {
@@ -104,6 +117,15 @@ func TestHarness(t *testing.T) {
 		lat, body = append(lat, d), b
 	}
 	cpu := (cpuSeconds(t, pid) - cpu0) / time.Since(t0).Minutes()
+	prof := <-profiled
+	if prof.err != nil {
+		t.Fatal(prof.err)
+	}
+	profile := filepath.Join(dir, "cpu.pprof")
+	if err := os.WriteFile(profile, prof.body, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	shares := cpuShares(t, bin, profile)
 	if _, _, err := get("/debug/pprof/heap?gc=1"); err != nil {
 		t.Fatal(err)
 	}
@@ -121,8 +143,15 @@ func TestHarness(t *testing.T) {
 	}
 	hwm := procStatus(t, pid, "VmHWM")
 	t.Logf("node-110, %s at a 1 s poll and a 1 s scrape, GOMAXPROCS %d:", *harnessFor, runtime.GOMAXPROCS(0))
-	t.Logf("  CPU            %.3f s/min (%.2f%% of one core; target ≤ 0.5%%)", cpu, 100*cpu/60)
-	t.Logf("  peak RSS       %.1f MiB (VmHWM; target ≤ 30 MiB)", float64(hwm)/1024)
+	t.Logf("  CPU            %.3f s/min (%.2f%% of one core; target ≤ 0.5%%), by the profile's samples:", cpu, 100*cpu/60)
+	for _, p := range cpuParts {
+		t.Logf("    %-11s  %5.1f%%  %.3f s/min (%.2f%% of one core)", p.name, 100*shares[p.name], cpu*shares[p.name], 100*cpu*shares[p.name]/60)
+	}
+	agent := cpu * (1 - shares["simulator"])
+	t.Logf("  CPU, agent     %.3f s/min (%.2f%% of one core) without the simulator; with a 15 s scrape instead of 1 s: %.2f%%",
+		agent, 100*agent/60, 100*(agent-cpu*shares["scrape"]*14/15)/60)
+	t.Logf("  peak RSS       %.1f MiB (VmHWM; target ≤ 30 MiB); now %.1f MiB: %.1f MiB anonymous, %.1f MiB the binary's pages",
+		float64(hwm)/1024, float64(procStatus(t, pid, "VmRSS"))/1024, float64(procStatus(t, pid, "RssAnon"))/1024, float64(procStatus(t, pid, "RssFile"))/1024)
 	t.Logf("  heap after GC  %.1f MiB (go_memstats_heap_alloc_bytes after /debug/pprof/heap?gc=1)", metric(after, "go_memstats_heap_alloc_bytes")/(1<<20))
 	t.Logf("  scrape         p50 %s, p99 %s over %d scrapes (target p99 ≤ 5 ms)", pct(0.5).Round(10*time.Microsecond), pct(0.99).Round(10*time.Microsecond), len(lat))
 	t.Logf("  series         %d gpuxray_ series, %d bytes a scrape", series, len(body))
@@ -170,6 +199,56 @@ func TestChurnReturnsToBaseline(t *testing.T) {
 	if float64(h2) > 1.1*float64(h0)+1<<20 {
 		t.Errorf("heap after GC at 23h %.1f MiB, baseline %.1f MiB", float64(h2)/(1<<20), float64(h0)/(1<<20))
 	}
+}
+
+// cpuParts classify a CPU profile's samples by their stacks, first match
+// first: the simulated driver, kubelet and their gRPC server, which run in
+// the agent's process under --simulate but not on a node; scrapes; polls;
+// and the rest (garbage collection, scheduler, timers), which serves both.
+var cpuParts = []struct {
+	name string
+	re   *regexp.Regexp
+}{
+	{"simulator", regexp.MustCompile(`gpuxray/collector/sim\.|go-nvml/pkg/nvml/mock|grpc\.\(\*Server\)|transport\.\(\*http2Server\)|_PodResourcesLister_`)},
+	{"scrape", regexp.MustCompile(`promhttp\.|gpuxray/exporter\.`)},
+	{"poll", regexp.MustCompile(`gpuxray/agent\.|gpuxray/collector/|grpc\.`)},
+	{"other", regexp.MustCompile(``)},
+}
+
+// cpuShares reads a CPU profile's traces with go tool pprof and returns the
+// share of its sampled time in each of cpuParts.
+func cpuShares(t *testing.T, bin, profile string) map[string]float64 {
+	t.Helper()
+	out, err := exec.Command("go", "tool", "pprof", "-traces", bin, profile).Output()
+	if err != nil {
+		t.Fatalf("go tool pprof -traces: %v", err)
+	}
+	by := map[string]float64{}
+	total := 0.0
+	for _, trace := range strings.Split(string(out), "-----------+-------------------------------------------------------")[1:] {
+		fields := strings.Fields(trace)
+		if len(fields) < 2 {
+			continue
+		}
+		d, err := time.ParseDuration(fields[0])
+		if err != nil {
+			t.Fatalf("pprof trace %q: %v", fields[0], err)
+		}
+		for _, p := range cpuParts {
+			if p.re.MatchString(trace) {
+				by[p.name] += d.Seconds()
+				break
+			}
+		}
+		total += d.Seconds()
+	}
+	if total == 0 {
+		t.Fatal("empty CPU profile")
+	}
+	for k := range by {
+		by[k] /= total
+	}
+	return by
 }
 
 func cpuSeconds(t *testing.T, pid int) float64 {
