@@ -3,6 +3,7 @@ package exporter
 import (
 	"slices"
 	"strconv"
+	"sync"
 	"unicode/utf8"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -22,12 +23,20 @@ type BuildInfo struct {
 }
 
 // Collector is a prometheus.Collector over the engine's latest snapshot. It
-// builds const metrics at scrape time and never blocks on a source.
+// renders the snapshot at scrape time and never blocks on a source.
+//
+// The label pairs of a device's or an allocation's series are built once and
+// kept across scrapes (see labelCache): a scrape writes only the values.
 type Collector struct {
 	src   SnapshotSource
 	build *BuildInfo
 	extra []string
 	d     *descs
+
+	buildLabels labels // of gpuxray_build_info, fixed
+
+	mu     sync.Mutex
+	labels labelCache
 }
 
 // CollectorOption configures a Collector.
@@ -49,6 +58,10 @@ func NewCollector(src SnapshotSource, build *BuildInfo, opts ...CollectorOption)
 		o(c)
 	}
 	c.d = newDescs(c.extra)
+	c.labels = newLabelCache()
+	if build != nil {
+		c.buildLabels = makeLabels(c.d.buildInfo, build.Version, build.Revision, build.GoVersion)
+	}
 	return c
 }
 
@@ -63,85 +76,85 @@ func (c *Collector) Describe(ch chan<- *prometheus.Desc) {
 func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 	s := c.src.Snapshot()
 	d := c.d
-	gauge := func(desc *prometheus.Desc, v float64, lv ...string) {
-		ch <- prometheus.MustNewConstMetric(desc, prometheus.GaugeValue, v, labelValues(lv)...)
-	}
-	counter := func(desc *prometheus.Desc, v float64, lv ...string) {
-		ch <- prometheus.MustNewConstMetric(desc, prometheus.CounterValue, v, labelValues(lv)...)
-	}
+
+	// The label pairs of this snapshot's series, looked up (and built where a
+	// series is new or a label value changed) under the lock; the entries
+	// are never modified once built, so the series are sent without it.
+	c.mu.Lock()
+	devs, allocs := c.labels.update(s, d, c.extra)
+	c.mu.Unlock()
+
+	var out samples
+	gauge := func(desc *prometheus.Desc, v float64, l labels) { ch <- out.gauge(desc, v, l) }
+	counter := func(desc *prometheus.Desc, v float64, l labels) { ch <- out.counter(desc, v, l) }
+
 	if c.build != nil {
-		gauge(d.buildInfo, 1, c.build.Version, c.build.Revision, c.build.GoVersion)
+		gauge(d.buildInfo, 1, c.buildLabels)
 	}
 
-	for _, dev := range s.Devices {
-		gpu := strconv.Itoa(dev.GPU)
-		gauge(d.deviceInfo, 1, dev.UUID, gpu, dev.Name, dev.MIGProfile, dev.ParentUUID, dev.DriverVersion, dev.UtilizationSource)
-		gauge(d.deviceUp, boolValue(dev.Present), dev.UUID, gpu)
+	for i := range s.Devices {
+		dev, l := &s.Devices[i], devs[i]
+		gauge(d.deviceInfo, 1, l.info)
+		gauge(d.deviceUp, boolValue(dev.Present), l.base)
 		if dev.HasUtilization {
-			gauge(d.deviceUtil, dev.Utilization, dev.UUID, gpu)
+			gauge(d.deviceUtil, dev.Utilization, l.base)
 		}
 		if dev.HasMemory {
-			gauge(d.deviceMemUsed, float64(dev.MemoryUsedBytes), dev.UUID, gpu)
-			gauge(d.deviceMemTotal, float64(dev.MemoryTotalBytes), dev.UUID, gpu)
+			gauge(d.deviceMemUsed, float64(dev.MemoryUsedBytes), l.base)
+			gauge(d.deviceMemTotal, float64(dev.MemoryTotalBytes), l.base)
 		}
 		if dev.HasPower {
-			gauge(d.devicePower, dev.PowerWatts, dev.UUID, gpu)
+			gauge(d.devicePower, dev.PowerWatts, l.base)
 		}
 		if dev.HasEnergy {
-			counter(d.deviceEnergy, dev.EnergyJoules, dev.UUID, gpu)
+			counter(d.deviceEnergy, dev.EnergyJoules, l.base)
 		}
 		if dev.HasGPM {
-			gauge(d.deviceSMActive, dev.SMActive, dev.UUID, gpu)
-			gauge(d.deviceSMOccupancy, dev.SMOccupancy, dev.UUID, gpu)
-			gauge(d.deviceTensorActive, dev.TensorActive, dev.UUID, gpu)
+			gauge(d.deviceSMActive, dev.SMActive, l.base)
+			gauge(d.deviceSMOccupancy, dev.SMOccupancy, l.base)
+			gauge(d.deviceTensorActive, dev.TensorActive, l.base)
 		}
 		if dev.HasUnattributedMemory {
-			gauge(d.deviceUnattributedMem, float64(dev.UnattributedMemoryBytes), dev.UUID, gpu)
+			gauge(d.deviceUnattributedMem, float64(dev.UnattributedMemoryBytes), l.base)
 		}
 		for w := agent.Window(0); w < agent.NumWindows; w++ {
-			wc, win := dev.Counters[w], w.String()
-			counter(d.deviceObserved, wc.Observed, dev.UUID, gpu, win)
-			counter(d.deviceIdle, wc.Idle, dev.UUID, gpu, win)
-			counter(d.deviceUnalloc, wc.Unallocated, dev.UUID, gpu, win)
-			counter(d.deviceUnallocActive, wc.UnallocatedActive, dev.UUID, gpu, win)
-			counter(d.deviceGap, wc.Gap, dev.UUID, gpu, win)
-			counter(d.deviceUnattributed, wc.Unattributed, dev.UUID, gpu, win)
+			wc, wl := &dev.Counters[w], l.win[w]
+			counter(d.deviceObserved, wc.Observed, wl)
+			counter(d.deviceIdle, wc.Idle, wl)
+			counter(d.deviceUnalloc, wc.Unallocated, wl)
+			counter(d.deviceUnallocActive, wc.UnallocatedActive, wl)
+			counter(d.deviceGap, wc.Gap, wl)
+			counter(d.deviceUnattributed, wc.Unattributed, wl)
 		}
 	}
 
-	for _, a := range s.Allocations {
-		gpu := ""
-		if a.GPU >= 0 {
-			gpu = strconv.Itoa(a.GPU)
-		}
-		lv := []string{a.UUID, gpu, a.Namespace, a.Pod, a.Container, a.WorkloadKind, a.Workload, a.Model}
-		for _, name := range c.extra {
-			lv = append(lv, a.ExtraLabels[name])
-		}
+	for i := range s.Allocations {
+		a, l := &s.Allocations[i], allocs[i]
 		if a.Live {
-			gauge(d.allocInfo, 1, append(slices.Clip(lv), a.Resource, strconv.FormatBool(a.Shared), a.Attribution, strconv.FormatBool(a.Stale))...)
+			gauge(d.allocInfo, 1, l.info)
 		}
 		for w := agent.Window(0); w < agent.NumWindows; w++ {
-			ac, wlv := a.Counters[w], append(slices.Clip(lv), w.String())
-			counter(d.allocSeconds, ac.Allocated, wlv...)
-			counter(d.allocIdle, ac.Idle, wlv...)
-			counter(d.allocActive, ac.Active, wlv...)
+			ac, wl := &a.Counters[w], l.win[w]
+			counter(d.allocSeconds, ac.Allocated, wl)
+			counter(d.allocIdle, ac.Idle, wl)
+			counter(d.allocActive, ac.Active, wl)
 		}
 		if a.HasIdleStreak {
-			gauge(d.allocStreak, a.IdleStreak, lv...)
+			gauge(d.allocStreak, a.IdleStreak, l.base)
 		}
 		if a.HasMemory {
-			gauge(d.allocMemory, float64(a.MemoryUsedBytes), lv...)
+			gauge(d.allocMemory, float64(a.MemoryUsedBytes), l.base)
 		}
 	}
 
 	if s.Overflowed > 0 {
-		counter(d.allocOverflow, float64(s.Overflowed))
+		counter(d.allocOverflow, float64(s.Overflowed), nil)
 	}
+	// A handful of series: their label pairs are built each scrape.
 	for _, src := range s.Sources {
-		gauge(d.sourceUp, boolValue(src.Up), src.Name)
+		gauge(d.sourceUp, boolValue(src.Up), makeLabels(d.sourceUp, src.Name))
 		for reason, n := range src.Errors {
-			counter(d.sourceErrors, float64(n), src.Name, reason)
+			counter(d.sourceErrors, float64(n), makeLabels(d.sourceErrors, src.Name, reason))
 		}
 	}
 }
@@ -158,8 +171,8 @@ func boolValue(b bool) float64 {
 const MaxLabelBytes = 256
 
 // labelValues makes every value of lv, in place, a valid label value of at
-// most MaxLabelBytes: MustNewConstMetric panics on invalid UTF-8, and
-// names, models and pod labels come from outside the process.
+// most MaxLabelBytes: an invalid UTF-8 value fails the scrape, and names,
+// models and pod labels come from outside the process.
 func labelValues(lv []string) []string {
 	for i, v := range lv {
 		if len(v) > MaxLabelBytes || !utf8.ValidString(v) {
@@ -167,4 +180,12 @@ func labelValues(lv []string) []string {
 		}
 	}
 	return lv
+}
+
+// formatGPU is the gpu label value: "" for a device NVML does not know.
+func formatGPU(gpu int) string {
+	if gpu < 0 {
+		return ""
+	}
+	return strconv.Itoa(gpu)
 }
