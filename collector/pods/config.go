@@ -6,10 +6,6 @@ import (
 	"os"
 	"slices"
 
-	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/rest"
-	"k8s.io/client-go/tools/clientcmd"
-
 	"github.com/gpuxray/gpuxray/collector/workload"
 )
 
@@ -51,31 +47,4 @@ func (c Config) Validate() error {
 		}
 	}
 	return nil
-}
-
-// NewClient builds a clientset for c: from c.Kubeconfig, or in-cluster.
-// Pods are read as protobuf, which the API server encodes and the agent
-// decodes at a fraction of JSON's cost.
-func NewClient(c Config) (kubernetes.Interface, error) {
-	var (
-		rc  *rest.Config
-		err error
-	)
-	if c.Kubeconfig != "" {
-		rc, err = clientcmd.BuildConfigFromFlags("", c.Kubeconfig)
-	} else {
-		rc, err = rest.InClusterConfig()
-	}
-	if err != nil {
-		return nil, fmt.Errorf("kubernetes client configuration: %w", err)
-	}
-	rc = rest.CopyConfig(rc)
-	rc.UserAgent = "gpuxray"
-	rc.AcceptContentTypes = "application/vnd.kubernetes.protobuf,application/json"
-	rc.ContentType = "application/vnd.kubernetes.protobuf"
-	cs, err := kubernetes.NewForConfig(rc)
-	if err != nil {
-		return nil, fmt.Errorf("kubernetes client: %w", err)
-	}
-	return cs, nil
 }

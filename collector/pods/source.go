@@ -34,7 +34,6 @@ import (
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/watch"
-	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/cache"
 
 	"github.com/gpuxray/gpuxray/collector"
@@ -44,7 +43,7 @@ import (
 // use; Pod, PodByUID and Health never block on the API server.
 type Source struct {
 	cfg    Config
-	client kubernetes.Interface
+	client PodClient
 	log    *zap.Logger
 
 	running atomic.Bool
@@ -62,7 +61,7 @@ type Source struct {
 
 // New returns a Source for cfg that reads pods through client (see
 // NewClient). It watches nothing until Run.
-func New(cfg Config, client kubernetes.Interface, logger *zap.Logger) (*Source, error) {
+func New(cfg Config, client PodClient, logger *zap.Logger) (*Source, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
@@ -90,7 +89,7 @@ func (s *Source) Run(ctx context.Context) error {
 		return errors.New("pods: the source is already running")
 	}
 	selector := fields.OneTermEqualSelector("spec.nodeName", s.cfg.NodeName).String()
-	pods := s.client.CoreV1().Pods(metav1.NamespaceAll)
+	pods := s.client
 	lw := &cache.ListWatch{
 		ListWithContextFunc: func(ctx context.Context, opts metav1.ListOptions) (runtime.Object, error) {
 			opts.FieldSelector = selector

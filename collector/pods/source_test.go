@@ -23,6 +23,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/kubernetes/fake"
+	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
 	k8stesting "k8s.io/client-go/testing"
 
 	"github.com/gpuxray/gpuxray/collector"
@@ -89,6 +90,15 @@ func otherNodePod() *corev1.Pod {
 	}
 }
 
+// fakePods is a fake clientset's pods as a PodClient. Like the clientset,
+// it tells the reflector that it cannot serve watch-list requests (the fake
+// sends no initial-events bookmark), so the informer lists, then watches.
+type fakePods struct{ typedcorev1.PodInterface }
+
+func (fakePods) IsWatchListSemanticsUnSupported() bool { return true }
+
+func podClient(c *fake.Clientset) PodClient { return fakePods{c.CoreV1().Pods(metav1.NamespaceAll)} }
+
 // harness runs a Source against a fake clientset whose pod watches are
 // made by the test, so that it knows when a watch is open and can end it.
 type harness struct {
@@ -132,7 +142,7 @@ func newHarness(t *testing.T, objs ...runtime.Object) *harness {
 		h.watchOpen <- struct{}{}
 		return true, w, nil
 	})
-	src, err := New(testConfig(), h.client, zaptest.NewLogger(t))
+	src, err := New(testConfig(), podClient(h.client), zaptest.NewLogger(t))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -218,7 +228,7 @@ func TestConfigValidate(t *testing.T) {
 			}
 		})
 	}
-	if _, err := New(Config{}, fake.NewClientset(), nil); err == nil {
+	if _, err := New(Config{}, podClient(fake.NewClientset()), nil); err == nil {
 		t.Error("New with no node name succeeded")
 	}
 	if _, err := New(DefaultConfig("n1"), nil, nil); err == nil {
@@ -228,7 +238,7 @@ func TestConfigValidate(t *testing.T) {
 
 func TestConvert(t *testing.T) {
 	t.Parallel()
-	src, err := New(testConfig(), fake.NewClientset(), nil)
+	src, err := New(testConfig(), podClient(fake.NewClientset()), nil)
 	if err != nil {
 		t.Fatal(err)
 	}
