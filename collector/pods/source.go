@@ -30,6 +30,7 @@ import (
 
 	"go.uber.org/zap"
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -100,6 +101,13 @@ func (s *Source) Run(ctx context.Context) error {
 		WatchFuncWithContext: func(ctx context.Context, opts metav1.ListOptions) (watch.Interface, error) {
 			opts.FieldSelector = selector
 			w, err := pods.Watch(ctx, opts)
+			if err != nil && opts.SendInitialEvents != nil && *opts.SendInitialEvents && apierrors.IsInvalid(err) {
+				// An API server without the WatchList feature rejects a
+				// streaming first list as invalid, and the reflector falls
+				// back to a list: expected, not a failure.
+				s.log.Debug("streaming list not supported: listing", zap.Error(err))
+				return nil, err
+			}
 			s.observeCall(ctx, "watch", err)
 			if err != nil {
 				return nil, err
