@@ -144,7 +144,7 @@ func runAgent(ctx context.Context, args []string, stderr io.Writer) error {
 	reg.MustRegister(
 		exporter.NewCollector(engine, ptr(buildInfo()), exporter.WithExtraLabels(idCfg.labelNames()...)),
 		collectors.NewGoCollector(),
-		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
+		exporter.NewProcessCollector(),
 	)
 	srv, err := exporter.Listen(webCfg, exporter.NewHandler(reg, webCfg.MetricsPath, engine.Ready, logger.Named("web")), logger.Named("web"))
 	if err != nil {
