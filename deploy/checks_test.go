@@ -62,6 +62,10 @@ func checkManifest(t *testing.T, m *manifest, want expect) {
 		{"readiness on /readyz at the health port", c.ReadinessProbe != nil && c.ReadinessProbe.HTTPGet != nil && c.ReadinessProbe.HTTPGet.Path == "/readyz" && c.ReadinessProbe.HTTPGet.Port.StrVal == "health"},
 		{"probes in plain HTTP", c.LivenessProbe.HTTPGet.Scheme == "" && c.ReadinessProbe.HTTPGet.Scheme == ""},
 		{"NODE_NAME from the downward API", hasEnvFrom(c.Env, "NODE_NAME", "spec.nodeName")},
+		{"GOMEMLIMIT from the memory limit", slices.ContainsFunc(c.Env, func(e corev1.EnvVar) bool {
+			return e.Name == "GOMEMLIMIT" && e.ValueFrom != nil && e.ValueFrom.ResourceFieldRef != nil &&
+				e.ValueFrom.ResourceFieldRef.Resource == "limits.memory" && e.ValueFrom.ResourceFieldRef.Divisor.IsZero()
+		})},
 		{"GPU taint tolerated", slices.ContainsFunc(pod.Tolerations, func(tl corev1.Toleration) bool {
 			return tl.Key == "nvidia.com/gpu" && tl.Operator == corev1.TolerationOpExists && tl.Effect == corev1.TaintEffectNoSchedule
 		})},
