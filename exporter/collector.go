@@ -35,8 +35,13 @@ type Collector struct {
 
 	buildLabels labels // of gpuxray_build_info, fixed
 
+	// text are the families as the text fast path writes them (text.go),
+	// nil when it cannot.
+	text []textFamily
+
 	mu     sync.Mutex
 	labels labelCache
+	orders textOrders // of the text fast path
 }
 
 // CollectorOption configures a Collector.
@@ -59,6 +64,7 @@ func NewCollector(src SnapshotSource, build *BuildInfo, opts ...CollectorOption)
 	}
 	c.d = newDescs(c.extra)
 	c.labels = newLabelCache()
+	c.text = newTextFamilies(c.d)
 	if build != nil {
 		c.buildLabels = makeLabels(c.d.buildInfo, build.Version, build.Revision, build.GoVersion)
 	}

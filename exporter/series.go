@@ -53,12 +53,24 @@ type seriesLabels struct {
 	base labels
 	win  [agent.NumWindows]labels
 	info labels
+
+	// The same label sets as text, {name="value",…}, for the text fast
+	// path (see text.go), built with them.
+	baseText, infoText string
+	winText            [agent.NumWindows]string
+
+	// slot is the device's or the allocation's index in the snapshot of the
+	// last update; written and read under the Collector's lock only.
+	slot int
 }
 
+// setWindows builds the windowed label sets from base, and every set's text.
 func (s *seriesLabels) setWindows() {
 	for w := range agent.NumWindows {
 		s.win[w] = s.base.with(windowPairs[w])
+		s.winText[w] = s.win[w].text()
 	}
+	s.baseText, s.infoText = s.base.text(), s.info.text()
 }
 
 // deviceID is every value a device's labels are made of, besides its UUID.
@@ -98,6 +110,7 @@ type allocEntry struct {
 // Not safe for concurrent use: Collector holds its lock.
 type labelCache struct {
 	gen     uint64
+	version uint64 // changes whenever an entry is added or dropped
 	devices map[string]*deviceEntry
 	allocs  map[allocKey]*allocEntry
 }
@@ -115,19 +128,23 @@ func (c *labelCache) update(s *agent.Snapshot, d *descs, extra []string) (devs, 
 	devs = make([]*seriesLabels, len(s.Devices))
 	for i := range s.Devices {
 		devs[i] = &c.device(&s.Devices[i], d).seriesLabels
+		devs[i].slot = i
 	}
 	allocs = make([]*seriesLabels, len(s.Allocations))
 	for i := range s.Allocations {
 		allocs[i] = &c.alloc(&s.Allocations[i], d, extra).seriesLabels
+		allocs[i].slot = i
 	}
 	for k, e := range c.devices {
 		if e.seen != c.gen {
 			delete(c.devices, k)
+			c.version++
 		}
 	}
 	for k, e := range c.allocs {
 		if e.seen != c.gen {
 			delete(c.allocs, k)
+			c.version++
 		}
 	}
 	return devs, allocs
@@ -140,9 +157,10 @@ func (c *labelCache) device(dev *agent.DeviceSnapshot, d *descs) *deviceEntry {
 		gpu := strconv.Itoa(dev.GPU)
 		e = &deviceEntry{id: id}
 		e.base = makeLabels(d.deviceUp, dev.UUID, gpu)
-		e.setWindows()
 		e.info = makeLabels(d.deviceInfo, dev.UUID, gpu, dev.Name, dev.MIGProfile, dev.ParentUUID, dev.DriverVersion, dev.UtilizationSource)
+		e.setWindows()
 		c.devices[dev.UUID] = e
+		c.version++
 	}
 	e.seen = c.gen
 	return e
@@ -160,10 +178,11 @@ func (c *labelCache) alloc(a *agent.AllocationSnapshot, d *descs, extra []string
 			lv = append(lv, e.extra[i])
 		}
 		e.base = makeLabels(d.allocStreak, lv...)
-		e.setWindows()
 		info := append(slices.Clip(lv), a.Resource, strconv.FormatBool(a.Shared), a.Attribution, strconv.FormatBool(a.Stale))
 		e.info = makeLabels(d.allocInfo, info...)
+		e.setWindows()
 		c.allocs[key] = e
+		c.version++
 	}
 	e.seen = c.gen
 	return e

@@ -71,17 +71,25 @@ const scrapeTimeout = 10 * time.Second
 
 // NewHandler serves metrics from g at metricsPath, /healthz (the process is
 // serving) and /readyz (ready reports true: a poll has completed). Metrics
-// are gzipped at BestSpeed when the scraper accepts gzip (see withGzip).
+// are gzipped at BestSpeed when the scraper accepts gzip (see withGzip). A
+// *Registry's text scrapes are written by the fast path (see Registry).
 func NewHandler(g prometheus.Gatherer, metricsPath string, ready func() bool, logger *zap.Logger) http.Handler {
 	mux := http.NewServeMux()
-	metrics := promhttp.HandlerFor(g, promhttp.HandlerOpts{
+	opts := promhttp.HandlerOpts{
 		ErrorLog:            zap.NewStdLog(logger),
 		ErrorHandling:       promhttp.ContinueOnError,
 		MaxRequestsInFlight: 4,
 		EnableOpenMetrics:   true,
 		// withGzip compresses, at a cheaper level than promhttp's.
 		DisableCompression: true,
-	})
+	}
+	var metrics http.Handler
+	if r, ok := g.(*Registry); ok {
+		// The same answers, text scrapes written by the fast path.
+		metrics = newTextHandler(r, opts)
+	} else {
+		metrics = promhttp.HandlerFor(g, opts)
+	}
 	// The timeout is promhttp's Timeout (same handler, same message), set
 	// here so that it is outside the compression: http.TimeoutHandler
 	// buffers the whole body, which costs about as much again as gzip at

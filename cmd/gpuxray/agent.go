@@ -10,7 +10,6 @@ import (
 	"time"
 
 	gonvml "github.com/NVIDIA/go-nvml/pkg/nvml"
-	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"go.uber.org/zap"
 	"golang.org/x/sync/errgroup"
@@ -140,9 +139,9 @@ func runAgent(ctx context.Context, args []string, stderr io.Writer) error {
 	if err != nil {
 		return usageError{err}
 	}
-	reg := prometheus.NewRegistry()
+	// exporter.Registry: text scrapes of the engine's series take the fast path.
+	reg := exporter.NewRegistry(exporter.NewCollector(engine, ptr(buildInfo()), exporter.WithExtraLabels(idCfg.labelNames()...)))
 	reg.MustRegister(
-		exporter.NewCollector(engine, ptr(buildInfo()), exporter.WithExtraLabels(idCfg.labelNames()...)),
 		collectors.NewGoCollector(),
 		exporter.NewProcessCollector(),
 	)

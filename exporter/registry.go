@@ -1,0 +1,227 @@
+package exporter
+
+import (
+	"fmt"
+	"net/http"
+	"slices"
+	"sync"
+	"sync/atomic"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	dto "github.com/prometheus/client_model/go"
+	"github.com/prometheus/common/expfmt"
+)
+
+// Registry is the agent's registry: the engine's Collector and the other
+// collectors (Go runtime, process). It gathers as a prometheus.Registry
+// holding them all does; NewHandler serves a text scrape of it through the
+// fast path, the Collector writing its own families (see text.go) between
+// the others', which client_golang gathers and encodes as ever.
+type Registry struct {
+	all    *prometheus.Registry // every collector: Gather, and every other scrape
+	others *prometheus.Registry // all but the engine's Collector
+	engine *Collector
+}
+
+// NewRegistry returns a registry holding engine.
+func NewRegistry(engine *Collector) *Registry {
+	r := &Registry{all: prometheus.NewRegistry(), others: prometheus.NewRegistry(), engine: engine}
+	r.all.MustRegister(engine)
+	return r
+}
+
+// Register registers c, one of the other collectors: the engine's is
+// NewRegistry's.
+func (r *Registry) Register(c prometheus.Collector) error {
+	if err := r.all.Register(c); err != nil {
+		return err
+	}
+	if err := r.others.Register(c); err != nil {
+		r.all.Unregister(c)
+		return err
+	}
+	return nil
+}
+
+// MustRegister registers cs, panicking on the first error.
+func (r *Registry) MustRegister(cs ...prometheus.Collector) {
+	for _, c := range cs {
+		if err := r.Register(c); err != nil {
+			panic(err)
+		}
+	}
+}
+
+// Unregister unregisters c, registered with Register.
+func (r *Registry) Unregister(c prometheus.Collector) bool {
+	r.others.Unregister(c)
+	return r.all.Unregister(c)
+}
+
+// Gather gathers every collector, the engine's included.
+func (r *Registry) Gather() ([]*dto.MetricFamily, error) { return r.all.Gather() }
+
+var _ prometheus.Registerer = (*Registry)(nil)
+
+// textHandler serves r's metrics as promhttp.HandlerFor(r, opts) does, by
+// the fast path when the scrape negotiates the classic text format and
+// filters no name (name[]), by that handler otherwise.
+type textHandler struct {
+	r        *Registry
+	opts     promhttp.HandlerOpts
+	formats  []expfmt.Format // the formats promhttp offers with opts
+	names    []string        // the engine's text families, in order
+	fallback http.Handler    // promhttp's, without its in-flight limit
+	inFlight chan struct{}   // the in-flight limit of both, nil for none
+}
+
+// textScrapes counts the scrapes the fast path served, for the tests.
+var textScrapes atomic.Uint64
+
+// textBufs are the buffers the engine's families are written to.
+var textBufs sync.Pool
+
+type textBuf struct {
+	b    []byte
+	ends []int
+}
+
+// newTextHandler returns r's metrics handler; opts must not compress, set
+// a timeout, a process start time, a Registry for promhttp's error counter
+// or accepted formats, nor coalesce gathers (the fast path does none of
+// them).
+func newTextHandler(r *Registry, opts promhttp.HandlerOpts) http.Handler {
+	if opts.Timeout > 0 || !opts.DisableCompression || !opts.ProcessStartTime.IsZero() || opts.Registry != nil ||
+		len(opts.AcceptedFormats) > 0 || opts.CoalesceGather || opts.EnableOpenMetricsTextCreatedSamples {
+		panic("exporter: the text fast path does not implement these handler options")
+	}
+	h := &textHandler{r: r, opts: opts, names: r.engine.textFamilyNames()}
+	h.formats = expfmt.DefaultAcceptedFormats()
+	if opts.EnableOpenMetrics {
+		h.formats = expfmt.DefaultOpenMetricsAcceptedFormats()
+	}
+	if opts.MaxRequestsInFlight > 0 {
+		h.inFlight = make(chan struct{}, opts.MaxRequestsInFlight)
+	}
+	fallbackOpts := opts
+	fallbackOpts.MaxRequestsInFlight = 0
+	h.fallback = promhttp.HandlerFor(r.all, fallbackOpts)
+	return h
+}
+
+func (h *textHandler) ServeHTTP(w http.ResponseWriter, req *http.Request) {
+	if h.inFlight != nil {
+		select {
+		case h.inFlight <- struct{}{}:
+			defer func() { <-h.inFlight }()
+		default:
+			http.Error(w, fmt.Sprintf("Limit of concurrent requests reached (%d), try again later.", h.opts.MaxRequestsInFlight),
+				http.StatusServiceUnavailable)
+			return
+		}
+	}
+	format := expfmt.NegotiateAccept(req.Header, h.formats...)
+	if h.names == nil || format.FormatType() != expfmt.TypeTextPlain ||
+		(req.URL != nil && req.URL.RawQuery != "" && len(req.URL.Query()["name[]"]) > 0) ||
+		!h.serveText(w, format) {
+		h.fallback.ServeHTTP(w, req)
+	}
+}
+
+// serveText writes the scrape in the text format and reports true, or
+// writes nothing and reports false where the engine's families cannot be
+// written by the fast path.
+func (h *textHandler) serveText(w http.ResponseWriter, format expfmt.Format) bool {
+	tb, _ := textBufs.Get().(*textBuf)
+	if tb == nil {
+		tb = &textBuf{}
+	}
+	defer textBufs.Put(tb)
+	var ok bool
+	tb.b, tb.ends, ok = h.r.engine.appendText(tb.b[:0], tb.ends[:0])
+	if !ok {
+		return false
+	}
+	mfs, err := h.r.others.Gather()
+	for _, mf := range mfs {
+		if _, clash := slices.BinarySearch(h.names, mf.GetName()); clash {
+			return false // the full registry says what is wrong
+		}
+	}
+
+	// From here as promhttp's handler, with the engine's families as a
+	// part of mfs.
+	textScrapes.Add(1)
+	if err != nil {
+		if h.opts.ErrorLog != nil {
+			h.opts.ErrorLog.Println("error gathering metrics:", err)
+		}
+		switch h.opts.ErrorHandling {
+		case promhttp.PanicOnError:
+			panic(err)
+		case promhttp.ContinueOnError:
+			if len(mfs) == 0 && len(tb.b) == 0 {
+				httpError(w, err)
+				return true
+			}
+		case promhttp.HTTPErrorOnError:
+			httpError(w, err)
+			return true
+		}
+	}
+	w.Header().Add("Vary", "Accept")
+	w.Header().Set("Content-Type", string(format))
+
+	enc := expfmt.NewEncoder(w, format)
+	handleError := func(err error) bool {
+		if err == nil {
+			return false
+		}
+		if h.opts.ErrorLog != nil {
+			h.opts.ErrorLog.Println("error encoding and sending metric family:", err)
+		}
+		switch h.opts.ErrorHandling {
+		case promhttp.PanicOnError:
+			panic(err)
+		case promhttp.HTTPErrorOnError:
+			return true
+		}
+		return false
+	}
+	// Merge the two sorted lists of families, writing the engine's in runs.
+	e, from := 0, 0 // the next engine family, and where its run starts
+	flush := func(upTo int) bool {
+		if upTo > from {
+			_, err := w.Write(tb.b[from:upTo])
+			from = upTo
+			return handleError(err)
+		}
+		return false
+	}
+	for _, mf := range mfs {
+		for e < len(h.names) && h.names[e] < mf.GetName() {
+			e++
+		}
+		end := 0
+		if e > 0 {
+			end = tb.ends[e-1]
+		}
+		if flush(end) || handleError(enc.Encode(mf)) {
+			return true
+		}
+	}
+	if flush(len(tb.b)) {
+		return true
+	}
+	if closer, ok := enc.(expfmt.Closer); ok {
+		handleError(closer.Close())
+	}
+	return true
+}
+
+// httpError is promhttp's answer to a failed gather.
+func httpError(rsp http.ResponseWriter, err error) {
+	rsp.Header().Del("Content-Encoding")
+	http.Error(rsp, "An error has occurred while serving metrics:\n\n"+err.Error(), http.StatusInternalServerError)
+}

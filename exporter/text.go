@@ -1,0 +1,405 @@
+package exporter
+
+import (
+	"math"
+	"slices"
+	"strconv"
+	"strings"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/common/model"
+
+	"github.com/gpuxray/gpuxray/agent"
+)
+
+// The text fast path: a Collector writes its own families in the classic
+// text format (text/plain; version=0.0.4) itself, as kube-state-metrics
+// does, rather than through client_golang's Gather and expfmt, which build a
+// dto.Metric per series, hash and check every label set, sort every family
+// and format every label at each scrape. The label sets of a device's and an
+// allocation's series are kept as text with their label pairs (see
+// seriesLabels), and the order client_golang would sort the series in is
+// kept until a series comes or goes: a scrape writes names, the cached label
+// text and the values. The output is byte for byte what the registry and
+// expfmt write for the same snapshot (text_test.go compares them); where it
+// could not be (a duplicate series, which Gather reports as an error), the
+// Collector says so and the handler falls back to client_golang.
+
+// text returns the label set as the text format writes it after the name:
+// {name="value",…} with the value escaped, or "" for no label.
+func (l labels) text() string {
+	if len(l) == 0 {
+		return ""
+	}
+	var b strings.Builder
+	sep := byte('{')
+	for _, p := range l {
+		b.WriteByte(sep)
+		b.WriteString(p.GetName())
+		b.WriteString(`="`)
+		writeEscaped(&b, p.GetValue())
+		b.WriteByte('"')
+		sep = ','
+	}
+	b.WriteByte('}')
+	return b.String()
+}
+
+// writeEscaped writes v escaped as expfmt escapes label values: \ as \\,
+// a new line as \n and " as \".
+func writeEscaped(b *strings.Builder, v string) {
+	for i := 0; i < len(v); i++ {
+		switch c := v[i]; c {
+		case '\\':
+			b.WriteString(`\\`)
+		case '\n':
+			b.WriteString(`\n`)
+		case '"':
+			b.WriteString(`\"`)
+		default:
+			b.WriteByte(c)
+		}
+	}
+}
+
+// escapeHelp escapes a HELP text as expfmt does: \ as \\ and a new line as \n.
+func escapeHelp(help string) string {
+	return strings.NewReplacer(`\`, `\\`, "\n", `\n`).Replace(help)
+}
+
+// appendValue appends v as expfmt's writeFloat writes a sample value: 0 for
+// both zeros, +Inf, -Inf, NaN, and strconv's shortest 'g' form otherwise.
+func appendValue(b []byte, v float64) []byte {
+	switch {
+	case v == 1:
+		return append(b, '1')
+	case v == 0:
+		return append(b, '0')
+	case v == -1:
+		return append(b, "-1"...)
+	case math.IsNaN(v):
+		return append(b, "NaN"...)
+	case math.IsInf(v, +1):
+		return append(b, "+Inf"...)
+	case math.IsInf(v, -1):
+		return append(b, "-Inf"...)
+	}
+	return strconv.AppendFloat(b, v, 'g', -1, 64)
+}
+
+// compareLabels orders label sets as client_golang sorts a family's
+// metrics: by their values, in the order of the (sorted) names.
+func compareLabels(a, b labels) int {
+	if len(a) != len(b) {
+		return len(a) - len(b)
+	}
+	for i := range a {
+		if c := strings.Compare(a[i].GetValue(), b[i].GetValue()); c != 0 {
+			return c
+		}
+	}
+	return 0
+}
+
+// The kinds of series a text family is made of: which label sets it
+// carries, so which cached order it is written in.
+const (
+	kindDevBase = iota
+	kindDevWin
+	kindDevInfo
+	kindAllocBase
+	kindAllocWin
+	kindAllocInfo
+	kindOther // a handful of series, labelled and sorted at each scrape
+	numKinds
+)
+
+// textFamily is one of the Collector's families in the text fast path.
+type textFamily struct {
+	name   string
+	header string // its # HELP and # TYPE lines
+	kind   int
+
+	// The series' values, by kind: ok false where the series is absent.
+	dev      func(*agent.DeviceSnapshot) (float64, bool)
+	devWin   func(*agent.DeviceCounters) float64
+	alloc    func(*agent.AllocationSnapshot) (float64, bool)
+	allocWin func(*agent.AllocationCounters) float64
+	other    func(*Collector, *agent.Snapshot, []textRow) []textRow
+}
+
+// textRow is a series of a kindOther family.
+type textRow struct {
+	l labels
+	v float64
+}
+
+// seriesRef is a series in a cached order: its device's or allocation's
+// labels, and the window (for a windowed kind).
+type seriesRef struct {
+	s *seriesLabels
+	w agent.Window
+}
+
+// textOrders are the series of the label cache's devices and allocations
+// in the order client_golang sorts them, by kind; rebuilt when the cache's
+// entries change.
+type textOrders struct {
+	version uint64
+	built   bool
+	refs    [numKinds][]seriesRef
+	dup     bool // two series of a kind carry the same labels
+}
+
+// newTextFamilies returns the text families of c's descriptions, sorted by
+// name as Gather sorts families; nil when one of their names would be
+// written differently from how the fast path writes it (not a legacy name:
+// expfmt quotes or escapes it).
+func newTextFamilies(d *descs) []textFamily {
+	gauge, counter := "gauge", "counter"
+	fams := []textFamily{}
+	add := func(desc *prometheus.Desc, typ string, kind int, f textFamily) {
+		m := d.meta[desc]
+		f.name, f.kind = m.name, kind
+		f.header = "# HELP " + m.name + " " + escapeHelp(m.help) + "\n# TYPE " + m.name + " " + typ + "\n"
+		fams = append(fams, f)
+	}
+	devGauge := func(desc *prometheus.Desc, v func(*agent.DeviceSnapshot) (float64, bool)) {
+		add(desc, gauge, kindDevBase, textFamily{dev: v})
+	}
+	devCounter := func(desc *prometheus.Desc, v func(*agent.DeviceCounters) float64) {
+		add(desc, counter, kindDevWin, textFamily{devWin: v})
+	}
+	allocCounter := func(desc *prometheus.Desc, v func(*agent.AllocationCounters) float64) {
+		add(desc, counter, kindAllocWin, textFamily{allocWin: v})
+	}
+
+	add(d.deviceInfo, gauge, kindDevInfo, textFamily{})
+	devGauge(d.deviceUp, func(dev *agent.DeviceSnapshot) (float64, bool) { return boolValue(dev.Present), true })
+	devGauge(d.deviceUtil, func(dev *agent.DeviceSnapshot) (float64, bool) { return dev.Utilization, dev.HasUtilization })
+	devGauge(d.deviceMemUsed, func(dev *agent.DeviceSnapshot) (float64, bool) {
+		return float64(dev.MemoryUsedBytes), dev.HasMemory
+	})
+	devGauge(d.deviceMemTotal, func(dev *agent.DeviceSnapshot) (float64, bool) {
+		return float64(dev.MemoryTotalBytes), dev.HasMemory
+	})
+	devGauge(d.devicePower, func(dev *agent.DeviceSnapshot) (float64, bool) { return dev.PowerWatts, dev.HasPower })
+	add(d.deviceEnergy, counter, kindDevBase, textFamily{dev: func(dev *agent.DeviceSnapshot) (float64, bool) {
+		return dev.EnergyJoules, dev.HasEnergy
+	}})
+	devGauge(d.deviceSMActive, func(dev *agent.DeviceSnapshot) (float64, bool) { return dev.SMActive, dev.HasGPM })
+	devGauge(d.deviceSMOccupancy, func(dev *agent.DeviceSnapshot) (float64, bool) { return dev.SMOccupancy, dev.HasGPM })
+	devGauge(d.deviceTensorActive, func(dev *agent.DeviceSnapshot) (float64, bool) { return dev.TensorActive, dev.HasGPM })
+	devGauge(d.deviceUnattributedMem, func(dev *agent.DeviceSnapshot) (float64, bool) {
+		return float64(dev.UnattributedMemoryBytes), dev.HasUnattributedMemory
+	})
+	devCounter(d.deviceObserved, func(c *agent.DeviceCounters) float64 { return c.Observed })
+	devCounter(d.deviceIdle, func(c *agent.DeviceCounters) float64 { return c.Idle })
+	devCounter(d.deviceUnalloc, func(c *agent.DeviceCounters) float64 { return c.Unallocated })
+	devCounter(d.deviceUnallocActive, func(c *agent.DeviceCounters) float64 { return c.UnallocatedActive })
+	devCounter(d.deviceGap, func(c *agent.DeviceCounters) float64 { return c.Gap })
+	devCounter(d.deviceUnattributed, func(c *agent.DeviceCounters) float64 { return c.Unattributed })
+
+	add(d.allocInfo, gauge, kindAllocInfo, textFamily{})
+	allocCounter(d.allocSeconds, func(c *agent.AllocationCounters) float64 { return c.Allocated })
+	allocCounter(d.allocIdle, func(c *agent.AllocationCounters) float64 { return c.Idle })
+	allocCounter(d.allocActive, func(c *agent.AllocationCounters) float64 { return c.Active })
+	add(d.allocStreak, gauge, kindAllocBase, textFamily{alloc: func(a *agent.AllocationSnapshot) (float64, bool) {
+		return a.IdleStreak, a.HasIdleStreak
+	}})
+	add(d.allocMemory, gauge, kindAllocBase, textFamily{alloc: func(a *agent.AllocationSnapshot) (float64, bool) {
+		return float64(a.MemoryUsedBytes), a.HasMemory
+	}})
+
+	add(d.allocOverflow, counter, kindOther, textFamily{other: func(_ *Collector, s *agent.Snapshot, rows []textRow) []textRow {
+		if s.Overflowed > 0 {
+			rows = append(rows, textRow{nil, float64(s.Overflowed)})
+		}
+		return rows
+	}})
+	add(d.sourceUp, gauge, kindOther, textFamily{other: func(c *Collector, s *agent.Snapshot, rows []textRow) []textRow {
+		for _, src := range s.Sources {
+			rows = append(rows, textRow{makeLabels(c.d.sourceUp, src.Name), boolValue(src.Up)})
+		}
+		return rows
+	}})
+	add(d.sourceErrors, counter, kindOther, textFamily{other: func(c *Collector, s *agent.Snapshot, rows []textRow) []textRow {
+		for _, src := range s.Sources {
+			for reason, n := range src.Errors {
+				rows = append(rows, textRow{makeLabels(c.d.sourceErrors, src.Name, reason), float64(n)})
+			}
+		}
+		return rows
+	}})
+	add(d.buildInfo, gauge, kindOther, textFamily{other: func(c *Collector, _ *agent.Snapshot, rows []textRow) []textRow {
+		if c.build != nil {
+			rows = append(rows, textRow{c.buildLabels, 1})
+		}
+		return rows
+	}})
+
+	if len(fams) != len(d.all()) {
+		panic("exporter: a description has no text family")
+	}
+	for _, desc := range d.all() {
+		m := d.meta[desc]
+		if !model.LegacyValidation.IsValidMetricName(m.name) {
+			return nil
+		}
+		for _, l := range m.labels {
+			if !model.LegacyValidation.IsValidMetricName(l) {
+				return nil
+			}
+		}
+	}
+	slices.SortFunc(fams, func(a, b textFamily) int { return strings.Compare(a.name, b.name) })
+	return fams
+}
+
+// textFamilyNames are the names of the families the fast path writes, in
+// order; nil when it cannot write them.
+func (c *Collector) textFamilyNames() []string {
+	if c.text == nil {
+		return nil
+	}
+	names := make([]string, len(c.text))
+	for i, f := range c.text {
+		names[i] = f.name
+	}
+	return names
+}
+
+// appendText appends the text exposition of the latest snapshot to buf,
+// family by family in c.textFamilyNames' order, and appends each family's
+// end in buf to ends (an absent family ends where the one before it does).
+// ok is false, with buf and ends as they were, where the exposition would
+// not be the registry's: the caller must gather through client_golang.
+func (c *Collector) appendText(buf []byte, ends []int) (_ []byte, _ []int, ok bool) {
+	if c.text == nil {
+		return buf, ends, false
+	}
+	s := c.src.Snapshot()
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.labels.update(s, c.d, c.extra)
+	if len(c.labels.devices) != len(s.Devices) || len(c.labels.allocs) != len(s.Allocations) {
+		// Two devices or allocations with the same key: the registry
+		// reports their series as duplicates.
+		return buf, ends, false
+	}
+	o := &c.orders
+	if !o.built || o.version != c.labels.version {
+		o.rebuild(&c.labels)
+	}
+	if o.dup {
+		return buf, ends, false
+	}
+
+	buf0, ends0 := len(buf), len(ends)
+	var rows []textRow
+	for i := range c.text {
+		f := &c.text[i]
+		start := len(buf)
+		head := func() {
+			if len(buf) == start {
+				buf = append(buf, f.header...)
+			}
+		}
+		line := func(lt string, v float64) {
+			head()
+			buf = append(buf, f.name...)
+			buf = append(buf, lt...)
+			buf = append(buf, ' ')
+			buf = appendValue(buf, v)
+			buf = append(buf, '\n')
+		}
+		refs := o.refs[f.kind]
+		switch f.kind {
+		case kindDevInfo:
+			for _, r := range refs {
+				line(r.s.infoText, 1)
+			}
+		case kindDevBase:
+			for _, r := range refs {
+				if v, ok := f.dev(&s.Devices[r.s.slot]); ok {
+					line(r.s.baseText, v)
+				}
+			}
+		case kindDevWin:
+			for _, r := range refs {
+				line(r.s.winText[r.w], f.devWin(&s.Devices[r.s.slot].Counters[r.w]))
+			}
+		case kindAllocInfo:
+			for _, r := range refs {
+				if s.Allocations[r.s.slot].Live {
+					line(r.s.infoText, 1)
+				}
+			}
+		case kindAllocBase:
+			for _, r := range refs {
+				if v, ok := f.alloc(&s.Allocations[r.s.slot]); ok {
+					line(r.s.baseText, v)
+				}
+			}
+		case kindAllocWin:
+			for _, r := range refs {
+				line(r.s.winText[r.w], f.allocWin(&s.Allocations[r.s.slot].Counters[r.w]))
+			}
+		case kindOther:
+			rows = f.other(c, s, rows[:0])
+			slices.SortFunc(rows, func(a, b textRow) int { return compareLabels(a.l, b.l) })
+			for j, r := range rows {
+				if j > 0 && compareLabels(rows[j-1].l, r.l) == 0 {
+					return buf[:buf0], ends[:ends0], false
+				}
+				line(r.l.text(), r.v)
+			}
+		}
+		ends = append(ends, len(buf))
+	}
+	return buf, ends, true
+}
+
+// rebuild sorts the cache's series by kind.
+func (o *textOrders) rebuild(c *labelCache) {
+	for k := range o.refs {
+		o.refs[k] = o.refs[k][:0]
+	}
+	for _, e := range c.devices {
+		s := &e.seriesLabels
+		o.refs[kindDevBase] = append(o.refs[kindDevBase], seriesRef{s: s})
+		o.refs[kindDevInfo] = append(o.refs[kindDevInfo], seriesRef{s: s})
+		for w := range agent.NumWindows {
+			o.refs[kindDevWin] = append(o.refs[kindDevWin], seriesRef{s, w})
+		}
+	}
+	for _, e := range c.allocs {
+		s := &e.seriesLabels
+		o.refs[kindAllocBase] = append(o.refs[kindAllocBase], seriesRef{s: s})
+		o.refs[kindAllocInfo] = append(o.refs[kindAllocInfo], seriesRef{s: s})
+		for w := range agent.NumWindows {
+			o.refs[kindAllocWin] = append(o.refs[kindAllocWin], seriesRef{s, w})
+		}
+	}
+	o.dup = false
+	for k, refs := range o.refs {
+		var key func(seriesRef) labels
+		switch k {
+		case kindDevBase, kindAllocBase:
+			key = func(r seriesRef) labels { return r.s.base }
+		case kindDevInfo, kindAllocInfo:
+			key = func(r seriesRef) labels { return r.s.info }
+		case kindDevWin, kindAllocWin:
+			key = func(r seriesRef) labels { return r.s.win[r.w] }
+		default:
+			continue
+		}
+		slices.SortFunc(refs, func(a, b seriesRef) int { return compareLabels(key(a), key(b)) })
+		for i := 1; i < len(refs); i++ {
+			if compareLabels(key(refs[i-1]), key(refs[i])) == 0 {
+				o.dup = true
+			}
+		}
+	}
+	o.version, o.built = c.version, true
+}
