@@ -21,7 +21,7 @@ import (
 // scraping every 30 virtual minutes. Every allocation's last scraped counts
 // equal the ground truth within 1%; no device loses a second (observed plus
 // gap is the day); series of ended allocations go after the retention; and
-// the goroutines are the same at the end as after the first hour, and gone
+// the goroutines are no more in the last hour than in the second, and gone
 // once the replay returns. It does not run in parallel, so that the
 // goroutines counted are its own.
 func TestReplayFaultyDay(t *testing.T) {
@@ -107,8 +107,21 @@ func TestReplayFaultyDay(t *testing.T) {
 	if maxAllocSeries > 2*4 { // at most 4 allocations (train ×2, notebook, a job) × 2 windows
 		t.Errorf("up to %d allocated_seconds series at once, want at most 8", maxAllocSeries)
 	}
-	if a, b := goroutines[time.Hour], goroutines[sc.Duration]; b > a {
-		t.Errorf("%d goroutines at the end, %d after the first hour: a leak", b, a)
+	// A scrape can catch a goroutine in passing (a gRPC reconnection, an
+	// NVML call's watchdog), so compare the fewest seen in the second hour
+	// with the fewest in the last: a leak raises the floor.
+	floor := func(from, to time.Duration) int {
+		m := math.MaxInt
+		for at, n := range goroutines {
+			if at >= from && at <= to {
+				m = min(m, n)
+			}
+		}
+		return m
+	}
+	early, late := floor(time.Hour, 2*time.Hour), floor(sc.Duration-time.Hour, sc.Duration)
+	if late > early {
+		t.Errorf("at least %d goroutines in the last hour, %d in the second: a leak", late, early)
 	}
 	deadline := time.Now().Add(5 * time.Second)
 	for runtime.NumGoroutine() > before && time.Now().Before(deadline) {
@@ -117,5 +130,5 @@ func TestReplayFaultyDay(t *testing.T) {
 	if n := runtime.NumGoroutine(); n > before {
 		t.Errorf("%d goroutines after the replay, %d before", n, before)
 	}
-	t.Logf("goroutines: %d before, %d after the first hour, %d at the end", before, goroutines[time.Hour], goroutines[sc.Duration])
+	t.Logf("goroutines: %d before, at least %d in the second hour, %d in the last, %d at the end", before, early, late, goroutines[sc.Duration])
 }
