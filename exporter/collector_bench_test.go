@@ -37,7 +37,19 @@ func scrape(b *testing.B, h http.Handler, encoding string) int {
 }
 
 func scrapeBody(b *testing.B, h http.Handler, encoding string) []byte {
+	return scrapeAccept(b, h, "", encoding)
+}
+
+// prometheusAccept is the Accept header of Prometheus 2.x without
+// scrape_protocols: OpenMetrics first.
+const prometheusAccept = "application/openmetrics-text;version=1.0.0,application/openmetrics-text;version=0.0.1;q=0.75,text/plain;version=0.0.4;q=0.5,*/*;q=0.1"
+
+// scrapeAccept is scrapeBody with an Accept header.
+func scrapeAccept(b *testing.B, h http.Handler, accept, encoding string) []byte {
 	req := httptest.NewRequest(http.MethodGet, "/metrics", nil)
+	if accept != "" {
+		req.Header.Set("Accept", accept)
+	}
 	if encoding != "identity" {
 		req.Header.Set("Accept-Encoding", encoding)
 	}
@@ -91,10 +103,25 @@ func benchScrape(b *testing.B, yaml []byte, name string) {
 	for _, encoding := range encodings {
 		b.Run("encoding="+encoding, func(b *testing.B) { run(b, h, encoding) })
 	}
+	// As Prometheus asks, for OpenMetrics.
+	openMetrics := func(b *testing.B, h http.Handler) {
+		size := len(scrapeAccept(b, h, prometheusAccept, "gzip"))
+		b.ReportAllocs()
+		b.ResetTimer()
+		cpu0 := cpuTime(b)
+		for i := 0; i < b.N; i++ {
+			scrapeAccept(b, h, prometheusAccept, "gzip")
+		}
+		b.ReportMetric(float64((cpuTime(b)-cpu0).Nanoseconds())/float64(b.N), "cpu-ns/op")
+		b.ReportMetric(float64(size), "bytes/scrape")
+		b.ReportMetric(float64(series), "series")
+	}
+	b.Run("encoding=gzip-openmetrics", func(b *testing.B) { openMetrics(b, h) })
 	// For comparison, the agent's handler over a plain prometheus.Registry:
 	// client_golang's Gather and expfmt, as before the fast path.
 	gather := handler(n.Registry)
 	b.Run("encoding=gzip-gather", func(b *testing.B) { run(b, gather, "gzip") })
+	b.Run("encoding=gzip-openmetrics-gather", func(b *testing.B) { openMetrics(b, gather) })
 	// And the handler as it was at first: promhttp's own compression
 	// (gzip's default level) inside its timeout.
 	old := promhttp.HandlerFor(n.Registry, promhttp.HandlerOpts{MaxRequestsInFlight: 4, Timeout: 10 * time.Second, EnableOpenMetrics: true})

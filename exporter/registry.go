@@ -2,6 +2,7 @@ package exporter
 
 import (
 	"fmt"
+	"mime"
 	"net/http"
 	"slices"
 	"sync"
@@ -15,9 +16,10 @@ import (
 
 // Registry is the agent's registry: the engine's Collector and the other
 // collectors (Go runtime, process). It gathers as a prometheus.Registry
-// holding them all does; NewHandler serves a text scrape of it through the
-// fast path, the Collector writing its own families (see text.go) between
-// the others', which client_golang gathers and encodes as ever.
+// holding them all does; NewHandler serves a text or OpenMetrics scrape of
+// it through the fast path, the Collector writing its own families (see
+// text.go) between the others', which client_golang gathers and encodes as
+// ever.
 type Registry struct {
 	all    *prometheus.Registry // every collector: Gather, and every other scrape
 	others *prometheus.Registry // all but the engine's Collector
@@ -65,8 +67,9 @@ func (r *Registry) Gather() ([]*dto.MetricFamily, error) { return r.all.Gather()
 var _ prometheus.Registerer = (*Registry)(nil)
 
 // textHandler serves r's metrics as promhttp.HandlerFor(r, opts) does, by
-// the fast path when the scrape negotiates the classic text format and
-// filters no name (name[]), by that handler otherwise.
+// the fast path when the scrape negotiates the classic text format or
+// OpenMetrics 0.0.1 or 1.0.0 (what Prometheus asks for first) and filters
+// no name (name[]), by that handler otherwise (protobuf, a filter).
 type textHandler struct {
 	r        *Registry
 	opts     promhttp.HandlerOpts
@@ -122,24 +125,35 @@ func (h *textHandler) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 		}
 	}
 	format := expfmt.NegotiateAccept(req.Header, h.formats...)
-	if h.names == nil || format.FormatType() != expfmt.TypeTextPlain ||
+	text, om := format.FormatType() == expfmt.TypeTextPlain, isOpenMetrics1(format)
+	if h.names == nil || !text && !om ||
 		(req.URL != nil && req.URL.RawQuery != "" && len(req.URL.Query()["name[]"]) > 0) ||
-		!h.serveText(w, format) {
+		!h.serveText(w, format, om) {
 		h.fallback.ServeHTTP(w, req)
 	}
 }
 
-// serveText writes the scrape in the text format and reports true, or
-// writes nothing and reports false where the engine's families cannot be
-// written by the fast path.
-func (h *textHandler) serveText(w http.ResponseWriter, format expfmt.Format) bool {
+// isOpenMetrics1 reports whether expfmt.NewEncoder writes format with
+// MetricFamilyToOpenMetrics: OpenMetrics, but not 2.0.0.
+func isOpenMetrics1(format expfmt.Format) bool {
+	if format.FormatType() != expfmt.TypeOpenMetrics {
+		return false
+	}
+	_, params, err := mime.ParseMediaType(string(format))
+	return err != nil || params["version"] != expfmt.OpenMetricsVersion_2_0_0
+}
+
+// serveText writes the scrape in the text format (OpenMetrics with om) and
+// reports true, or writes nothing and reports false where the engine's
+// families cannot be written by the fast path.
+func (h *textHandler) serveText(w http.ResponseWriter, format expfmt.Format, om bool) bool {
 	tb, _ := textBufs.Get().(*textBuf)
 	if tb == nil {
 		tb = &textBuf{}
 	}
 	defer textBufs.Put(tb)
 	var ok bool
-	tb.b, tb.ends, ok = h.r.engine.appendText(tb.b[:0], tb.ends[:0])
+	tb.b, tb.ends, ok = h.r.engine.appendText(tb.b[:0], tb.ends[:0], om)
 	if !ok {
 		return false
 	}

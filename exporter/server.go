@@ -72,7 +72,8 @@ const scrapeTimeout = 10 * time.Second
 // NewHandler serves metrics from g at metricsPath, /healthz (the process is
 // serving) and /readyz (ready reports true: a poll has completed). Metrics
 // are gzipped at BestSpeed when the scraper accepts gzip (see withGzip). A
-// *Registry's text scrapes are written by the fast path (see Registry).
+// *Registry's text and OpenMetrics scrapes are written by the fast path (see
+// Registry).
 func NewHandler(g prometheus.Gatherer, metricsPath string, ready func() bool, logger *zap.Logger) http.Handler {
 	mux := http.NewServeMux()
 	opts := promhttp.HandlerOpts{
@@ -85,7 +86,7 @@ func NewHandler(g prometheus.Gatherer, metricsPath string, ready func() bool, lo
 	}
 	var metrics http.Handler
 	if r, ok := g.(*Registry); ok {
-		// The same answers, text scrapes written by the fast path.
+		// The same answers, text and OpenMetrics written by the fast path.
 		metrics = newTextHandler(r, opts)
 	} else {
 		metrics = promhttp.HandlerFor(g, opts)

@@ -1,6 +1,7 @@
 package exporter
 
 import (
+	"bytes"
 	"math"
 	"slices"
 	"strconv"
@@ -13,8 +14,9 @@ import (
 )
 
 // The text fast path: a Collector writes its own families in the classic
-// text format (text/plain; version=0.0.4) itself, as kube-state-metrics
-// does, rather than through client_golang's Gather and expfmt, which build a
+// text format (text/plain; version=0.0.4) or in OpenMetrics (0.0.1, 1.0.0:
+// other headers, counter families named without _total, integer values
+// with ".0") itself, as kube-state-metrics does, rather than through client_golang's Gather and expfmt, which build a
 // dto.Metric per series, hash and check every label set, sort every family
 // and format every label at each scrape. The label sets of a device's and an
 // allocation's series are kept as text with their label pairs (see
@@ -45,8 +47,15 @@ func (l labels) text() string {
 	return b.String()
 }
 
-// writeEscaped writes v escaped as expfmt escapes label values: \ as \\,
-// a new line as \n and " as \".
+// escapeQuoted escapes v as expfmt escapes label values: \ as \\, a new
+// line as \n and " as \".
+func escapeQuoted(v string) string {
+	var b strings.Builder
+	writeEscaped(&b, v)
+	return b.String()
+}
+
+// writeEscaped writes v escaped as escapeQuoted does.
 func writeEscaped(b *strings.Builder, v string) {
 	for i := 0; i < len(v); i++ {
 		switch c := v[i]; c {
@@ -87,6 +96,31 @@ func appendValue(b []byte, v float64) []byte {
 	return strconv.AppendFloat(b, v, 'g', -1, 64)
 }
 
+// appendOpenMetricsValue appends v as expfmt's writeOpenMetricsFloat writes
+// a sample value: as appendValue, with ".0" after an integer.
+func appendOpenMetricsValue(b []byte, v float64) []byte {
+	switch {
+	case v == 1:
+		return append(b, "1.0"...)
+	case v == 0:
+		return append(b, "0.0"...)
+	case v == -1:
+		return append(b, "-1.0"...)
+	case math.IsNaN(v):
+		return append(b, "NaN"...)
+	case math.IsInf(v, +1):
+		return append(b, "+Inf"...)
+	case math.IsInf(v, -1):
+		return append(b, "-Inf"...)
+	}
+	start := len(b)
+	b = strconv.AppendFloat(b, v, 'g', -1, 64)
+	if !bytes.ContainsAny(b[start:], "e.") {
+		b = append(b, '.', '0')
+	}
+	return b
+}
+
 // compareLabels orders label sets as client_golang sorts a family's
 // metrics: by their values, in the order of the (sorted) names.
 func compareLabels(a, b labels) int {
@@ -116,9 +150,10 @@ const (
 
 // textFamily is one of the Collector's families in the text fast path.
 type textFamily struct {
-	name   string
-	header string // its # HELP and # TYPE lines
-	kind   int
+	name     string
+	header   string // its # HELP and # TYPE lines in the text format
+	omHeader string // and in OpenMetrics
+	kind     int
 
 	// The series' values, by kind: ok false where the series is absent.
 	dev      func(*agent.DeviceSnapshot) (float64, bool)
@@ -162,6 +197,17 @@ func newTextFamilies(d *descs) []textFamily {
 		m := d.meta[desc]
 		f.name, f.kind = m.name, kind
 		f.header = "# HELP " + m.name + " " + escapeHelp(m.help) + "\n# TYPE " + m.name + " " + typ + "\n"
+		// OpenMetrics names a counter family without its _total, and
+		// escapes quotes in the help too (expfmt's
+		// MetricFamilyToOpenMetrics).
+		omName, omType := m.name, typ
+		if typ == counter {
+			var ok bool
+			if omName, ok = strings.CutSuffix(m.name, "_total"); !ok {
+				omType = "unknown"
+			}
+		}
+		f.omHeader = "# HELP " + omName + " " + escapeQuoted(m.help) + "\n# TYPE " + omName + " " + omType + "\n"
 		fams = append(fams, f)
 	}
 	devGauge := func(desc *prometheus.Desc, v func(*agent.DeviceSnapshot) (float64, bool)) {
@@ -269,12 +315,13 @@ func (c *Collector) textFamilyNames() []string {
 	return names
 }
 
-// appendText appends the text exposition of the latest snapshot to buf,
-// family by family in c.textFamilyNames' order, and appends each family's
-// end in buf to ends (an absent family ends where the one before it does).
-// ok is false, with buf and ends as they were, where the exposition would
-// not be the registry's: the caller must gather through client_golang.
-func (c *Collector) appendText(buf []byte, ends []int) (_ []byte, _ []int, ok bool) {
+// appendText appends the text exposition of the latest snapshot to buf (in
+// OpenMetrics 0.0.1 or 1.0.0 with om, without the # EOF), family by family
+// in c.textFamilyNames' order, and appends each family's end in buf to ends
+// (an absent family ends where the one before it does). ok is false, with
+// buf and ends as they were, where the exposition would not be the
+// registry's: the caller must gather through client_golang.
+func (c *Collector) appendText(buf []byte, ends []int, om bool) (_ []byte, _ []int, ok bool) {
 	if c.text == nil {
 		return buf, ends, false
 	}
@@ -296,21 +343,26 @@ func (c *Collector) appendText(buf []byte, ends []int) (_ []byte, _ []int, ok bo
 	}
 
 	buf0, ends0 := len(buf), len(ends)
+	appendV := appendValue
+	if om {
+		appendV = appendOpenMetricsValue
+	}
 	var rows []textRow
 	for i := range c.text {
 		f := &c.text[i]
-		start := len(buf)
-		head := func() {
-			if len(buf) == start {
-				buf = append(buf, f.header...)
-			}
+		header := f.header
+		if om {
+			header = f.omHeader
 		}
+		start := len(buf)
 		line := func(lt string, v float64) {
-			head()
+			if len(buf) == start {
+				buf = append(buf, header...)
+			}
 			buf = append(buf, f.name...)
 			buf = append(buf, lt...)
 			buf = append(buf, ' ')
-			buf = appendValue(buf, v)
+			buf = appendV(buf, v)
 			buf = append(buf, '\n')
 		}
 		refs := o.refs[f.kind]

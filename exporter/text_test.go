@@ -90,14 +90,22 @@ var scrapeReqs = []scrapeReq{
 	{name: "prometheus", method: http.MethodGet, encoding: "gzip",
 		accept: "application/openmetrics-text;version=1.0.0;escaping=allow-utf-8;q=0.5,application/openmetrics-text;version=0.0.1;q=0.4,text/plain;version=1.0.0;escaping=allow-utf-8;q=0.3,text/plain;version=0.0.4;q=0.2,*/*;q=0.1"},
 	{name: "openmetrics", method: http.MethodGet, accept: "application/openmetrics-text;version=1.0.0"},
+	{name: "openmetrics-0.0.1", method: http.MethodGet, accept: "application/openmetrics-text;version=0.0.1", encoding: "gzip"},
+	{name: "openmetrics-values", method: http.MethodGet, accept: "application/openmetrics-text;version=1.0.0;escaping=values"},
+	{name: "openmetrics-head", method: http.MethodHead, accept: "application/openmetrics-text;version=1.0.0"},
+	{name: "openmetrics-2", method: http.MethodGet, accept: "application/openmetrics-text;version=2.0.0"},
+	{name: "prometheus-2.42", method: http.MethodGet, encoding: "gzip",
+		accept: "application/openmetrics-text;version=1.0.0,application/openmetrics-text;version=0.0.1;q=0.75,text/plain;version=0.0.4;q=0.5,*/*;q=0.1"},
+	{name: "openmetrics-filter", method: http.MethodGet, accept: "application/openmetrics-text;version=1.0.0", query: "name[]=gpuxray_device_up"},
 	{name: "protobuf", method: http.MethodGet, accept: "application/vnd.google.protobuf;proto=io.prometheus.client.MetricFamily;encoding=delimited"},
 	{name: "filter", method: http.MethodGet, query: "name[]=gpuxray_device_up&name[]=aaa_first_total"},
 	{name: "other-query", method: http.MethodGet, query: "foo=bar"},
 }
 
-// fast reports whether req is served by the fast path.
+// fast reports whether req is served by the fast path: text and
+// OpenMetrics (0.0.1, 1.0.0; 2.0.0 is not offered), unfiltered.
 func (r scrapeReq) fast() bool {
-	return r.name != "openmetrics" && r.name != "protobuf" && r.name != "filter" && r.name != "prometheus"
+	return r.name != "protobuf" && r.name != "filter" && r.name != "openmetrics-filter"
 }
 
 type answer struct {
