@@ -12,7 +12,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
 	"go.uber.org/zap"
 
 	"github.com/gpuxray/gpuxray/agent"
@@ -29,7 +28,7 @@ type Node struct {
 	Sim      *sim.Node
 	Clock    *sim.VirtualClock
 	Engine   *agent.Engine
-	Registry *prometheus.Registry
+	Registry *exporter.Registry
 }
 
 // New builds the node of sc with cfg (agent.DefaultConfig() when nil); it
@@ -78,8 +77,9 @@ func New(tb testing.TB, sc *sim.Scenario, cfg *agent.Config) *Node {
 	if err != nil {
 		tb.Fatal(err)
 	}
-	reg := prometheus.NewRegistry()
-	reg.MustRegister(exporter.NewCollector(engine, nil))
+	// The agent's own registry, so that scrapes through exporter.NewHandler
+	// take the agent's text path.
+	reg := exporter.NewRegistry(exporter.NewCollector(engine, nil))
 	return &Node{Scenario: sc, Sim: node, Clock: clock, Engine: engine, Registry: reg}
 }
 
