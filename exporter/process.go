@@ -10,6 +10,8 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
+
+	"github.com/gpuxray/gpuxray/collector/proc"
 )
 
 // NewProcessCollector returns a collector of the agent's own process_*
@@ -148,13 +150,13 @@ func (c *processCollector) readStat() (procStat, error) {
 }
 
 func parseStat(b []byte) (procStat, error) {
-	i := bytes.LastIndexByte(b, ')')
-	if i < 0 || i+2 > len(b) {
+	rest, err := proc.StatAfterComm(b)
+	if err != nil {
 		return procStat{}, errProcFormat
 	}
 	var st procStat
 	field, found := 0, 0
-	for f := range bytes.FieldsSeq(b[i+2:]) {
+	for f := range bytes.FieldsSeq(rest) {
 		var p *uint64
 		switch field {
 		case 11:

@@ -10,7 +10,6 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
-	"math"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -248,41 +247,38 @@ func (r *Reader) readError(pid uint32, name string, err error) error {
 	return collector.NewSourceError(collector.SourceProc, "read", fmt.Errorf("pid %d %s: %w", pid, name, err))
 }
 
-// ParseStartTime returns field 22 of a /proc/<pid>/stat line, starttime.
-// Field 2, comm, is in parentheses and may itself hold spaces and
-// parentheses, so fields are counted from the last ')'.
-func ParseStartTime(stat []byte) (uint64, error) {
+// StatAfterComm returns what of a /proc/<pid>/stat line follows field 2,
+// comm: fields 3 (state) onwards, separated by spaces. comm is in
+// parentheses and may itself hold spaces and parentheses, so it ends at the
+// last ')'.
+func StatAfterComm(stat []byte) ([]byte, error) {
 	i := bytes.LastIndexByte(stat, ')')
 	if i < 0 {
-		return 0, errors.New("stat: no ')' after comm")
+		return nil, errors.New("stat: no ')' after comm")
 	}
-	// Fields 3 onwards follow ") "; starttime is the 20th of them. Counted
-	// by hand: this runs for every GPU process on every poll.
+	return stat[i+1:], nil
+}
+
+// ParseStartTime returns field 22 of a /proc/<pid>/stat line, starttime.
+func ParseStartTime(stat []byte) (uint64, error) {
+	rest, err := StatAfterComm(stat)
+	if err != nil {
+		return 0, err
+	}
+	// starttime is the 20th field after comm.
 	const idx = 22 - 3
-	rest := stat[i+1:]
-	for k := 0; ; k++ {
-		rest = bytes.TrimLeft(rest, " \t\n")
-		if len(rest) == 0 {
-			return 0, fmt.Errorf("stat: %d fields after comm, want at least %d", k, idx+1)
-		}
-		end := bytes.IndexAny(rest, " \t\n")
-		if end < 0 {
-			end = len(rest)
-		}
+	k := 0
+	for f := range bytes.FieldsSeq(rest) {
 		if k == idx {
-			field := rest[:end]
-			var v uint64
-			for _, c := range field {
-				d := uint64(c - '0')
-				if c < '0' || c > '9' || v > (math.MaxUint64-d)/10 {
-					return 0, fmt.Errorf("stat: starttime %q is not a number", field)
-				}
-				v = v*10 + d
+			v, err := strconv.ParseUint(string(f), 10, 64)
+			if err != nil {
+				return 0, fmt.Errorf("stat: starttime %q is not a number", f)
 			}
 			return v, nil
 		}
-		rest = rest[end:]
+		k++
 	}
+	return 0, fmt.Errorf("stat: %d fields after comm, want at least %d", k, idx+1)
 }
 
 // SplitCmdline splits a /proc/<pid>/cmdline (NUL-separated arguments, the
