@@ -110,46 +110,54 @@ func (t *Tracker) ObserveStream(ctx context.Context, call string, err error) {
 
 // ObserveWatch returns w, with its error events recorded as failures.
 func (t *Tracker) ObserveWatch(w watch.Interface) watch.Interface {
-	o := &observedWatch{inner: w, out: make(chan watch.Event), stop: make(chan struct{})}
-	go o.loop(t)
-	return o
+	return MapWatch(w, func(ev watch.Event) watch.Event {
+		if ev.Type == watch.Error {
+			t.ObserveStream(context.Background(), "watch stream", apierrors.FromObject(ev.Object))
+		}
+		return ev
+	})
 }
 
-// observedWatch passes a watch's events on, recording its error events.
-// Its goroutine ends when the watch is stopped or its stream ends.
-type observedWatch struct {
+// MapWatch returns w with f applied to each event. Unlike watch.Filter,
+// whose goroutine stays blocked on a send nobody reads after Stop, its
+// goroutine ends when the watch is stopped or its stream ends.
+func MapWatch(w watch.Interface, f func(watch.Event) watch.Event) watch.Interface {
+	m := &mappedWatch{inner: w, f: f, out: make(chan watch.Event), stop: make(chan struct{})}
+	go m.loop()
+	return m
+}
+
+type mappedWatch struct {
 	inner watch.Interface
+	f     func(watch.Event) watch.Event
 	out   chan watch.Event
 	stop  chan struct{}
 	once  sync.Once
 }
 
-func (o *observedWatch) ResultChan() <-chan watch.Event { return o.out }
+func (m *mappedWatch) ResultChan() <-chan watch.Event { return m.out }
 
-func (o *observedWatch) Stop() {
-	o.once.Do(func() {
-		close(o.stop)
-		o.inner.Stop()
+func (m *mappedWatch) Stop() {
+	m.once.Do(func() {
+		close(m.stop)
+		m.inner.Stop()
 	})
 }
 
-func (o *observedWatch) loop(t *Tracker) {
-	defer close(o.out)
-	in := o.inner.ResultChan()
+func (m *mappedWatch) loop() {
+	defer close(m.out)
+	in := m.inner.ResultChan()
 	for {
 		select {
-		case <-o.stop:
+		case <-m.stop:
 			return
 		case ev, ok := <-in:
 			if !ok {
 				return
 			}
-			if ev.Type == watch.Error {
-				t.ObserveStream(context.Background(), "watch stream", apierrors.FromObject(ev.Object))
-			}
 			select {
-			case o.out <- ev:
-			case <-o.stop:
+			case m.out <- m.f(ev):
+			case <-m.stop:
 				return
 			}
 		}
