@@ -30,6 +30,18 @@ type Option func(*Engine)
 // attributed per process.
 func WithPods(p PodSource) Option { return func(e *Engine) { e.pods = p } }
 
+// DRAHealth is the health of the source that resolves DRA devices
+// (collector/dra's ResourceSlice source), reported as source "dra": whether
+// it is up, and the failures it met since the last call.
+type DRAHealth interface {
+	Health() (up bool, errs []error)
+}
+
+// WithDRA registers source "dra", whose health h reports; the problems of
+// an allocation list that name source "dra" (devices that could not be
+// resolved) are counted under it. Without it they count under "kubelet".
+func WithDRA(h DRAHealth) Option { return func(e *Engine) { e.dra = h } }
+
 // WithProcesses gives the engine a PID resolver for per-process attribution
 // on shared GPUs.
 func WithProcesses(r ProcessResolver) Option { return func(e *Engine) { e.procs = r } }
@@ -232,4 +244,30 @@ func (e *Engine) observePods() {
 		down = errPodsDown
 	}
 	e.observeSource(collector.SourcePods, down, errs)
+}
+
+var errDRADown = errors.New("ResourceSlice source is down")
+
+// observeDRA records the DRA source's health with the problems of the
+// allocation list that are its own, and returns the others.
+func (e *Engine) observeDRA(problems []error) []error {
+	if e.dra == nil {
+		return problems
+	}
+	up, errs := e.dra.Health()
+	var rest []error
+	for _, p := range problems {
+		var se *collector.SourceError
+		if errors.As(p, &se) && se.Source == collector.SourceDRA {
+			errs = append(errs, p)
+			continue
+		}
+		rest = append(rest, p)
+	}
+	var down error
+	if !up {
+		down = errDRADown
+	}
+	e.observeSource(collector.SourceDRA, down, errs)
+	return rest
 }
