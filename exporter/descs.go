@@ -49,7 +49,8 @@ func newDescs(extra []string) *descs {
 	}
 	allocLabels := append(slices.Clip(allocBaseLabels), extra...)
 	allocWinLabels := append(slices.Clip(allocLabels), "window")
-	allocInfoLabels := append(slices.Clip(allocLabels), "resource", "shared", "attribution", "stale")
+	allocInfoLabels := append(slices.Clip(allocLabels), "resource", "shared", "attribution", "stale",
+		"claim_namespace", "claim", "driver", "pool", "dra_device")
 	return &descs{
 		deviceInfo:            d("device_info", "GPU or MIG device identity; utilization_source says where busy ratios come from (samples, gpm, none).", deviceInfoLabels),
 		deviceUtil:            d("device_utilization_ratio", "Mean busy ratio of the device's samples read in the last poll.", deviceLabels),
@@ -68,7 +69,7 @@ func newDescs(extra []string) *descs {
 		deviceGap:             d("device_sample_gap_seconds_total", "Time between samples that no sample covered; neither idle nor busy.", deviceWinLabels),
 		deviceUp:              d("device_up", "Whether the last poll read the device's activity (0: NVML is down, the GPU is lost, or a call failed or hangs).", deviceLabels),
 		deviceUnattributed:    d("device_unattributed_seconds_total", "Observed time while who held the device was unknown: before the kubelet first answered, or while it was unreachable beyond --kubelet.stale-grace.", deviceWinLabels),
-		allocInfo:             d("allocation_info", "A device allocated to a container, as the kubelet lists it; stale=\"true\" while the kubelet cannot be read.", allocInfoLabels),
+		allocInfo:             d("allocation_info", "A device allocated to a container, as the kubelet lists it; stale=\"true\" while the kubelet cannot be read; claim_namespace, claim, driver, pool and dra_device name a DRA claim's device.", allocInfoLabels),
 		allocSeconds:          d("allocated_seconds_total", "Observed time the device was allocated to the container.", allocWinLabels),
 		allocIdle:             d("allocated_idle_seconds_total", "Allocated time whose samples were below the idle threshold.", allocWinLabels),
 		allocActive:           d("allocated_active_seconds_total", "Utilization-weighted allocated time (effective GPU-seconds).", allocWinLabels),

@@ -153,7 +153,7 @@ func TestDemoAgent(t *testing.T) {
 	for _, want := range []string{
 		`gpuxray_source_up{source="nvml"} 1`,
 		`gpuxray_source_up{source="kubelet"} 1`,
-		`gpuxray_allocation_info{attribution="device",container="jupyter",`,
+		`gpuxray_allocation_info{attribution="device",claim="",claim_namespace="",container="jupyter",`,
 		`gpuxray_build_info{`,
 		`gpuxray_device_info{driver_version="550.54.15",gpu="7",`,
 		`process_resident_memory_bytes`,
