@@ -43,6 +43,8 @@ func runAgent(ctx context.Context, args []string, stderr io.Writer) error {
 	identityFlags(fs, &idCfg)
 	var podCfg podSourceConfig
 	podSourceFlags(fs, &podCfg)
+	var draCfg draSourceConfig
+	draSourceFlags(fs, &draCfg)
 	simulate := fs.Bool("simulate", false, "run on a simulated node: the scenario FILE given as argument, or the embedded demo")
 	var logCfg logConfig
 	logFlags(fs, &logCfg)
@@ -64,6 +66,9 @@ func runAgent(ctx context.Context, args []string, stderr io.Writer) error {
 		return err
 	}
 	if err := podCfg.validate(); err != nil {
+		return err
+	}
+	if err := draCfg.validate(); err != nil {
 		return err
 	}
 	if resourceNames != "" {
@@ -128,14 +133,21 @@ func runAgent(ctx context.Context, args []string, stderr io.Writer) error {
 	defer kube.Close()
 
 	g, gctx := errgroup.WithContext(ctx)
+	var allocs agent.AllocationSource = kube
 	if !*simulate {
 		opts, err := startPodSource(gctx, podCfg, &idCfg, logger, g.Go)
 		if err != nil {
 			return err
 		}
-		engineOpts = opts
+		src, err := startDRASource(gctx, draCfg, podCfg, logger, g.Go)
+		if err != nil {
+			return err
+		}
+		var draOpts []agent.Option
+		allocs, draOpts = draAllocations(kube, src, draCfg, podCfg.nodeName, logger)
+		engineOpts = append(opts, draOpts...)
 	}
-	engine, err := agent.New(engineCfg, reader, kube, clock, logger.Named("engine"), engineOpts...)
+	engine, err := agent.New(engineCfg, reader, allocs, clock, logger.Named("engine"), engineOpts...)
 	if err != nil {
 		return usageError{err}
 	}

@@ -212,6 +212,9 @@ func TestUsageErrors(t *testing.T) {
 		{"scrape interval below the poll interval", []string{"replay", "--format=openmetrics", "--scrape.interval=100ms", "x.yaml"}, nil, 2, "--scrape.interval 100ms is shorter than --poll.interval 1s"},
 		{"bad extra label", []string{"agent", "--pods.extra-labels=pod=team"}, nil, 2, `--pods.extra-labels: extra label "pod=team": "pod" is a label gpuxray already sets`},
 		{"relative proc root", []string{"agent", "--node.name=n1", "--proc.root=proc"}, nil, 2, `the proc root "proc" is not absolute`},
+		{"bad DRA driver", []string{"agent", "--dra.drivers=gpu.nvidia.com,NVIDIA GPU"}, nil, 2, `DRA driver name "NVIDIA GPU" is not a DNS subdomain such as gpu.nvidia.com`},
+		{"no DRA driver", []string{"agent", "--dra.drivers= , "}, nil, 2, "no DRA driver is named"},
+		{"bad DRA UUID attribute", []string{"agent", "--dra.uuid-attribute=the uuid"}, nil, 2, `the UUID attribute "the uuid" is not a device attribute name`},
 		{"version", []string{"version"}, nil, 0, "gpuxray dev"},
 		{"help", []string{"agent", "-h"}, nil, 0, "GPUXRAY_POLL_INTERVAL"},
 	}
