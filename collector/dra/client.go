@@ -7,9 +7,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	resourcev1 "k8s.io/api/resource/v1"
-	resourcev1beta1 "k8s.io/api/resource/v1beta1"
-	resourcev1beta2 "k8s.io/api/resource/v1beta2"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -18,15 +15,12 @@ import (
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
-
-	"github.com/gpuxray/gpuxray/collector/internal/apihealth"
 )
 
-// SliceClient lists and watches ResourceSlices, answering in
-// resource.k8s.io/v1 types whatever version the API server serves. Client
-// is one; a test may give its own.
+// SliceClient lists and watches ResourceSlices, whatever version the API
+// server serves. Client is one; a test may give its own.
 type SliceClient interface {
-	List(ctx context.Context, opts metav1.ListOptions) (*resourcev1.ResourceSliceList, error)
+	List(ctx context.Context, opts metav1.ListOptions) (*ResourceSliceList, error)
 	Watch(ctx context.Context, opts metav1.ListOptions) (watch.Interface, error)
 }
 
@@ -38,14 +32,14 @@ var ErrNotServed = errors.New("the API server serves no ResourceSlices (resource
 // Versions are the versions of resource.k8s.io a Client tries, in order:
 // v1 is GA from Kubernetes 1.34; v1beta2 (1.33) and v1beta1 (1.32) are
 // served by older API servers with DRA enabled.
-var Versions = []string{resourcev1.SchemeGroupVersion.Version, resourcev1beta2.SchemeGroupVersion.Version, resourcev1beta1.SchemeGroupVersion.Version}
+var Versions = []string{"v1", "v1beta2", "v1beta1"}
 
 // Client is the SliceClient of one API server: a REST client per version
 // of resource.k8s.io, not a clientset (whose scheme registers every API
 // group at init; see collector/pods). List tries v1, then v1beta2, then
-// v1beta1, and Watch uses the version that served the latest list. Objects
-// are read as protobuf where the server offers it, and trimmed to what
-// resolution reads. Safe for concurrent use.
+// v1beta1, and Watch uses the version that served the latest list. Slices
+// are read as JSON into this package's ResourceSlice, which the three
+// versions all decode into. Safe for concurrent use.
 type Client struct {
 	versions []versionClient
 	params   runtime.ParameterCodec
@@ -79,18 +73,23 @@ func LoadConfig(kubeconfig string) (*rest.Config, error) {
 // plain HTTP for a loopback test server).
 func NewClient(rc *rest.Config) (*Client, error) {
 	scheme := runtime.NewScheme()
-	for _, add := range []func(*runtime.Scheme) error{resourcev1.AddToScheme, resourcev1beta2.AddToScheme, resourcev1beta1.AddToScheme} {
-		if err := add(scheme); err != nil {
-			return nil, fmt.Errorf("resourceslice client: %w", err)
-		}
+	var gvs []schema.GroupVersion
+	for _, v := range Versions {
+		gv := schema.GroupVersion{Group: "resource.k8s.io", Version: v}
+		scheme.AddKnownTypes(gv, &ResourceSlice{}, &ResourceSliceList{})
+		// meta/v1's options, status and watch events in this version.
+		metav1.AddToGroupVersion(scheme, gv)
+		gvs = append(gvs, gv)
 	}
 	codecs := serializer.NewCodecFactory(scheme).WithoutConversion()
 	c := &Client{params: runtime.NewParameterCodec(scheme)}
-	for _, gv := range []schema.GroupVersion{resourcev1.SchemeGroupVersion, resourcev1beta2.SchemeGroupVersion, resourcev1beta1.SchemeGroupVersion} {
+	for _, gv := range gvs {
 		cfg := rest.CopyConfig(rc)
 		cfg.UserAgent = "gpuxray"
-		cfg.AcceptContentTypes = "application/vnd.kubernetes.protobuf,application/json"
-		cfg.ContentType = "application/vnd.kubernetes.protobuf"
+		// JSON: this package's types have no protobuf encoding, and a
+		// node's slices are few and seldom change.
+		cfg.AcceptContentTypes = "application/json"
+		cfg.ContentType = "application/json"
 		cfg.GroupVersion = &gv
 		cfg.APIPath = "/apis"
 		cfg.NegotiatedSerializer = codecs
@@ -113,10 +112,12 @@ func (c *Client) IsWatchListSemanticsUnSupported() bool { return true }
 func (c *Client) Version() string { return c.versions[c.current.Load()].gv.Version }
 
 // List lists ResourceSlices in the first version the server serves.
-func (c *Client) List(ctx context.Context, opts metav1.ListOptions) (*resourcev1.ResourceSliceList, error) {
+func (c *Client) List(ctx context.Context, opts metav1.ListOptions) (*ResourceSliceList, error) {
 	var notFound error
 	for i, v := range c.versions {
-		list, err := c.list(ctx, v, opts)
+		list := &ResourceSliceList{}
+		err := v.client.Get().Resource("resourceslices").VersionedParams(&opts, c.params).Timeout(timeoutOf(opts)).
+			Do(ctx).Into(list)
 		if apierrors.IsNotFound(err) {
 			notFound = err // this version is not served: try the next
 			continue
@@ -130,61 +131,12 @@ func (c *Client) List(ctx context.Context, opts metav1.ListOptions) (*resourcev1
 	return nil, fmt.Errorf("%w: %w", ErrNotServed, notFound)
 }
 
-func (c *Client) list(ctx context.Context, v versionClient, opts metav1.ListOptions) (*resourcev1.ResourceSliceList, error) {
-	req := v.client.Get().Resource("resourceslices").VersionedParams(&opts, c.params).Timeout(timeoutOf(opts))
-	out := &resourcev1.ResourceSliceList{}
-	switch v.gv.Version {
-	case "v1":
-		var list resourcev1.ResourceSliceList
-		if err := req.Do(ctx).Into(&list); err != nil {
-			return nil, err
-		}
-		out.ListMeta = list.ListMeta
-		for i := range list.Items {
-			out.Items = append(out.Items, *fromV1(&list.Items[i]))
-		}
-	case "v1beta2":
-		var list resourcev1beta2.ResourceSliceList
-		if err := req.Do(ctx).Into(&list); err != nil {
-			return nil, err
-		}
-		out.ListMeta = list.ListMeta
-		for i := range list.Items {
-			out.Items = append(out.Items, *fromV1beta2(&list.Items[i]))
-		}
-	default:
-		var list resourcev1beta1.ResourceSliceList
-		if err := req.Do(ctx).Into(&list); err != nil {
-			return nil, err
-		}
-		out.ListMeta = list.ListMeta
-		for i := range list.Items {
-			out.Items = append(out.Items, *fromV1beta1(&list.Items[i]))
-		}
-	}
-	return out, nil
-}
-
 // Watch watches ResourceSlices in the version of the latest list, whose
 // resource version opts carries.
 func (c *Client) Watch(ctx context.Context, opts metav1.ListOptions) (watch.Interface, error) {
 	v := c.versions[c.current.Load()]
 	opts.Watch = true
-	w, err := v.client.Get().Resource("resourceslices").VersionedParams(&opts, c.params).Timeout(timeoutOf(opts)).Watch(ctx)
-	if err != nil {
-		return nil, err
-	}
-	return apihealth.MapWatch(w, func(ev watch.Event) watch.Event {
-		switch o := ev.Object.(type) {
-		case *resourcev1.ResourceSlice:
-			ev.Object = fromV1(o)
-		case *resourcev1beta2.ResourceSlice:
-			ev.Object = fromV1beta2(o)
-		case *resourcev1beta1.ResourceSlice:
-			ev.Object = fromV1beta1(o)
-		}
-		return ev
-	}), nil
+	return v.client.Get().Resource("resourceslices").VersionedParams(&opts, c.params).Timeout(timeoutOf(opts)).Watch(ctx)
 }
 
 // timeoutOf returns the client-side timeout of a request with opts, as a
@@ -194,100 +146,4 @@ func timeoutOf(opts metav1.ListOptions) time.Duration {
 		return 0
 	}
 	return time.Duration(*opts.TimeoutSeconds) * time.Second
-}
-
-// meta keeps of an object's metadata what the reflector and the store
-// read; the bookmark annotation stays so that a bookmark is still one.
-func meta(m *metav1.ObjectMeta) metav1.ObjectMeta {
-	return metav1.ObjectMeta{Name: m.Name, UID: m.UID, ResourceVersion: m.ResourceVersion, Annotations: bookmarkOnly(m.Annotations)}
-}
-
-func bookmarkOnly(a map[string]string) map[string]string {
-	if v, ok := a[metav1.InitialEventsAnnotationKey]; ok {
-		return map[string]string{metav1.InitialEventsAnnotationKey: v}
-	}
-	return nil
-}
-
-// The from* functions return a slice as v1 types, with what resolution
-// reads only: driver, pool, node, and each device's name and attributes.
-// Capacities, counters, taints and selectors are dropped.
-
-func fromV1(s *resourcev1.ResourceSlice) *resourcev1.ResourceSlice {
-	out := &resourcev1.ResourceSlice{
-		TypeMeta:   metav1.TypeMeta{APIVersion: resourcev1.SchemeGroupVersion.String(), Kind: "ResourceSlice"},
-		ObjectMeta: meta(&s.ObjectMeta),
-		Spec: resourcev1.ResourceSliceSpec{
-			Driver: s.Spec.Driver, Pool: s.Spec.Pool, NodeName: s.Spec.NodeName,
-			Devices: make([]resourcev1.Device, 0, len(s.Spec.Devices)),
-		},
-	}
-	for _, d := range s.Spec.Devices {
-		out.Spec.Devices = append(out.Spec.Devices, resourcev1.Device{Name: d.Name, Attributes: d.Attributes})
-	}
-	return out
-}
-
-func fromV1beta2(s *resourcev1beta2.ResourceSlice) *resourcev1.ResourceSlice {
-	out := &resourcev1.ResourceSlice{
-		TypeMeta:   metav1.TypeMeta{APIVersion: resourcev1.SchemeGroupVersion.String(), Kind: "ResourceSlice"},
-		ObjectMeta: meta(&s.ObjectMeta),
-		Spec: resourcev1.ResourceSliceSpec{
-			Driver:   s.Spec.Driver,
-			Pool:     resourcev1.ResourcePool(s.Spec.Pool),
-			NodeName: s.Spec.NodeName,
-			Devices:  make([]resourcev1.Device, 0, len(s.Spec.Devices)),
-		},
-	}
-	for _, d := range s.Spec.Devices {
-		out.Spec.Devices = append(out.Spec.Devices, resourcev1.Device{Name: d.Name, Attributes: attributesV1beta2(d.Attributes)})
-	}
-	return out
-}
-
-func fromV1beta1(s *resourcev1beta1.ResourceSlice) *resourcev1.ResourceSlice {
-	out := &resourcev1.ResourceSlice{
-		TypeMeta:   metav1.TypeMeta{APIVersion: resourcev1.SchemeGroupVersion.String(), Kind: "ResourceSlice"},
-		ObjectMeta: meta(&s.ObjectMeta),
-		Spec: resourcev1.ResourceSliceSpec{
-			Driver:  s.Spec.Driver,
-			Pool:    resourcev1.ResourcePool(s.Spec.Pool),
-			Devices: make([]resourcev1.Device, 0, len(s.Spec.Devices)),
-		},
-	}
-	if s.Spec.NodeName != "" {
-		out.Spec.NodeName = &s.Spec.NodeName
-	}
-	for _, d := range s.Spec.Devices {
-		dev := resourcev1.Device{Name: d.Name}
-		if d.Basic != nil {
-			dev.Attributes = attributesV1beta1(d.Basic.Attributes)
-		}
-		out.Spec.Devices = append(out.Spec.Devices, dev)
-	}
-	return out
-}
-
-// attributesV1beta2 and attributesV1beta1 convert a beta version's device
-// attributes, which have v1's fields.
-func attributesV1beta2(in map[resourcev1beta2.QualifiedName]resourcev1beta2.DeviceAttribute) map[resourcev1.QualifiedName]resourcev1.DeviceAttribute {
-	if in == nil {
-		return nil
-	}
-	out := make(map[resourcev1.QualifiedName]resourcev1.DeviceAttribute, len(in))
-	for k, v := range in {
-		out[resourcev1.QualifiedName(k)] = resourcev1.DeviceAttribute(v)
-	}
-	return out
-}
-
-func attributesV1beta1(in map[resourcev1beta1.QualifiedName]resourcev1beta1.DeviceAttribute) map[resourcev1.QualifiedName]resourcev1.DeviceAttribute {
-	if in == nil {
-		return nil
-	}
-	out := make(map[resourcev1.QualifiedName]resourcev1.DeviceAttribute, len(in))
-	for k, v := range in {
-		out[resourcev1.QualifiedName(k)] = resourcev1.DeviceAttribute(v)
-	}
-	return out
 }

@@ -37,7 +37,7 @@ func TestResolver(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := (*store)(src).Replace([]any{nodeSlices()[0], nodeSlices()[1]}, "7"); err != nil {
+	if err := (*store)(src).Replace([]any{wire(t, nodeSlices()[0]), wire(t, nodeSlices()[1])}, "7"); err != nil {
 		t.Fatal(err)
 	}
 	plugin, _ := collector.ParseDeviceID(uuid2)
@@ -114,7 +114,7 @@ func TestResolver(t *testing.T) {
 	kube.err = nil
 	created := nodeSlices()[0]
 	created.Spec.Devices[2] = migDevice(migName, uuid2, "1g.10gb", migUUID)
-	if err := (*store)(src).Update(created); err != nil {
+	if err := (*store)(src).Update(wire(t, created)); err != nil {
 		t.Fatal(err)
 	}
 	list, _ = r.List(t.Context())

@@ -37,7 +37,6 @@ import (
 	"sync/atomic"
 
 	"go.uber.org/zap"
-	resourcev1 "k8s.io/api/resource/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -145,7 +144,7 @@ func (s *Source) Run(ctx context.Context) error {
 	if !s.running.CompareAndSwap(false, true) {
 		return errors.New("dra: the source is already running")
 	}
-	selector := fields.OneTermEqualSelector(resourcev1.ResourceSliceSelectorNodeName, s.cfg.NodeName).String()
+	selector := fields.OneTermEqualSelector("spec.nodeName", s.cfg.NodeName).String()
 	lw := &cache.ListWatch{
 		ListWithContextFunc: func(ctx context.Context, opts metav1.ListOptions) (runtime.Object, error) {
 			opts.FieldSelector = selector
@@ -176,7 +175,7 @@ func (s *Source) Run(ctx context.Context) error {
 	ctl := cache.New(&cache.Config{
 		Queue:         q,
 		ListerWatcher: cache.ToListWatcherWithWatchListSemantics(lw, s.client),
-		ObjectType:    &resourcev1.ResourceSlice{},
+		ObjectType:    &ResourceSlice{},
 		// The store applies every change as the reflector delivers it;
 		// nothing is queued, so nothing is processed.
 		Process:           func(any, bool) error { return nil },
@@ -328,42 +327,43 @@ func (s *Source) convert(obj any) (string, *slice) {
 	}
 	// The field selector already keeps other nodes' slices away; this
 	// guards the store against a server that ignores it.
-	if !s.cfg.isDriver(rs.Spec.Driver) || rs.Spec.NodeName == nil || *rs.Spec.NodeName != s.cfg.NodeName {
+	if !s.cfg.isDriver(rs.Spec.Driver) || rs.Spec.NodeName != s.cfg.NodeName {
 		return rs.Name, nil
 	}
 	sl := &slice{driver: rs.Spec.Driver, pool: rs.Spec.Pool.Name, generation: rs.Spec.Pool.Generation,
 		devices: make(map[string]device, len(rs.Spec.Devices))}
 	keys := s.cfg.uuidKeys(rs.Spec.Driver)
-	str := func(d *resourcev1.Device, name string) string {
-		for _, k := range []string{name, rs.Spec.Driver + "/" + name} {
-			if a, ok := d.Attributes[resourcev1.QualifiedName(k)]; ok && a.StringValue != nil {
-				return *a.StringValue
-			}
-		}
-		return ""
-	}
 	for i := range rs.Spec.Devices {
 		d := &rs.Spec.Devices[i]
-		dev := device{typ: str(d, "type"), parent: str(d, "parentUUID"), profile: str(d, "profile")}
-		dev.ref, dev.problem = uuidOf(d, keys)
+		attrs := d.attributes()
+		str := func(name string) string {
+			for _, k := range []string{name, rs.Spec.Driver + "/" + name} {
+				if a, ok := attrs[k]; ok && a.String != nil {
+					return *a.String
+				}
+			}
+			return ""
+		}
+		dev := device{typ: str("type"), parent: str("parentUUID"), profile: str("profile")}
+		dev.ref, dev.problem = uuidOf(attrs, keys)
 		sl.devices[d.Name] = dev
 	}
 	return rs.Name, sl
 }
 
 // uuidOf returns the device's UUID attribute, or why it has none.
-func uuidOf(d *resourcev1.Device, keys []string) (collector.DeviceRef, string) {
+func uuidOf(attrs map[string]DeviceAttribute, keys []string) (collector.DeviceRef, string) {
 	for _, k := range keys {
-		a, ok := d.Attributes[resourcev1.QualifiedName(k)]
+		a, ok := attrs[k]
 		if !ok {
 			continue
 		}
-		if a.StringValue == nil {
+		if a.String == nil {
 			return collector.DeviceRef{}, fmt.Sprintf("attribute %s is not a string", k)
 		}
-		ref, err := collector.ParseDeviceID(*a.StringValue)
+		ref, err := collector.ParseDeviceID(*a.String)
 		if err != nil || ref.Kind != collector.RefUUID || ref.Replicated {
-			return collector.DeviceRef{}, fmt.Sprintf("attribute %s of %d bytes is not a GPU-… or MIG-… UUID", k, len(*a.StringValue))
+			return collector.DeviceRef{}, fmt.Sprintf("attribute %s of %d bytes is not a GPU-… or MIG-… UUID", k, len(*a.String))
 		}
 		return ref, ""
 	}
@@ -372,9 +372,9 @@ func uuidOf(d *resourcev1.Device, keys []string) (collector.DeviceRef, string) {
 
 // sliceOf returns the slice an event carries: the slice, or the last known
 // state of a slice deleted while the watch was down.
-func sliceOf(obj any) (*resourcev1.ResourceSlice, bool) {
+func sliceOf(obj any) (*ResourceSlice, bool) {
 	switch o := obj.(type) {
-	case *resourcev1.ResourceSlice:
+	case *ResourceSlice:
 		return o, o != nil
 	case cache.DeletedFinalStateUnknown:
 		return sliceOf(o.Obj)

@@ -2,11 +2,13 @@ package dra
 
 import (
 	"context"
+	"encoding/json"
 	"encoding/pem"
 	"errors"
 	"fmt"
 	"net/http/httptest"
 	"os"
+	"reflect"
 	"slices"
 	"strings"
 	"testing"
@@ -36,6 +38,21 @@ const (
 	uuid2   = "GPU-5d1b3a4c-9e6f-4a01-bc3d-4e5f6a7b8c9d"
 	migUUID = "MIG-8f6c2d1e-4b3a-5c6d-7e8f-9a0b1c2d3e4f"
 )
+
+// wire returns a v1 slice as the client decodes it from the API server's
+// JSON.
+func wire(t *testing.T, sl *resourcev1.ResourceSlice) *ResourceSlice {
+	t.Helper()
+	b, err := json.Marshal(sl)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out ResourceSlice
+	if err := json.Unmarshal(b, &out); err != nil {
+		t.Fatal(err)
+	}
+	return &out
+}
 
 func pemCert(srv *httptest.Server) []byte {
 	return pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: srv.Certificate().Raw})
@@ -266,8 +283,7 @@ func TestListWatch(t *testing.T) {
 				if r.query.Get("fieldSelector") != "spec.nodeName="+node {
 					t.Errorf("request %d: field selector %q, want spec.nodeName=%s", i, r.query.Get("fieldSelector"), node)
 				}
-				wantAccept := protobufType + "," + jsonType
-				if r.userAgent != "gpuxray" || r.accept != wantAccept || r.auth != "Bearer not-a-real-token" {
+				if r.userAgent != "gpuxray" || r.accept != jsonType || r.auth != "Bearer not-a-real-token" {
 					t.Errorf("request %d: User-Agent %q, Accept %q, Authorization %q", i, r.userAgent, r.accept, r.auth)
 				}
 				if r.isWatch() {
@@ -456,7 +472,7 @@ func TestStore(t *testing.T) {
 		gpuDevice(0, "uuid", "not-a-uuid"), gpuDevice(1, "uuid", uuid1+"::1"),
 		resourcev1.Device{Name: "gpu-2", Attributes: attrs{"uuid": {IntValue: new(int64(3))}}},
 		gpuDevice(3, "example.com/uuid", uuid0))
-	if err := st.Replace([]any{oldGen, newGen, newGen2, bad}, "5"); err != nil {
+	if err := st.Replace([]any{wire(t, oldGen), wire(t, newGen), wire(t, newGen2), wire(t, bad)}, "5"); err != nil {
 		t.Fatal(err)
 	}
 	resolves(t, src, "gpu-0", uuid0, nil)           // the newest generation wins
@@ -470,11 +486,11 @@ func TestStore(t *testing.T) {
 	if got := src.ResourceVersion(); got != "5" {
 		t.Errorf("ResourceVersion() = %q, want 5", got)
 	}
-	if err := st.Delete(newGen); err != nil {
+	if err := st.Delete(wire(t, newGen)); err != nil {
 		t.Fatal(err)
 	}
 	resolves(t, src, "gpu-0", "", ErrUnknownDevice) // generation 2 still has new-2
-	if err := st.Delete(newGen2); err != nil {
+	if err := st.Delete(wire(t, newGen2)); err != nil {
 		t.Fatal(err)
 	}
 	resolves(t, src, "gpu-5", uuid2, nil) // generation 1 is the newest left
@@ -564,5 +580,26 @@ func TestRunTwice(t *testing.T) {
 	waitSync(t, src)
 	if err := src.Run(context.Background()); err == nil {
 		t.Error("a second Run succeeded")
+	}
+}
+
+// TestDeepCopy: a copy shares nothing with its original.
+func TestDeepCopy(t *testing.T) {
+	t.Parallel()
+	sl := wire(t, nodeSlices()[0])
+	sl.Spec.Devices = append(sl.Spec.Devices, Device{Name: "old", Basic: &BasicDevice{Attributes: map[string]DeviceAttribute{"uuid": {String: new(uuid0)}}}})
+	list := &ResourceSliceList{ListMeta: metav1.ListMeta{ResourceVersion: "3"}, Items: []ResourceSlice{*sl}}
+	cp := list.DeepCopyObject().(*ResourceSliceList)
+	if !reflect.DeepEqual(cp, list) {
+		t.Fatalf("copy differs:\n%+v\n%+v", cp, list)
+	}
+	*cp.Items[0].Spec.Devices[0].Attributes["uuid"].String = "changed"
+	*cp.Items[0].Spec.Devices[3].Basic.Attributes["uuid"].String = "changed"
+	cp.Items[0].Labels = map[string]string{"a": "b"}
+	if *list.Items[0].Spec.Devices[0].Attributes["uuid"].String != uuid0 || *sl.Spec.Devices[3].Basic.Attributes["uuid"].String != uuid0 || list.Items[0].Labels != nil {
+		t.Error("the copy shares its attributes or metadata with the original")
+	}
+	if (*ResourceSlice)(nil).DeepCopyObject() != nil || (*ResourceSliceList)(nil).DeepCopyObject() != nil {
+		t.Error("a nil copy is not nil")
 	}
 }
