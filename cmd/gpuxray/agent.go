@@ -149,7 +149,7 @@ func runAgent(ctx context.Context, args []string, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
-	logger.Info("gpuxray agent starting", zap.String("version", version), zap.Stringer("engine", engine))
+	logger.Info("gpuxray agent starting", zap.String("version", buildInfo().Version), zap.Stringer("engine", engine))
 
 	if faults != nil {
 		g.Go(func() error { return playFaults(gctx, faults, faultClock, engineCfg.PollInterval/2, logger) })
