@@ -50,15 +50,18 @@ func runAgent(ctx context.Context, args []string, stderr io.Writer) error {
 		fmt.Fprintf(fs.Output(), "Usage: gpuxray agent [flags] [--simulate [FILE]]\n\nFlags:\n")
 		fs.PrintDefaults()
 	}
-	if err := parseFlags(fs, args, os.Getenv); err != nil {
+	positional, err := parseFlags(fs, args, os.Getenv)
+	if err != nil {
 		return err
 	}
 	var scenarioPath string
 	switch {
-	case fs.NArg() > 1 || (fs.NArg() == 1 && !*simulate):
-		return usagef("unexpected argument %q (flags go before the scenario FILE, which needs --simulate)", fs.Arg(0))
-	case fs.NArg() == 1:
-		scenarioPath = fs.Arg(0)
+	case len(positional) > 0 && !*simulate:
+		return usagef("unexpected argument %q: a scenario FILE needs --simulate", positional[0])
+	case len(positional) > 1:
+		return usagef("unexpected argument %q: --simulate takes one scenario FILE", positional[1])
+	case len(positional) == 1:
+		scenarioPath = positional[0]
 	}
 	if err := idCfg.parse(); err != nil {
 		return err
@@ -92,8 +95,11 @@ func runAgent(ctx context.Context, args []string, stderr io.Writer) error {
 		faultClock sim.Clock
 	)
 	if *simulate {
-		sc, err := loadScenario(scenarioPath)
+		sc, err := loadScenario(ctx, scenarioPath)
 		if err != nil {
+			if ctx.Err() != nil {
+				return nil // stopped before it started, as asked
+			}
 			return err
 		}
 		simClock := sim.RealClock(sc.Start)
@@ -109,6 +115,10 @@ func runAgent(ctx context.Context, args []string, stderr io.Writer) error {
 			faultClock = simClock
 		}
 		engineOpts = s.engineOptions(logger)
+		if given(fs, "kubelet.pod-resources-socket") {
+			logger.Warn("--kubelet.pod-resources-socket is ignored with --simulate: the simulated kubelet serves its own socket",
+				zap.String("ignored", fs.Lookup("kubelet.pod-resources-socket").Value.String()))
+		}
 		logger.Info("simulated node", zap.String("node", sc.Node), zap.String("scenario", scenarioName(scenarioPath)),
 			zap.Int("gpus", sc.GPUs), zap.Int("pods", len(sc.Pods)), zap.String("kubelet_socket", s.socket))
 	} else {
@@ -147,7 +157,7 @@ func runAgent(ctx context.Context, args []string, stderr io.Writer) error {
 	)
 	srv, err := exporter.Listen(webCfg, exporter.NewHandler(reg, webCfg.MetricsPath, engine.Ready, logger.Named("web")), logger.Named("web"))
 	if err != nil {
-		return err
+		return usageError{err} // a port in use is configuration, as a bad address is
 	}
 	logger.Info("gpuxray agent starting", zap.String("version", buildInfo().Version), zap.Stringer("engine", engine))
 
@@ -159,6 +169,14 @@ func runAgent(ctx context.Context, args []string, stderr io.Writer) error {
 	err = g.Wait()
 	logger.Info("gpuxray agent stopped")
 	return err
+}
+
+// given reports whether the flag name was set, on the command line or by
+// its environment variable (parseFlags sets those through fs.Set).
+func given(fs *flag.FlagSet, name string) bool {
+	found := false
+	fs.Visit(func(f *flag.Flag) { found = found || f.Name == name })
+	return found
 }
 
 func scenarioName(path string) string {

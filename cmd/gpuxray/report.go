@@ -69,11 +69,12 @@ func runReport(ctx context.Context, args []string, stdout, stderr io.Writer) err
 		fmt.Fprintf(fs.Output(), "Usage: gpuxray report --prometheus URL [--range 7d] [--end TIME] [--format text|html|json] [--output FILE]\n\nReads the agents' series (and kube-state-metrics' pending pods) from Prometheus\nover the range and answers \"do we need more GPUs?\": where the GPU time went,\nwho held it idle at peak, whether pending demand could have run on reclaimable\nGPUs, right-sizing hints, and the verdict with its arithmetic.\n\nFlags:\n")
 		fs.PrintDefaults()
 	}
-	if err := parseFlags(fs, args, os.Getenv); err != nil {
+	positional, err := parseFlags(fs, args, os.Getenv)
+	if err != nil {
 		return err
 	}
-	if fs.NArg() != 0 {
-		return usagef("takes no arguments, got %q", fs.Args())
+	if len(positional) != 0 {
+		return usagef("takes no arguments, got %q", positional)
 	}
 	scheduleGiven := false
 	fs.Visit(func(fl *flag.Flag) { scheduleGiven = scheduleGiven || fl.Name == "peak.schedule" })

@@ -1,9 +1,12 @@
 package main
 
 import (
+	"context"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
+	"sync"
 
 	gonvml "github.com/NVIDIA/go-nvml/pkg/nvml"
 	"go.uber.org/zap"
@@ -23,17 +26,83 @@ type simulation struct {
 	dir     string
 }
 
+// maxScenarioBytes bounds the scenario file: the largest real one (test/bench's
+// node-110, 110 pods churning over a day) is 283 KiB, and /dev/zero or a
+// runaway generator must not grow the process until the kernel kills it.
+const maxScenarioBytes = 16 << 20
+
 // loadScenario reads FILE, or returns the embedded demo when path is empty.
-// A bad file is a usage error naming the line and field.
-func loadScenario(path string) (*sim.Scenario, error) {
+// A bad file is a usage error naming the path as given, the line and field.
+// The read ends when ctx is done: a FIFO nobody writes to would block it,
+// with the signals that end the process already caught.
+func loadScenario(ctx context.Context, path string) (*sim.Scenario, error) {
 	if path == "" {
 		return sim.Demo(), nil
 	}
-	sc, err := sim.LoadScenario(path)
+	data, err := readScenario(ctx, path)
+	if err != nil {
+		return nil, err
+	}
+	sc, err := sim.ParseScenario(data, path)
 	if err != nil {
 		return nil, usageError{err}
 	}
 	return sc, nil
+}
+
+// readScenario reads path, up to maxScenarioBytes, whatever kind of file
+// it is (a pipe from <(...) is fine), until ctx is done.
+func readScenario(ctx context.Context, path string) ([]byte, error) {
+	type result struct {
+		data []byte
+		err  error
+	}
+	done := make(chan result, 1)
+	var (
+		mu        sync.Mutex
+		file      *os.File
+		abandoned bool
+	)
+	go func() {
+		// Opening a FIFO blocks until a writer opens it, in a system call
+		// nothing interrupts: then this goroutine outlives start-up, and
+		// closes the file when the open returns.
+		f, err := os.Open(path)
+		if err != nil {
+			done <- result{err: usagef("reading scenario: %v", err)}
+			return
+		}
+		mu.Lock()
+		if abandoned {
+			mu.Unlock()
+			f.Close()
+			return
+		}
+		file = f
+		mu.Unlock()
+		defer f.Close()
+		data, err := io.ReadAll(io.LimitReader(f, maxScenarioBytes+1))
+		switch {
+		case err != nil:
+			done <- result{err: usagef("reading scenario: %v", err)}
+		case len(data) > maxScenarioBytes:
+			done <- result{err: usagef("%s: scenario is larger than %d MiB", path, maxScenarioBytes>>20)}
+		default:
+			done <- result{data: data}
+		}
+	}()
+	select {
+	case r := <-done:
+		return r.data, r.err
+	case <-ctx.Done():
+		mu.Lock()
+		abandoned = true
+		if file != nil {
+			file.Close() // a pipe is read through the poller: this ends the read
+		}
+		mu.Unlock()
+		return nil, ctx.Err()
+	}
 }
 
 func startSimulation(sc *sim.Scenario, clock sim.Clock) (*simulation, error) {
