@@ -34,6 +34,7 @@ func runAgent(ctx context.Context, args []string, stderr io.Writer) error {
 	fs.StringVar(&webCfg.ConfigFile, "web.config.file", "", "exporter-toolkit web configuration file: TLS, basic auth (see https://github.com/prometheus/exporter-toolkit/blob/master/docs/web-configuration.md)")
 	fs.StringVar(&webCfg.HealthListenAddress, "web.health-listen-address", "", "if set, also serve /healthz and /readyz, and nothing else, there in plain HTTP without authentication (for kubelet probes)")
 	fs.BoolVar(&webCfg.EnablePprof, "web.enable-pprof", false, "serve Go profiles under /debug/pprof/ on the listen address")
+	fs.IntVar(&webCfg.MaxRequests, "web.max-requests", webCfg.MaxRequests, "most scrapes rendered at once; one beyond waits for a slot for half its scrape timeout (at most 5s), then gets a 503; 0 is no limit")
 	kubeCfg := kubelet.DefaultConfig()
 	fs.StringVar(&kubeCfg.Socket, "kubelet.pod-resources-socket", kubeCfg.Socket, "the kubelet's pod-resources socket")
 	fs.DurationVar(&kubeCfg.Timeout, "kubelet.timeout", kubeCfg.Timeout, "deadline of one pod-resources call")
@@ -155,7 +156,7 @@ func runAgent(ctx context.Context, args []string, stderr io.Writer) error {
 		collectors.NewGoCollector(),
 		exporter.NewProcessCollector(),
 	)
-	srv, err := exporter.Listen(webCfg, exporter.NewHandler(reg, webCfg.MetricsPath, engine.Ready, logger.Named("web")), logger.Named("web"))
+	srv, err := exporter.Listen(webCfg, exporter.NewHandler(reg, webCfg.MetricsPath, engine.Ready, logger.Named("web"), exporter.WithMaxRequests(webCfg.MaxRequests)), logger.Named("web"))
 	if err != nil {
 		return usageError{err} // a port in use is configuration, as a bad address is
 	}

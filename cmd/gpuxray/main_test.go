@@ -233,6 +233,12 @@ func TestUsageErrors(t *testing.T) {
 		{"scenario path as typed", []string{"replay", "/dev/null"}, nil, 2, "/dev/null: empty scenario"},
 		{"agent scenario path as typed", []string{"agent", "--simulate", "/dev/null"}, nil, 2, "/dev/null: empty scenario"},
 		{"invalid scenario in a folder", []string{"replay", bad}, nil, 2, bad + ":5: gpus"},
+		{"telemetry path of the health check", []string{"agent", "--web.telemetry-path=/healthz"}, nil, 2, `metrics path "/healthz" is the server's own /healthz`},
+		{"telemetry path of the readiness check", []string{"agent", "--web.telemetry-path=/readyz"}, nil, 2, `metrics path "/readyz" is the server's own /readyz`},
+		{"telemetry path with an open wildcard", []string{"agent", "--web.telemetry-path=/metrics/{x"}, nil, 2, `metrics path "/metrics/{x": '{' is not allowed`},
+		{"telemetry path with a wildcard", []string{"agent", "--web.telemetry-path=/{x}"}, nil, 2, `metrics path "/{x}": '{' is not allowed`},
+		{"telemetry path with a space", []string{"agent", "--web.telemetry-path=/a b"}, nil, 2, `metrics path "/a b": ' ' is not allowed`},
+		{"negative max requests", []string{"agent", "--web.max-requests=-1"}, nil, 2, "max requests -1 must not be negative"},
 		{"empty peak schedule", []string{"agent", "--web.listen-address=127.0.0.1:0", "--peak.schedule="}, nil, 2, `--peak.schedule "": empty; give "none" for no peak hours`},
 	}
 	for _, tc := range tests {
