@@ -6,6 +6,7 @@ import (
 	"flag"
 	"math"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -424,5 +425,21 @@ func TestFlagsAfterArguments(t *testing.T) {
 		if err != nil || strings.Join(args, " ") != strings.Join(tc.wantArgs, " ") || *format != tc.format {
 			t.Errorf("parseFlags(%q) = %q, %v, format %q; want %q, format %q", tc.args, args, err, *format, tc.wantArgs, tc.format)
 		}
+	}
+}
+
+// TestMakeDemoArgs: make demo passes ARGS to the agent, as the README's
+// "Try it" shows for another port.
+func TestMakeDemoArgs(t *testing.T) {
+	t.Parallel()
+	if _, err := exec.LookPath("make"); err != nil {
+		t.Skip("no make")
+	}
+	out, err := exec.Command("make", "-n", "-C", "../..", "demo", "ARGS=--web.listen-address=:9472").CombinedOutput()
+	if err != nil {
+		t.Fatalf("make -n demo: %v\n%s", err, out)
+	}
+	if want := "go run ./cmd/gpuxray agent --simulate --web.listen-address=:9472"; !strings.Contains(string(out), want) {
+		t.Errorf("make -n demo ARGS=... runs\n%s\nwant %q", out, want)
 	}
 }
