@@ -245,7 +245,12 @@ func TestPprofSeconds(t *testing.T) {
 	base := "http://" + s.Addr().String() + "/debug/pprof/"
 	// Without the bound a refused request runs for its seconds: the
 	// client's timeout turns that into a failure, not a wait.
-	client := &http.Client{Timeout: 10 * time.Second}
+	tr := &http.Transport{}
+	client := &http.Client{Transport: tr, Timeout: 10 * time.Second}
+	// Before the server's shutdown (cleanups run last first): a connection
+	// the transport dialled for a parallel request and then left unused
+	// holds Shutdown for 5 s, as one that has not sent its request yet.
+	t.Cleanup(tr.CloseIdleConnections)
 	tests := []struct {
 		method, path, body string
 		want               int
