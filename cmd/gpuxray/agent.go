@@ -109,6 +109,7 @@ func runAgent(ctx context.Context, args []string, stderr io.Writer) error {
 			return err
 		}
 		defer s.stop()
+		givenSocket := kubeCfg.Socket
 		lib, clock, kubeCfg.Socket = s.nvml(), simClock, s.socket
 		s.node.SetIdentity(idCfg.simIdentity())
 		if len(sc.Faults) > 0 {
@@ -118,7 +119,7 @@ func runAgent(ctx context.Context, args []string, stderr io.Writer) error {
 		engineOpts = s.engineOptions(logger)
 		if given(fs, "kubelet.pod-resources-socket") {
 			logger.Warn("--kubelet.pod-resources-socket is ignored with --simulate: the simulated kubelet serves its own socket",
-				zap.String("ignored", fs.Lookup("kubelet.pod-resources-socket").Value.String()))
+				zap.String("ignored", givenSocket))
 		}
 		logger.Info("simulated node", zap.String("node", sc.Node), zap.String("scenario", scenarioName(scenarioPath)),
 			zap.Int("gpus", sc.GPUs), zap.Int("pods", len(sc.Pods)), zap.String("kubelet_socket", s.socket))

@@ -190,7 +190,8 @@ func TestStartupPortTaken(t *testing.T) {
 	if code != 2 || !strings.HasPrefix(last, "gpuxray agent: cannot listen on "+ln.Addr().String()) {
 		t.Errorf("agent on a taken port = %d, last line %q; want 2 and cannot listen on %s", code, last, ln.Addr())
 	}
-	if !strings.Contains(stderr.String(), `"level":"warn"`) || !strings.Contains(stderr.String(), "--kubelet.pod-resources-socket is ignored with --simulate") {
+	if !strings.Contains(stderr.String(), `"level":"warn"`) || !strings.Contains(stderr.String(), "--kubelet.pod-resources-socket is ignored with --simulate") ||
+		!strings.Contains(stderr.String(), `"ignored":"/run/kubelet.sock"`) {
 		t.Errorf("no warning about the ignored socket flag in %q", stderr.String())
 	}
 	if errors.Is(ctx.Err(), context.DeadlineExceeded) {
