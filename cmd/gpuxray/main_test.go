@@ -25,10 +25,20 @@ var update = flag.Bool("update", false, "rewrite the golden files in testdata/")
 
 func runCmd(t *testing.T, args ...string) (int, string, string) {
 	t.Helper()
+	return runCmdWithin(t, 0, args...)
+}
+
+// runCmdWithin is runCmd with a deadline (none for 0): a usage case that
+// wrongly starts the agent ends instead of hanging the test.
+func runCmdWithin(t *testing.T, d time.Duration, args ...string) (int, string, string) {
+	t.Helper()
+	ctx := context.Background()
+	if d > 0 {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, d)
+		defer cancel()
+	}
 	var out, errb bytes.Buffer
-	// A case that wrongly starts the agent ends instead of hanging the test.
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
 	code := run(ctx, args, &out, &errb)
 	return code, out.String(), errb.String()
 }
@@ -244,7 +254,7 @@ func TestUsageErrors(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			code, out, errs := runCmd(t, tc.args...)
+			code, out, errs := runCmdWithin(t, 30*time.Second, tc.args...)
 			if code != tc.code || !strings.Contains(out+errs, tc.want) {
 				t.Errorf("gpuxray %v = %d, %q; want %d containing %q", tc.args, code, out+errs, tc.code, tc.want)
 			}

@@ -35,7 +35,7 @@ func TestScenarioTooLarge(t *testing.T) {
 		{"replay", sparse},
 	} {
 		start := time.Now()
-		code, _, errs := runCmd(t, args...)
+		code, _, errs := runCmdWithin(t, 30*time.Second, args...)
 		want := args[len(args)-1] + ": scenario is larger than 16 MiB"
 		if args[0] == "agent" {
 			want = "/dev/zero: scenario is larger than 16 MiB"
