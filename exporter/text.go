@@ -245,6 +245,9 @@ func newTextFamilies(d *descs) []textFamily {
 	devCounter(d.deviceUnallocActive, func(c *agent.DeviceCounters) float64 { return c.UnallocatedActive })
 	devCounter(d.deviceGap, func(c *agent.DeviceCounters) float64 { return c.Gap })
 	devCounter(d.deviceUnattributed, func(c *agent.DeviceCounters) float64 { return c.Unattributed })
+	devCounter(d.deviceAllocated, func(c *agent.DeviceCounters) float64 { return c.Allocated })
+	devCounter(d.deviceAllocIdle, func(c *agent.DeviceCounters) float64 { return c.AllocatedIdle })
+	devCounter(d.deviceAllocActive, func(c *agent.DeviceCounters) float64 { return c.AllocatedActive })
 
 	add(d.allocInfo, gauge, kindAllocInfo, textFamily{})
 	allocCounter(d.allocSeconds, func(c *agent.AllocationCounters) float64 { return c.Allocated })

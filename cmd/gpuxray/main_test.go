@@ -169,6 +169,35 @@ func checkTruth(t *testing.T, path string) {
 	if checked == 0 {
 		t.Error("the scenario has no allocation to check")
 	}
+	// Every GPU's own time counts once, however many pods share it: the
+	// device-level counters against the GPU's truth, within 1% of its time.
+	for _, g := range sc.GPUTruth(0.05) {
+		uuid := node.DeviceID(sim.DeviceSpec{GPU: g.GPU})
+		idle, active := g.AllocatedIdleSeconds, g.AllocatedActiveSeconds
+		if _, mig := sc.MIG[g.GPU]; mig && !node.GPMSupported() {
+			idle, active = 0, 0
+		}
+		for _, c := range []struct {
+			metric string
+			want   float64
+		}{
+			{"gpuxray_device_observed_seconds_total", g.ObservedSeconds},
+			{"gpuxray_device_allocated_seconds_total", g.AllocatedSeconds},
+			{"gpuxray_device_allocated_idle_seconds_total", idle},
+			{"gpuxray_device_allocated_active_seconds_total", active},
+			{"gpuxray_device_unallocated_seconds_total", g.UnallocatedSeconds},
+			{"gpuxray_device_unallocated_active_seconds_total", g.UnallocatedActiveSeconds},
+		} {
+			got, ok := sum(c.metric, "", uuid)
+			if !ok {
+				t.Errorf("%s{uuid=%q} missing", c.metric, uuid)
+				continue
+			}
+			if math.Abs(got-c.want) > 0.01*g.ObservedSeconds {
+				t.Errorf("%s{gpu=%d} = %.2f, want %.2f ± 1%% of %.0f s", c.metric, g.GPU, got, c.want, g.ObservedSeconds)
+			}
+		}
+	}
 }
 
 func label(m *dto.Metric, name string) string {

@@ -57,6 +57,9 @@ func (r *Reader) migDevices(parent *device, gpm bool) []*device {
 		}
 		if attrs, ret := h.GetAttributes(); ret == nvml.SUCCESS {
 			d.info.MIGProfile = migProfile(attrs)
+			// GetMaxMigDeviceCount is the GPU's compute slices: 7 on A100
+			// and H100, 4 on A30.
+			d.info.Slices, d.info.ParentSlices = int(attrs.GpuInstanceSliceCount), n
 		}
 		if gpm && gi >= 0 {
 			if d.gpm = r.sampler(parent.handle, gi); d.gpm != nil {
