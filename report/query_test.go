@@ -73,7 +73,7 @@ func (f *fakeProm) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	case strings.HasPrefix(q, "sum by (window) (increase(gpuxray_device_observed_seconds_total"):
 		add(map[string]string{"window": "peak"}, 8*1800, nil)
 		add(map[string]string{"window": "offpeak"}, 8*1800, nil)
-	case strings.HasPrefix(q, "sum by (window) (increase(gpuxray_allocated_seconds_total"):
+	case strings.HasPrefix(q, "sum by (window) (increase(gpuxray_device_allocated_seconds_total"):
 		add(map[string]string{"window": "peak"}, 6*1800, nil)
 		add(map[string]string{"window": "offpeak"}, 6*1800, nil)
 	}

@@ -155,14 +155,19 @@ type Missing struct {
 	End      time.Time `json:"end"`
 }
 
-// The counters read, by window; S is the step.
+// The counters read, by window; S is the step. The GPU-capacity figures
+// (the funnel, reclaimable capacity, the heatmap) read the devices' own
+// counters of whole GPUs, which count a GPU's time once however many pods
+// share it (a GPU in MIG mode adds up its instances); the workload figures
+// read the allocations' pod-seconds.
 const (
-	qObserved          = `sum by (window) (increase(gpuxray_device_observed_seconds_total[S]) * on (cluster, job, instance, uuid) group_left () max by (cluster, job, instance, uuid) (gpuxray_device_info{parent_uuid=""}))`
-	qAllocated         = `sum by (window) (increase(gpuxray_allocated_seconds_total[S]))`
-	qActive            = `sum by (window) (increase(gpuxray_allocated_active_seconds_total[S]))`
-	qIdle              = `sum by (window) (increase(gpuxray_allocated_idle_seconds_total[S]))`
-	qUnallocated       = `sum by (window) (increase(gpuxray_device_unallocated_seconds_total[S]))`
-	qUnallocatedActive = `sum by (window) (increase(gpuxray_device_unallocated_active_seconds_total[S]))`
+	wholeGPUs          = ` * on (cluster, job, instance, uuid) group_left () max by (cluster, job, instance, uuid) (gpuxray_device_info{parent_uuid=""}))`
+	qObserved          = `sum by (window) (increase(gpuxray_device_observed_seconds_total[S])` + wholeGPUs
+	qAllocated         = `sum by (window) (increase(gpuxray_device_allocated_seconds_total[S])` + wholeGPUs
+	qActive            = `sum by (window) (increase(gpuxray_device_allocated_active_seconds_total[S])` + wholeGPUs
+	qIdle              = `sum by (window) (increase(gpuxray_device_allocated_idle_seconds_total[S])` + wholeGPUs
+	qUnallocated       = `sum by (window) (increase(gpuxray_device_unallocated_seconds_total[S])` + wholeGPUs
+	qUnallocatedActive = `sum by (window) (increase(gpuxray_device_unallocated_active_seconds_total[S])` + wholeGPUs
 	wl                 = `namespace, workload_kind, workload, model`
 	qWLAllocated       = `sum by (` + wl + `, window) (increase(gpuxray_allocated_seconds_total[S]))`
 	qWLActive          = `sum by (` + wl + `, window) (increase(gpuxray_allocated_active_seconds_total[S]))`
