@@ -151,6 +151,7 @@ const (
 // textFamily is one of the Collector's families in the text fast path.
 type textFamily struct {
 	name     string
+	omName   string // its family's name in OpenMetrics
 	header   string // its # HELP and # TYPE lines in the text format
 	omHeader string // and in OpenMetrics
 	kind     int
@@ -207,6 +208,7 @@ func newTextFamilies(d *descs) []textFamily {
 				omType = "unknown"
 			}
 		}
+		f.omName = omName
 		f.omHeader = "# HELP " + omName + " " + escapeQuoted(m.help) + "\n# TYPE " + omName + " " + omType + "\n"
 		fams = append(fams, f)
 	}
@@ -315,6 +317,20 @@ func (c *Collector) textFamilyNames() []string {
 	for i, f := range c.text {
 		names[i] = f.name
 	}
+	return names
+}
+
+// textOpenMetricsNames are the OpenMetrics family names of the families the
+// fast path writes, sorted; nil when it cannot write them.
+func (c *Collector) textOpenMetricsNames() []string {
+	if c.text == nil {
+		return nil
+	}
+	names := make([]string, len(c.text))
+	for i, f := range c.text {
+		names[i] = f.omName
+	}
+	slices.Sort(names)
 	return names
 }
 
