@@ -230,7 +230,7 @@ func TestDemo(t *testing.T) {
 	if nb := byName["notebook-0"]; nb.Owner != (Owner{"StatefulSet", "notebook"}) || nb.Devices[0] != (DeviceSpec{GPU: 4}) || nb.Memory == 0 {
 		t.Errorf("notebook = %+v", nb)
 	}
-	if v := byName["vllm-llama-7c9d-x2k8p"]; v.Owner.Kind != "ReplicaSet" || strings.Join(v.Cmdline, " ") != "vllm serve meta-llama/Llama-3.1-8B-Instruct" || len(v.Util) < 20 {
+	if v := byName["vllm-llama-7c9d8f6b5d-x2k8p"]; v.Owner.Kind != "ReplicaSet" || strings.Join(v.Cmdline, " ") != "vllm serve meta-llama/Llama-3.1-8B-Instruct" || len(v.Util) < 20 {
 		t.Errorf("vllm = %+v", v)
 	}
 	if held[7] || len(s.Unallocated) == 0 || s.Unallocated[0].GPU != 7 {
