@@ -96,17 +96,16 @@ func runAgent(ctx context.Context, args []string, stderr io.Writer) error {
 		if err != nil {
 			return err
 		}
-		simClock := sim.RealClock(sc.Start)
-		s, err := startSimulation(sc, simClock)
+		s, err := startLive(sc, wallClock{})
 		if err != nil {
 			return err
 		}
 		defer s.stop()
-		lib, clock, kubeCfg.Socket = s.nvml(), simClock, s.socket
+		lib, clock, kubeCfg.Socket = s.nvml(), s.clock, s.socket
 		s.node.SetIdentity(idCfg.simIdentity())
 		if len(sc.Faults) > 0 {
 			faults = sim.NewFaultPlayer(sc, s.kubelet, s.socket, 0)
-			faultClock = simClock
+			faultClock = s.clock
 		}
 		engineOpts = s.engineOptions(logger)
 		logger.Info("simulated node", zap.String("node", sc.Node), zap.String("scenario", scenarioName(scenarioPath)),

@@ -21,6 +21,9 @@ type simulation struct {
 	kubelet *sim.KubeletServer
 	socket  string
 	dir     string
+	// clock is the simulation's time, which the readers and the engine
+	// share with it.
+	clock sim.Clock
 }
 
 // loadScenario reads FILE, or returns the embedded demo when path is empty.
@@ -46,7 +49,7 @@ func startSimulation(sc *sim.Scenario, clock sim.Clock) (*simulation, error) {
 	if err != nil {
 		return nil, fmt.Errorf("simulated kubelet: %w", err)
 	}
-	s := &simulation{node: node, dir: dir, socket: filepath.Join(dir, "kubelet.sock")}
+	s := &simulation{node: node, dir: dir, socket: filepath.Join(dir, "kubelet.sock"), clock: clock}
 	// The node's GPU processes get a /proc tree of their own, so the real
 	// cgroup reader maps them to pods as on a node.
 	if err := node.WriteProc(filepath.Join(dir, "proc")); err != nil {
@@ -59,6 +62,17 @@ func startSimulation(sc *sim.Scenario, clock sim.Clock) (*simulation, error) {
 		return nil, fmt.Errorf("simulated kubelet: %w", err)
 	}
 	return s, nil
+}
+
+// startLive starts sc as `agent --simulate` plays it: on wall, the clock
+// Prometheus stamps its scrapes with. The scenario's start is moved to wall's
+// now, so its offsets play from now and the driver's sample stamps, the
+// kubelet's and the engine's clock, and so the peak windows of each second,
+// all read wall time. (Replay keeps the scenario's start: it writes its own
+// timestamps.)
+func startLive(sc *sim.Scenario, wall sim.Clock) (*simulation, error) {
+	sc.Start = wall.Now()
+	return startSimulation(sc, wall)
 }
 
 func (s *simulation) nvml() gonvml.Interface { return s.node.NVML() }
