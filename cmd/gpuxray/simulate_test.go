@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"math"
+	"strings"
 	"testing"
 	"time"
 
@@ -90,21 +91,33 @@ var thursdayPeak = time.Date(2026, 12, 3, 9, 13, 0, 0, time.UTC)
 // in the window of the wall clock's time, the time Prometheus stamps its
 // scrapes with, not in that of the scenario's start. The wall clock is
 // injected (a Thursday at 09:13 UTC), so nothing depends on the real time of
-// day. Under a schedule that covers it, every second the demo agent observes
-// in its first minute is peak; under one that covers the demo's own start
-// (Tuesday 08:00) but not the wall clock's now, none is.
+// day. The demo agent plays its 31-minute lead-in, which ends at the wall
+// clock's now, then a minute live: under the default schedule the lead-in's
+// seconds before 09:00 are off-peak and all the rest peak; under one that
+// covers the demo's own start (Tuesday 08:00) but not the wall clock's
+// Thursday, every second is off-peak.
 func TestLiveWindowsFollowTheWallClock(t *testing.T) {
 	t.Parallel()
+	sc := sim.Demo()
+	leadInStart := thursdayPeak.Add(-sc.LeadIn)
+	nine := time.Date(2026, 12, 3, 9, 0, 0, 0, time.UTC)
+	if sc.LeadIn == 0 || !leadInStart.Before(nine) {
+		t.Fatalf("the demo's lead_in %s does not start before 09:00 when it ends at %s", sc.LeadIn, thursdayPeak.Format("15:04"))
+	}
+	const live = time.Minute
 	for _, tt := range []struct {
-		schedule string
-		window   string // where the minute's seconds must all be
+		schedule      string
+		peak, offpeak time.Duration // per GPU, from the lead-in's start
 	}{
-		{agent.DefaultPeakSchedule, "peak"},
-		{"Tue 07:00-12:00", "offpeak"},
+		{agent.DefaultPeakSchedule, thursdayPeak.Add(live).Sub(nine), nine.Sub(leadInStart)},
+		{"Tue 07:00-12:00", 0, sc.LeadIn + live},
 	} {
 		t.Run(tt.schedule, func(t *testing.T) {
 			t.Parallel()
 			cfg := agent.DefaultConfig()
+			// The lead-in is played at the poll interval: 10 s keeps it
+			// quick under the race detector, within the driver's ring.
+			cfg.PollInterval = 10 * time.Second
 			windows, err := agent.ParseSchedule(tt.schedule, time.UTC)
 			if err != nil {
 				t.Fatal(err)
@@ -112,23 +125,79 @@ func TestLiveWindowsFollowTheWallClock(t *testing.T) {
 			cfg.Windows = windows
 			wall := sim.NewVirtualClock(thursdayPeak)
 			a := startLiveAgent(t, sim.Demo(), wall, cfg)
-			before := a.byLabel(t, "gpuxray_device_observed_seconds_total", "window")
-			const live = time.Minute
+			a.sim.playLeadIn(context.Background(), a.engine, cfg.PollInterval)
 			for range int(live / cfg.PollInterval) {
 				wall.Advance(cfg.PollInterval)
 				a.engine.Poll(context.Background())
 			}
-			after := a.byLabel(t, "gpuxray_device_observed_seconds_total", "window")
-			gpus := float64(sim.Demo().GPUs)
-			other := map[string]string{"peak": "offpeak", "offpeak": "peak"}[tt.window]
-			// The first poll of the minute takes the driver's ring as its
-			// baseline, so the minute is counted from its first second on.
-			if got, want := after[tt.window]-before[tt.window], gpus*(live-cfg.PollInterval).Seconds(); math.Abs(got-want) > gpus {
-				t.Errorf("%s GPU-seconds observed in the minute from %s = %.1f, want %.0f ± %.0f", tt.window, thursdayPeak.Format("Mon 15:04"), got, want, gpus)
-			}
-			if got := after[other] - before[other]; got != 0 {
-				t.Errorf("%s GPU-seconds observed in the minute from %s = %.1f, want 0", other, thursdayPeak.Format("Mon 15:04"), got)
+			got := a.byLabel(t, "gpuxray_device_observed_seconds_total", "window")
+			gpus := float64(sc.GPUs)
+			// The first poll with samples takes the driver's ring as its
+			// baseline: the first poll interval is not counted.
+			for w, want := range map[string]float64{"peak": gpus * tt.peak.Seconds(), "offpeak": gpus * tt.offpeak.Seconds()} {
+				if math.Abs(got[w]-want) > gpus*cfg.PollInterval.Seconds() {
+					t.Errorf("%s GPU-seconds observed from %s to %s = %.0f, want %.0f ± %.0f",
+						w, leadInStart.Format("Mon 15:04"), thursdayPeak.Add(live).Format("15:04"), got[w], want, gpus*cfg.PollInterval.Seconds())
+				}
 			}
 		})
+	}
+}
+
+// TestLiveLeadIn: the live demo agent starts where its lead_in ends, with the
+// state of an agent that has run through it: the notebook idle for the
+// lead-in's 31 minutes (GPUAllocatedButIdle's 30 are behind it), gpu:7
+// unallocated since the start, the clock on the wall clock's now and
+// following it.
+func TestLiveLeadIn(t *testing.T) {
+	t.Parallel()
+	cfg := agent.DefaultConfig()
+	cfg.PollInterval = 10 * time.Second
+	wall := sim.NewVirtualClock(thursdayPeak)
+	sc := sim.Demo()
+	a := startLiveAgent(t, sc, wall, cfg)
+	if !a.sim.node.Scenario().Start.Equal(thursdayPeak.Add(-sc.LeadIn)) {
+		t.Errorf("the live scenario starts at %s, want its lead_in (%s) before the wall clock's %s", a.sim.node.Scenario().Start, sc.LeadIn, thursdayPeak)
+	}
+	a.sim.playLeadIn(context.Background(), a.engine, cfg.PollInterval)
+	if got := a.sim.clock.Now(); !got.Equal(thursdayPeak) {
+		t.Fatalf("after the lead-in the clock reads %s, want the wall clock's %s", got, thursdayPeak)
+	}
+	wall.Advance(cfg.PollInterval)
+	if got := a.sim.clock.Now(); !got.Equal(wall.Now()) {
+		t.Fatalf("after the lead-in the clock reads %s, not the wall clock's %s", got, wall.Now())
+	}
+	a.engine.Poll(context.Background())
+	streaks := a.byLabel(t, "gpuxray_allocation_idle_streak_seconds", "pod")
+	since := (sc.LeadIn + cfg.PollInterval).Seconds() // the lead-in and one live poll
+	for _, c := range []struct {
+		pod        string
+		gpus, want float64
+	}{
+		{"notebook-0", 1, since},            // idle from the start
+		{"dev-alice-0", 1, since},           // idle from the start
+		{"llama-train-0", 4, since - 20*60}, // stalled since 20m
+	} {
+		// The first poll with samples is the baseline: a poll interval less.
+		if got, want := streaks[c.pod], c.gpus*c.want; math.Abs(got-want) > c.gpus*cfg.PollInterval.Seconds() {
+			t.Errorf("%s idle streak = %.0f GPU-seconds at the live start, want %.0f ± %.0f", c.pod, got, want, c.gpus*cfg.PollInterval.Seconds())
+		}
+	}
+	if got := streaks["notebook-0"]; got < 1800 {
+		t.Errorf("the notebook's idle streak is %.0f s at the live start; GPUAllocatedButIdle needs 1800", got)
+	}
+	unallocated := a.byLabel(t, "gpuxray_device_unallocated_seconds_total", "gpu")
+	if got, want := unallocated["7"], since; math.Abs(got-want) > cfg.PollInterval.Seconds() {
+		t.Errorf("gpu 7 unallocated for %.0f s at the live start, want %.0f", got, want)
+	}
+}
+
+// TestSimulateKubeStatePathTaken: a telemetry path that is the simulated
+// kube-state-metrics' own is refused at start-up, not shadowed.
+func TestSimulateKubeStatePathTaken(t *testing.T) {
+	t.Parallel()
+	code, _, errs := runCmd(t, "agent", "--simulate", "--web.listen-address=127.0.0.1:0", "--web.telemetry-path="+kubeStatePath)
+	if want := "gpuxray agent: --web.telemetry-path /simulate/kube-state-metrics is where --simulate serves the simulated kube-state-metrics; choose another path\n"; code != 2 || !strings.HasSuffix(errs, want) {
+		t.Errorf("exit %d, stderr %q; want 2 and %q", code, errs, want)
 	}
 }

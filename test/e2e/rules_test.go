@@ -235,7 +235,7 @@ scrape_configs:
 		{`sum(cluster_window:gpuxray_device_observed_seconds:rate5m{window="peak"})`, 7, 9, "eight GPUs observed, at peak"},
 		{`sum(cluster_window:gpuxray_device_observed_seconds:rate5m{window="offpeak"})`, 0, 0, "nothing off-peak"},
 		{`sum(namespace_workload_model_window:gpuxray_allocated_idle_seconds:rate5m{namespace="data-science"})`, 0.9, 1.1, "the notebook holds one GPU idle"},
-		{`cluster:gpuxray_idle_gpus:rate5m`, 1.5, 3.5, "idle capacity: the notebook, the idle slice, the GPU nobody holds"},
+		{`cluster:gpuxray_idle_gpus:rate5m`, 6.5, 8.5, "idle capacity: the stalled training job's four GPUs, the notebook, the idle slice, the quiet vLLM server, half the GPU nobody holds"},
 	}
 	deadline = time.Now().Add(30 * time.Second)
 	for len(checks) > 0 {
