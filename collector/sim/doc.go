@@ -9,6 +9,29 @@
 // Every time inside a scenario (a pod's from and to, a step's at) is an
 // offset from start. A pod's busy ratio counts only within [from, to).
 //
+// # Live: lead_in and the wall clock
+//
+// `agent --simulate` plays a scenario on the wall clock, the clock
+// Prometheus stamps its scrapes with: the scenario's start is moved so that
+// its top-level `lead_in` (default 0s) ends at the moment the agent starts,
+// and the driver's sample stamps, the kubelet's and the engine's clock, and
+// so the peak windows of every second, read wall time. The lead-in itself is
+// played at once on a LeadInClock, polled at the agent's poll interval, so
+// the agent starts with the counts, idle streaks and pods of time lead_in;
+// the clock then follows the wall clock. A fault may not start within the
+// lead-in (it would be over before anything could see it). Replay ignores
+// lead_in and keeps start: it writes its own timestamps.
+//
+// # Unscheduled pods and kube-state-metrics
+//
+// The top-level `unscheduled` key lists pods that request GPUs and that no
+// node has taken (namespace, name, container, owner, resource, gpus, from,
+// to): they wait, Pending and bound to no node. The node never sees them.
+// KubeState serves, for them and for the node's pods, the series
+// kube-state-metrics would (kube_pod_info, kube_pod_status_phase,
+// kube_pod_container_resource_requests), which `agent --simulate` serves at
+// /simulate/kube-state-metrics and never on its /metrics.
+//
 // # Duty cycles
 //
 // Bursty work (an inference server answering a request every two seconds)

@@ -47,6 +47,15 @@ type Scenario struct {
 	// Faults are the failures injected into the simulated driver and
 	// kubelet, in file order.
 	Faults []Fault
+
+	// LeadIn is how much of the scenario `agent --simulate` plays at once,
+	// as fast as it can poll, before it follows the wall clock: the live
+	// agent starts with the counts, idle streaks and pod states of time
+	// LeadIn. Replay plays the whole scenario either way.
+	LeadIn time.Duration
+	// Unscheduled are pods that request GPUs and that no node has taken;
+	// only KubeState shows them.
+	Unscheduled []UnscheduledPod
 }
 
 // Pod is one simulated pod with a single container holding GPUs.
@@ -523,7 +532,7 @@ func (d *decoder) step(n *yaml.Node, m map[string]*yaml.Node, path string, total
 }
 
 func (d *decoder) scenario(root *yaml.Node) (*Scenario, error) {
-	m, err := d.mapping(root, "", "start", "duration", "node", "system", "gpus", "mig", "pods", "unallocated", "cgroup", "unattributed", "faults")
+	m, err := d.mapping(root, "", "start", "duration", "lead_in", "node", "system", "gpus", "mig", "pods", "unallocated", "cgroup", "unattributed", "faults", "unscheduled")
 	if err != nil {
 		return nil, err
 	}
@@ -546,6 +555,14 @@ func (d *decoder) scenario(root *yaml.Node) (*Scenario, error) {
 	}
 	if s.Duration == 0 {
 		return nil, d.errf(m["duration"], "duration", "must be longer than 0s")
+	}
+	if n := m["lead_in"]; n != nil {
+		if s.LeadIn, err = d.duration(n, "lead_in"); err != nil {
+			return nil, err
+		}
+		if s.LeadIn >= s.Duration {
+			return nil, d.errf(n, "lead_in", "%s is not before the scenario's end at %s", fmtDur(s.LeadIn), fmtDur(s.Duration))
+		}
 	}
 	if n := m["node"]; n != nil {
 		if s.Node, err = d.str(n, "node"); err != nil {
@@ -586,6 +603,11 @@ func (d *decoder) scenario(root *yaml.Node) (*Scenario, error) {
 	}
 	if n := m["faults"]; n != nil {
 		if err := d.faults(n, s); err != nil {
+			return nil, err
+		}
+	}
+	if n := m["unscheduled"]; n != nil {
+		if err := d.unscheduled(n, s); err != nil {
 			return nil, err
 		}
 	}
@@ -630,19 +652,7 @@ func (d *decoder) pods(n *yaml.Node, s *Scenario) error {
 			}
 		}
 		if o := m["owner"]; o != nil {
-			om, err := d.mapping(o, p+".owner", "kind", "name")
-			if err != nil {
-				return err
-			}
-			for _, k := range []string{"kind", "name"} {
-				if om[k] == nil {
-					return d.errf(o, p+".owner."+k, "missing")
-				}
-			}
-			if pod.Owner.Kind, err = d.str(om["kind"], p+".owner.kind"); err != nil {
-				return err
-			}
-			if pod.Owner.Name, err = d.str(om["name"], p+".owner.name"); err != nil {
+			if pod.Owner, err = d.owner(o, p+".owner"); err != nil {
 				return err
 			}
 		}
@@ -754,6 +764,25 @@ func (d *decoder) pods(n *yaml.Node, s *Scenario) error {
 		d.memNode = append(d.memNode, m["memory"])
 	}
 	return nil
+}
+
+// owner decodes {kind, name}.
+func (d *decoder) owner(n *yaml.Node, path string) (Owner, error) {
+	m, err := d.mapping(n, path, "kind", "name")
+	if err != nil {
+		return Owner{}, err
+	}
+	for _, k := range []string{"kind", "name"} {
+		if m[k] == nil {
+			return Owner{}, d.errf(n, path+"."+k, "missing")
+		}
+	}
+	var o Owner
+	if o.Kind, err = d.str(m["kind"], path+".kind"); err != nil {
+		return Owner{}, err
+	}
+	o.Name, err = d.str(m["name"], path+".name")
+	return o, err
 }
 
 func (d *decoder) unallocated(n *yaml.Node, s *Scenario) error {

@@ -36,7 +36,7 @@ func TestParseScenarioErrors(t *testing.T) {
 		{"gpus zero", "start: 2026-12-01T08:00:00Z\nduration: 4h\nsystem: dgxh100\ngpus: 0\n",
 			"t.yaml:4: gpus: 0 is not a whole number from 1 to 8"},
 		{"unknown top key", head + "gpu: 8\n",
-			"t.yaml:5: gpu: unknown key; want one of start, duration, node, system, gpus, mig, pods, unallocated, cgroup, unattributed, faults"},
+			"t.yaml:5: gpu: unknown key; want one of start, duration, lead_in, node, system, gpus, mig, pods, unallocated, cgroup, unattributed, faults, unscheduled"},
 		{"key twice", head + "duration: 2h\n", "t.yaml:5: duration: given twice"},
 		{"unknown pod key", head + pod + "    memroy: 1GiB\n",
 			"t.yaml:9: pods[0].memroy: unknown key; want one of namespace, name, container, owner, labels, cmdline, resource, pid, devices, from, to, memory, util"},
@@ -230,7 +230,7 @@ func TestDemo(t *testing.T) {
 	if nb := byName["notebook-0"]; nb.Owner != (Owner{"StatefulSet", "notebook"}) || nb.Devices[0] != (DeviceSpec{GPU: 4}) || nb.Memory == 0 {
 		t.Errorf("notebook = %+v", nb)
 	}
-	if v := byName["vllm-llama-7c9d-x2k8p"]; v.Owner.Kind != "ReplicaSet" || strings.Join(v.Cmdline, " ") != "vllm serve meta-llama/Llama-3.1-8B-Instruct" || len(v.Util) < 20 {
+	if v := byName["vllm-llama-7c9d8f6b5d-x2k8p"]; v.Owner.Kind != "ReplicaSet" || strings.Join(v.Cmdline, " ") != "vllm serve meta-llama/Llama-3.1-8B-Instruct" || len(v.Util) < 20 {
 		t.Errorf("vllm = %+v", v)
 	}
 	if held[7] || len(s.Unallocated) == 0 || s.Unallocated[0].GPU != 7 {
