@@ -35,10 +35,11 @@ func WriteHTML(w io.Writer, r *Report) error {
 }
 
 var page = template.Must(template.New("report").Funcs(template.FuncMap{
-	"pct":  func(f float64) string { return fmt.Sprintf("%.0f%%", 100*f) },
-	"f1":   func(f float64) string { return fmt.Sprintf("%.1f", f) },
-	"dur":  humanSeconds,
-	"dash": dash,
+	"pct":   func(f float64) string { return fmt.Sprintf("%.0f%%", 100*f) },
+	"f1":    func(f float64) string { return fmt.Sprintf("%.1f", f) },
+	"dur":   humanSeconds,
+	"hours": humanDuration,
+	"dash":  dash,
 	"when": func(t time.Time, tz string) string {
 		loc, err := time.LoadLocation(tz)
 		if err != nil {
@@ -69,7 +70,7 @@ svg text{font-family:system-ui,sans-serif;fill:#1d2330}
 .warn{color:#8a5a00}
 </style></head><body><main>
 <h1>Do we need more GPUs?</h1>
-<div class="sub">gpuxray capacity report · {{.Period}} · {{f1 .R.Range.PeakHours}} peak hours · {{.R.Prometheus}}</div>
+<div class="sub">gpuxray capacity report · {{.Period}} · {{hours .R.Range.Hours}} range, {{hours .R.Funnel.All.Hours}} covered by gpuxray data, {{hours .R.Range.PeakHours}} of it peak · {{.R.Prometheus}}</div>
 <div class="card verdict{{if .Short}} short{{end}}" id="verdict"><p>{{.R.Verdict.Sentence}}</p>
 <ol>{{range .R.Verdict.Arithmetic}}<li>{{.}}</li>{{end}}</ol></div>
 <div class="grid">

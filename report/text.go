@@ -26,8 +26,9 @@ func WriteText(w io.Writer, r *Report) error {
 		loc = time.UTC
 	}
 	var b strings.Builder
-	fmt.Fprintf(&b, "gpuxray capacity report: %s → %s %s (%s, %.1f peak hours)\n",
-		r.Range.Start.In(loc).Format(timeFmt), r.Range.End.In(loc).Format(timeFmt), r.Range.Timezone, humanHours(r.Range.Hours), r.Range.PeakHours)
+	fmt.Fprintf(&b, "gpuxray capacity report: %s → %s %s (%s range, %s covered by gpuxray data, %s of it peak)\n",
+		r.Range.Start.In(loc).Format(timeFmt), r.Range.End.In(loc).Format(timeFmt), r.Range.Timezone,
+		humanDuration(r.Range.Hours), humanDuration(r.Funnel.All.Hours), humanDuration(r.Range.PeakHours))
 	fmt.Fprintf(&b, "from %s\n\n", r.Prometheus)
 
 	fmt.Fprintf(&b, "VERDICT  %s\n", r.Verdict.Sentence)
@@ -92,18 +93,21 @@ func dash(s string) string {
 	return s
 }
 
-func humanHours(h float64) string {
-	if h >= 48 && h == float64(int(h/24))*24 {
-		return fmt.Sprintf("%dd", int(h/24))
-	}
-	return fmt.Sprintf("%gh", h)
-}
-
+// humanSeconds is a streak's length, "-" for none.
 func humanSeconds(s float64) string {
 	if s <= 0 {
 		return "-"
 	}
-	m := int(math.Round(s / 60))
+	return humanDuration(s / 3600)
+}
+
+// humanDuration writes hours to the minute as days, hours and minutes
+// (10m, 1h30m, 2d): every duration of the report reads the same way.
+func humanDuration(hours float64) string {
+	if hours <= 0 {
+		return "0m"
+	}
+	m := int(math.Round(hours * 60))
 	if m == 0 {
 		return "<1m"
 	}
