@@ -36,7 +36,7 @@ func WriteHTML(w io.Writer, r *Report) error {
 
 var page = template.Must(template.New("report").Funcs(template.FuncMap{
 	"pct":   func(f float64) string { return fmt.Sprintf("%.0f%%", 100*f) },
-	"f1":    func(f float64) string { return fmt.Sprintf("%.1f", f) },
+	"gpuh":  gpuHours,
 	"dur":   humanSeconds,
 	"hours": humanDuration,
 	"dash":  dash,
@@ -81,11 +81,11 @@ svg text{font-family:system-ui,sans-serif;fill:#1d2330}
 <div class="card"><h2>Pending demand and reclaimable capacity</h2>{{.Timeline}}</div>
 <div class="card"><h2>Top workloads</h2><table>
 <tr><th>workload</th><th>kind</th><th>model</th><th>idle at peak</th><th>idle</th><th>efficiency</th><th>longest idle streak</th></tr>
-{{range .R.TopWorkloads}}<tr><td>{{.ID}}</td><td>{{dash .Kind}}</td><td>{{dash .Model}}</td><td class="n">{{f1 .PeakIdle}} GPU-h</td><td class="n">{{f1 .Idle}} GPU-h</td><td class="n">{{pct .Efficiency}}</td><td class="n">{{dur .LongestIdleStreakSeconds}}</td></tr>
+{{range .R.TopWorkloads}}<tr><td>{{.ID}}</td><td>{{dash .Kind}}</td><td>{{dash .Model}}</td><td class="n">{{gpuh .PeakIdle}}</td><td class="n">{{gpuh .Idle}}</td><td class="n">{{pct .Efficiency}}</td><td class="n">{{dur .LongestIdleStreakSeconds}}</td></tr>
 {{end}}</table></div>
 <div class="card"><h2>Top models</h2><table>
 <tr><th>model</th><th>workloads</th><th>idle at peak</th><th>idle</th><th>efficiency</th><th>longest idle streak</th></tr>
-{{range .R.TopModels}}<tr><td>{{.Model}}</td><td class="n">{{.Workloads}}</td><td class="n">{{f1 .PeakIdle}} GPU-h</td><td class="n">{{f1 .Idle}} GPU-h</td><td class="n">{{pct .Efficiency}}</td><td class="n">{{dur .LongestIdleStreakSeconds}}</td></tr>
+{{range .R.TopModels}}<tr><td>{{.Model}}</td><td class="n">{{.Workloads}}</td><td class="n">{{gpuh .PeakIdle}}</td><td class="n">{{gpuh .Idle}}</td><td class="n">{{pct .Efficiency}}</td><td class="n">{{dur .LongestIdleStreakSeconds}}</td></tr>
 {{end}}</table></div>
 {{if .R.Hints}}<div class="card"><h2>Right-sizing</h2><table><tr><th>workload</th><th>hint</th><th></th></tr>
 {{range .R.Hints}}<tr><td>{{.Namespace}}/{{dash .Name}}</td><td>{{.Hint}}</td><td>{{.Message}}</td></tr>
@@ -120,7 +120,7 @@ func funnelSVG(r *Report) template.HTML {
 		bw := (w - left - 130) * ratio(row.v, f.Owned)
 		fmt.Fprintf(&b, `<text x="0" y="%g" font-size="13">%s</text>`, y+barH*0.65, esc(row.name))
 		fmt.Fprintf(&b, `<rect x="%g" y="%g" width="%g" height="%g" rx="4" fill="%s"/>`, left, y, math.Max(bw, 1), barH, row.color)
-		fmt.Fprintf(&b, `<text x="%g" y="%g" font-size="12">%.0f GPU-h · %.0f%%</text>`, left+math.Max(bw, 1)+6, y+barH*0.65, row.v, 100*ratio(row.v, f.Owned))
+		fmt.Fprintf(&b, `<text x="%g" y="%g" font-size="12">%s · %.0f%%</text>`, left+math.Max(bw, 1)+6, y+barH*0.65, gpuHours(row.v), 100*ratio(row.v, f.Owned))
 	}
 	b.WriteString(`</svg>`)
 	return template.HTML(b.String())
@@ -203,7 +203,7 @@ func wastersSVG(r *Report) template.HTML {
 		}
 		fmt.Fprintf(&b, `<text x="0" y="%g" font-size="12">%s</text>`, y+barH*0.7, esc(label))
 		fmt.Fprintf(&b, `<rect class="bar" x="%g" y="%g" width="%g" height="%g" rx="3" fill="#d1495b"/>`, left, y, math.Max(bw, 1), barH)
-		fmt.Fprintf(&b, `<text x="%g" y="%g" font-size="11">%.1f GPU-h</text>`, left+math.Max(bw, 1)+5, y+barH*0.7, x.PeakIdle)
+		fmt.Fprintf(&b, `<text x="%g" y="%g" font-size="11">%s</text>`, left+math.Max(bw, 1)+5, y+barH*0.7, gpuHours(x.PeakIdle))
 	}
 	b.WriteString(`</svg>`)
 	return template.HTML(b.String())

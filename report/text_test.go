@@ -52,3 +52,42 @@ func TestHumanDuration(t *testing.T) {
 		}
 	}
 }
+
+func TestGPUHours(t *testing.T) {
+	for _, c := range []struct {
+		v    float64
+		want string
+	}{
+		{0, "0 GPU-h"}, {0.004, "<0.01 GPU-h"}, {0.4, "0.40 GPU-h"}, {0.42, "0.42 GPU-h"}, {0.996, "1.0 GPU-h"},
+		{4.2, "4.2 GPU-h"}, {9.96, "10 GPU-h"}, {42.4, "42 GPU-h"}, {999.6, "1,000 GPU-h"}, {1234.4, "1,234 GPU-h"}, {1234567, "1,234,567 GPU-h"},
+	} {
+		if got := gpuHours(c.v); got != c.want {
+			t.Errorf("gpuHours(%g) = %q, want %q", c.v, got, c.want)
+		}
+	}
+}
+
+// TestFunnelPrecision: a fraction of a GPU-hour reads the same in the text
+// and HTML funnels, never rounded to 0.
+func TestFunnelPrecision(t *testing.T) {
+	r := &Report{Range: Range{Hours: 1, Timezone: "UTC"}}
+	r.Funnel.All = Funnel{Hours: 1, Owned: 3.3, Allocated: 2.9, Active: 1.2, Idle: 0.6, Unallocated: 0.4}
+	r.TopWorkloads = []Workload{{Namespace: "ns", Name: "w", Usage: Usage{Allocated: 2.9, Idle: 0.6, PeakIdle: 0.06}}}
+	var text, page bytes.Buffer
+	if err := WriteText(&text, r); err != nil {
+		t.Fatal(err)
+	}
+	if err := WriteHTML(&page, r); err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"0.40 GPU-h", "3.3 GPU-h", "0.60 GPU-h", "0.06 GPU-h"} {
+		for name, out := range map[string]string{"text": text.String(), "HTML": page.String()} {
+			if !strings.Contains(out, want) {
+				t.Errorf("%s report lacks %q", name, want)
+			}
+		}
+	}
+	if strings.Contains(page.String(), ">0 GPU-h") {
+		t.Errorf("the HTML funnel rounds a fraction to 0 GPU-h")
+	}
+}

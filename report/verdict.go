@@ -161,8 +161,8 @@ type Verdict struct {
 func Decide(d Demand) Verdict {
 	v := Verdict{ReclaimableGPUs: d.ReclaimableGPUs, PendingGPUs: d.PendingGPUs}
 	v.Arithmetic = []string{
-		fmt.Sprintf("reclaimable at peak: idle allocated %.1f + unallocated %.1f − busy unallocated %.1f = %.1f GPU-hours over %.1f peak hours = %.2f GPUs",
-			d.IdleAllocatedGPUHours, d.UnallocatedGPUHours, d.UnallocatedActiveGPUHours, d.ReclaimableGPUHours, d.PeakHours, d.ReclaimableGPUs),
+		fmt.Sprintf("reclaimable at peak: idle allocated %s + unallocated %s − busy unallocated %s = %s over %s of peak time = %.2f GPUs",
+			gpuHoursNum(d.IdleAllocatedGPUHours), gpuHoursNum(d.UnallocatedGPUHours), gpuHoursNum(d.UnallocatedActiveGPUHours), gpuHours(d.ReclaimableGPUHours), humanDuration(d.PeakHours), d.ReclaimableGPUs),
 	}
 	if !d.Available {
 		v.Kind = VerdictNoDemandData
@@ -171,10 +171,10 @@ func Decide(d Demand) Verdict {
 	}
 	v.GPUsShort = int(math.Max(0, math.Ceil(d.ShortfallGPUs-measurementSlack)))
 	v.Arithmetic = append(v.Arithmetic,
-		fmt.Sprintf("pending demand at peak: %.1f GPU-hours over %.1f peak hours = %.2f GPUs (at most %.0f at once)",
-			d.PendingGPUHours, d.PeakHours, d.PendingGPUs, d.MaxPendingGPUs),
-		fmt.Sprintf("at the same times: %.1f GPU-hours of that demand fit in reclaimable GPUs, %.1f did not",
-			d.CoveredGPUHours, d.ShortfallGPUHours),
+		fmt.Sprintf("pending demand at peak: %s over %s of peak time = %.2f GPUs (at most %.0f at once)",
+			gpuHours(d.PendingGPUHours), humanDuration(d.PeakHours), d.PendingGPUs, d.MaxPendingGPUs),
+		fmt.Sprintf("at the same times: %s of that demand fit in reclaimable GPUs, %s did not",
+			gpuHours(d.CoveredGPUHours), gpuHours(d.ShortfallGPUHours)),
 		fmt.Sprintf("pending − reclaimable at the %s of peak time: %.2f GPUs → %d GPUs short",
 			percentile(d.Quantile), d.ShortfallGPUs, v.GPUsShort),
 	)

@@ -60,8 +60,8 @@ func TestSetAgainstAndDecide(t *testing.T) {
 	if want := "After reclaiming 3.0 GPUs at peak, peak demand (4.0 GPUs pending) still exceeds capacity by 5 GPUs."; v.Sentence != want {
 		t.Errorf("sentence %q, want %q", v.Sentence, want)
 	}
-	for _, want := range []string{"idle allocated 8.0 + unallocated 4.5 − busy unallocated 0.5 = 12.0 GPU-hours over 4.0 peak hours = 3.00 GPUs",
-		"16.0 GPU-hours over 4.0 peak hours = 4.00 GPUs (at most 6 at once)", "6.0 GPU-hours of that demand fit", "95th percentile of peak time: 5.00 GPUs → 5 GPUs short"} {
+	for _, want := range []string{"idle allocated 8.0 + unallocated 4.5 − busy unallocated 0.50 = 12 GPU-h over 4h of peak time = 3.00 GPUs",
+		"16 GPU-h over 4h of peak time = 4.00 GPUs (at most 6 at once)", "6.0 GPU-h of that demand fit in reclaimable GPUs, 10 GPU-h did not", "95th percentile of peak time: 5.00 GPUs → 5 GPUs short"} {
 		if !strings.Contains(strings.Join(v.Arithmetic, "\n"), want) {
 			t.Errorf("arithmetic lacks %q:\n%s", want, strings.Join(v.Arithmetic, "\n"))
 		}
