@@ -228,12 +228,25 @@ func timelineSVG(r *Report, loc *time.Location) template.HTML {
 			fmt.Fprintf(&b, `<rect x="%g" y="%g" width="%g" height="%g" fill="#eef2fb" opacity="%.2f"/>`, x(i), top, x(i+1)-x(i), h-bottom-top, p.Peak)
 		}
 	}
+	// A line per run of buckets with data: no data is a break, not a 0.
 	line := func(get func(TimelinePoint) float64, color, id string) {
+		fmt.Fprintf(&b, `<g id="%s" fill="none" stroke="%s" stroke-width="2">`, id, color)
 		var pts []string
+		flush := func() {
+			if len(pts) > 0 {
+				fmt.Fprintf(&b, `<polyline points="%s"/>`, strings.Join(pts, " "))
+			}
+			pts = pts[:0]
+		}
 		for i, p := range tl {
+			if p.Covered <= 0 {
+				flush()
+				continue
+			}
 			pts = append(pts, fmt.Sprintf("%.1f,%.1f %.1f,%.1f", x(i), y(get(p)), x(i+1), y(get(p))))
 		}
-		fmt.Fprintf(&b, `<polyline id="%s" fill="none" stroke="%s" stroke-width="2" points="%s"/>`, id, color, strings.Join(pts, " "))
+		flush()
+		b.WriteString(`</g>`)
 	}
 	line(func(p TimelinePoint) float64 { return p.OwnedGPUs }, "#a0a7b4", "owned")
 	line(func(p TimelinePoint) float64 { return p.ReclaimableGPUs }, "#2e9d5b", "reclaimable")

@@ -9,7 +9,8 @@ import (
 
 // Funnel is where a range's GPU time went, in GPU-hours.
 type Funnel struct {
-	// Hours is the wall-clock time the figures cover.
+	// Hours is the time the agents' data covers (all of it, or its peak
+	// part): the hours its GPU-hours are averaged over.
 	Hours float64 `json:"hours"`
 	// Owned is the GPU time of whole GPUs observed (MIG instances are part of their GPU).
 	Owned float64 `json:"owned_gpu_hours"`
@@ -41,6 +42,9 @@ func ratio(a, b float64) float64 {
 // DemandStep is one step of the range, set side by side: what waited and
 // what could have taken it at that time.
 type DemandStep struct {
+	// Hours is the part of the step the agents' data covers: the weight of
+	// its figures.
+	Hours float64
 	// Peak is the share of the step inside the peak window, 0..1.
 	Peak float64
 	// Pending is the GPUs requested by Pending, unscheduled pods.
@@ -88,17 +92,18 @@ type Demand struct {
 	ShortfallGPUs float64 `json:"shortfall_gpus"`
 }
 
-// SetAgainst computes Demand from steps of stepHours each; q is the quantile
-// of the per-step shortfall that decides the verdict (0.95: a shortfall that
-// lasts under 5% of peak time is left to queueing).
-func SetAgainst(steps []DemandStep, stepHours, q float64, available bool) Demand {
+// SetAgainst computes Demand from steps, each weighted by its covered
+// Hours; q is the quantile of the per-step shortfall that decides the
+// verdict (0.95: a shortfall that lasts under 5% of peak time is left to
+// queueing).
+func SetAgainst(steps []DemandStep, q float64, available bool) Demand {
 	d := Demand{Available: available, Quantile: q}
 	var short []float64
 	for _, s := range steps {
-		if s.Peak <= 0 {
+		if s.Peak <= 0 || s.Hours <= 0 {
 			continue
 		}
-		w := s.Peak * stepHours
+		w := s.Peak * s.Hours
 		r := s.Reclaimable()
 		d.PeakHours += w
 		d.PendingGPUHours += s.Pending * w

@@ -34,13 +34,15 @@ func TestSetAgainstAndDecide(t *testing.T) {
 	// Hour steps. Peak is 4 hours: two with 2 GPUs pending while 5 are
 	// reclaimable, two with 6 pending while 1 is; off-peak demand is ignored.
 	steps := []DemandStep{
-		{Peak: 0, Pending: 9, IdleAllocated: 0},
-		{Peak: 1, Pending: 2, IdleAllocated: 3, Unallocated: 2.5, UnallocatedActive: 0.5},
-		{Peak: 1, Pending: 2, IdleAllocated: 3, Unallocated: 2},
-		{Peak: 1, Pending: 6, IdleAllocated: 1},
-		{Peak: 1, Pending: 6, IdleAllocated: 1},
+		{Hours: 1, Peak: 0, Pending: 9, IdleAllocated: 0},
+		{Hours: 1, Peak: 1, Pending: 2, IdleAllocated: 3, Unallocated: 2.5, UnallocatedActive: 0.5},
+		{Hours: 1, Peak: 1, Pending: 2, IdleAllocated: 3, Unallocated: 2},
+		{Hours: 1, Peak: 1, Pending: 6, IdleAllocated: 1},
+		{Hours: 1, Peak: 1, Pending: 6, IdleAllocated: 1},
+		// A peak step without data weighs nothing.
+		{Hours: 0, Peak: 1, Pending: 20},
 	}
-	d := SetAgainst(steps, 1, 0.95, true)
+	d := SetAgainst(steps, 0.95, true)
 	approx(t, "peak hours", d.PeakHours, 4)
 	approx(t, "pending GPU-hours", d.PendingGPUHours, 16)
 	approx(t, "reclaimable GPU-hours", d.ReclaimableGPUHours, 12)

@@ -1,0 +1,81 @@
+package report
+
+import (
+	"bytes"
+	"context"
+	"reflect"
+	"regexp"
+	"strconv"
+	"testing"
+	"time"
+)
+
+// TestCoveredTime: an 8-GPU node whose data covers the last 21 minutes of
+// an hour reads 8 GPUs owned, not 2.8: every mean is over the time the
+// agents' data covers, and the peak figures with it.
+func TestCoveredTime(t *testing.T) {
+	t.Parallel()
+	end := time.Date(2026, 12, 2, 10, 0, 0, 0, time.UTC) // a Wednesday
+	n := node{instance: "node-a", gpus: 8, allocated: 6, util: 0, from: end.Add(-21 * time.Minute), to: end, interval: 15 * time.Second,
+		peak: func(time.Time) bool { return true }}
+	api := startTimed(t, func(expr string, at time.Time, step time.Duration) []point { return n.answer(expr, at, step, nil) })
+	c := DefaultConfig()
+	c.End, c.Range, c.Step = end, time.Hour, 5*time.Minute
+	r, err := Build(context.Background(), api, c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	a, p := r.Funnel.All, r.Funnel.Peak
+	approx(t, "range hours", r.Range.Hours, 1)
+	approx(t, "hours covered", a.Hours, 21.0/60)
+	approx(t, "owned GPU-hours", a.Owned, 8*21.0/60)
+	approx(t, "owned GPUs", a.GPUs(a.Owned), 8)
+	approx(t, "allocated GPUs", a.GPUs(a.Allocated), 6)
+	approx(t, "idle GPUs", a.GPUs(a.Idle), 6)
+	approx(t, "peak hours", r.Range.PeakHours, 21.0/60)
+	approx(t, "peak funnel hours", p.Hours, 21.0/60)
+	approx(t, "owned GPUs at peak", p.GPUs(p.Owned), 8)
+	approx(t, "demand's peak hours", r.Demand.PeakHours, 21.0/60)
+	approx(t, "reclaimable GPUs at peak", r.Demand.ReclaimableGPUs, 8)
+	approx(t, "verdict's reclaimable GPUs", r.Verdict.ReclaimableGPUs, 8)
+	if v := r.Heatmap.IdleAllocatedGPUs[time.Wednesday][9]; v == nil {
+		t.Error("heatmap Wed 09:00: no data")
+	} else {
+		approx(t, "heatmap Wed 09:00 idle GPUs", *v, 6)
+	}
+	for _, tp := range r.Timeline {
+		if tp.Start.Before(end.Add(-25 * time.Minute)) {
+			if tp.OwnedGPUs != 0 || tp.Covered != 0 {
+				t.Errorf("timeline %s: %g GPUs owned, %g covered, before any data", tp.Start, tp.OwnedGPUs, tp.Covered)
+			}
+			continue
+		}
+		approx(t, "timeline owned GPUs at "+tp.Start.Format("15:04"), tp.OwnedGPUs, 8)
+		approx(t, "timeline reclaimable GPUs at "+tp.Start.Format("15:04"), tp.ReclaimableGPUs, 8)
+		want := 1.0
+		if tp.Start.Equal(end.Add(-25 * time.Minute)) {
+			want = 0.2 // 09:39-09:40 of 09:35-09:40
+		}
+		approx(t, "timeline coverage at "+tp.Start.Format("15:04"), tp.Covered, want)
+	}
+	// The HTML timeline draws no line where there is no data.
+	var page bytes.Buffer
+	if err := WriteHTML(&page, r); err != nil {
+		t.Fatal(err)
+	}
+	owned := regexp.MustCompile(`<g id="owned"[^>]*>(.*?)</g>`).FindStringSubmatch(page.String())
+	if owned == nil {
+		t.Fatal("no owned line in the timeline")
+	}
+	lines := regexp.MustCompile(`points="([0-9.]+),`).FindAllStringSubmatch(owned[1], -1)
+	if len(lines) != 1 {
+		t.Fatalf("owned is drawn as %d lines, want 1 (where the data is): %s", len(lines), owned[1])
+	}
+	if x, _ := strconv.ParseFloat(lines[0][1], 64); x < 500 {
+		t.Errorf("the owned line starts at x=%g, before the data (the last 25 of 60 minutes)", x)
+	}
+	want := []Missing{{Source: "gpuxray", Instance: "node-a", Start: end.Add(-time.Hour), End: end.Add(-25 * time.Minute)}}
+	if !reflect.DeepEqual(r.Missing, want) {
+		t.Errorf("missing %+v, want %+v", r.Missing, want)
+	}
+}
