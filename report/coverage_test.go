@@ -79,3 +79,31 @@ func TestCoveredTime(t *testing.T) {
 		t.Errorf("missing %+v, want %+v", r.Missing, want)
 	}
 }
+
+// TestRecentDataOnly: the default week's report, run minutes after
+// Prometheus started, covers the minutes there are and lists the rest as
+// missing; the range ends now, not at now rounded down to the step (which
+// held no data and made the report fail).
+func TestRecentDataOnly(t *testing.T) {
+	t.Parallel()
+	now := time.Date(2026, 12, 6, 3, 8, 0, 0, time.UTC) // a Sunday: no peak
+	n := node{instance: "node-a", gpus: 8, allocated: 2, util: 0.5, from: now.Add(-150 * time.Second), to: now, interval: 15 * time.Second}
+	api := startTimed(t, func(expr string, at time.Time, step time.Duration) []point { return n.answer(expr, at, step, nil) })
+	c := DefaultConfig() // 7d at 5m
+	c.Now = func() time.Time { return now }
+	r, err := Build(context.Background(), api, c)
+	if err != nil {
+		t.Fatalf("a week with the last 2m30s of data: %v", err)
+	}
+	if !r.Range.End.Equal(now) || !r.Range.Start.Equal(now.Add(-7*24*time.Hour)) {
+		t.Errorf("range %s to %s, want the week to %s", r.Range.Start, r.Range.End, now)
+	}
+	a := r.Funnel.All
+	approx(t, "hours covered", a.Hours, 2.5/60)
+	approx(t, "owned GPUs", a.GPUs(a.Owned), 8)
+	approx(t, "allocated GPUs", a.GPUs(a.Allocated), 2)
+	want := []Missing{{Source: "gpuxray", Instance: "node-a", Start: now.Add(-7 * 24 * time.Hour), End: now.Add(-5 * time.Minute)}}
+	if !reflect.DeepEqual(r.Missing, want) {
+		t.Errorf("missing %+v, want %+v", r.Missing, want)
+	}
+}

@@ -105,7 +105,7 @@ func TestBuildSplitsAndFindsGaps(t *testing.T) {
 	f := &fakeProm{maxPoints: 10, gap: [2]time.Time{end.Add(-14 * time.Hour), end.Add(-12 * time.Hour)}}
 	srv := httptest.NewServer(f)
 	defer srv.Close()
-	c := testConfig(end.Add(17 * time.Minute)) // rounded down to the step
+	c := testConfig(end)
 	c.MaxPoints = 48
 	var last [2]int
 	c.Progress = func(done, total int) { last = [2]int{done, total} }

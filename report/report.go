@@ -19,7 +19,8 @@ const SchemaVersion = 1
 type Config struct {
 	// Prometheus is the server's URL, shown in the report.
 	Prometheus string
-	// End is the end of the range (now when zero), rounded down to Step.
+	// End is the end of the range (now when zero), to the second; the steps
+	// are counted back from it.
 	End time.Time
 	// Range is the length of the range; a whole number of Steps.
 	Range time.Duration
@@ -200,7 +201,9 @@ func Build(ctx context.Context, api API, c Config) (*Report, error) {
 	if end.IsZero() {
 		end = now()
 	}
-	end = end.Truncate(c.Step)
+	// Not rounded to the step: data that began after the last step boundary
+	// (minutes after Prometheus started) would fall outside the range.
+	end = end.Truncate(time.Second)
 	g := grid{start: end.Add(-c.Range), step: c.Step, n: int(c.Range / c.Step)}
 	type job struct {
 		expr   string
