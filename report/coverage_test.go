@@ -6,6 +6,7 @@ import (
 	"reflect"
 	"regexp"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 )
@@ -102,6 +103,9 @@ func TestRecentDataOnly(t *testing.T) {
 	approx(t, "hours covered", a.Hours, 2.5/60)
 	approx(t, "owned GPUs", a.GPUs(a.Owned), 8)
 	approx(t, "allocated GPUs", a.GPUs(a.Allocated), 2)
+	if r.Range.PeakHours != 0 || !strings.HasPrefix(r.Verdict.Sentence, "The range has no peak time; over all hours, reclaimable capacity is 6.0 GPUs") {
+		t.Errorf("%gh of peak, verdict %q; want it over all hours, 6 GPUs reclaimable", r.Range.PeakHours, r.Verdict.Sentence)
+	}
 	want := []Missing{{Source: "gpuxray", Instance: "node-a", Start: now.Add(-7 * 24 * time.Hour), End: now.Add(-5 * time.Minute)}}
 	if !reflect.DeepEqual(r.Missing, want) {
 		t.Errorf("missing %+v, want %+v", r.Missing, want)

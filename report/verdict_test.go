@@ -82,7 +82,7 @@ func TestDecide(t *testing.T) {
 			"Reclaimable capacity at peak (4.3 GPUs) covers pending demand (1.3 GPUs): fix idle allocation and scheduling first."},
 		{"noise under a tenth of a GPU rounds down", Demand{Available: true, ShortfallGPUs: 2.05, Quantile: 0.95}, VerdictShort, 2, "by 2 GPUs"},
 		{"a fraction of a GPU over is one more", Demand{Available: true, ShortfallGPUs: 0.4, Quantile: 0.9}, VerdictShort, 1, "by 1 GPU."},
-		{"tiny shortfall is none", Demand{Available: true, ShortfallGPUs: 0.08, Quantile: 0.95}, VerdictFixFirst, 0, "covers"},
+		{"tiny shortfall is none", Demand{Available: true, ReclaimableGPUs: 1, ShortfallGPUs: 0.08, Quantile: 0.95}, VerdictFixFirst, 0, "covers"},
 		{"no kube-state-metrics", Demand{ReclaimableGPUs: 2}, VerdictNoDemandData, 0, "pending demand is unknown"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
@@ -152,6 +152,53 @@ func TestMIGName(t *testing.T) {
 	}{{1, 1, 80, "1g.10gb"}, {3, 4, 80, "3g.40gb"}, {2, 2, 141, "2g.35gb"}, {1, 1, 40, "1g.5gb"}} {
 		if got := migName(c.compute, c.memory, c.gib*(1<<30)); got != c.want {
 			t.Errorf("migName(%d, %d, %g GiB) = %s, want %s", c.compute, c.memory, c.gib, got, c.want)
+		}
+	}
+}
+
+// TestNoPeakTime: a range without peak time gives a verdict over all hours
+// that says so, never "fix idle allocation first" about 0.0 GPUs at peak.
+func TestNoPeakTime(t *testing.T) {
+	steps := []DemandStep{
+		{Hours: 1, Peak: 0, Pending: 1, IdleAllocated: 2, Unallocated: 1},
+		{Hours: 1, Peak: 0, Pending: 3, IdleAllocated: 2, Unallocated: 1},
+		{Hours: 0.5, Peak: 0, Pending: 0, IdleAllocated: 2, Unallocated: 1},
+	}
+	for _, available := range []bool{true, false} {
+		d := SetAgainst(steps, 0.95, available)
+		if d.Basis != BasisAll {
+			t.Errorf("basis %q, want %q", d.Basis, BasisAll)
+		}
+		approx(t, "peak hours", d.PeakHours, 0)
+		approx(t, "hours", d.Hours, 2.5)
+		approx(t, "reclaimable GPUs", d.ReclaimableGPUs, 3)
+		approx(t, "pending GPUs", d.PendingGPUs, 4/2.5)
+		v := Decide(d)
+		all := v.Sentence + "\n" + strings.Join(v.Arithmetic, "\n")
+		if !strings.Contains(v.Sentence, "The range has no peak time; over all hours, ") || strings.Contains(all, "at peak") || strings.Contains(all, "0.0 GPUs") {
+			t.Errorf("available %v: %q\n%s", available, v.Sentence, strings.Join(v.Arithmetic, "\n"))
+		}
+		if available && (v.Kind != VerdictFixFirst || !strings.Contains(v.Sentence, "reclaimable capacity (3.0 GPUs) covers pending demand (1.6 GPUs)")) {
+			t.Errorf("verdict %s: %q", v.Kind, v.Sentence)
+		}
+	}
+	// With peak time the verdict stays at peak.
+	steps[1].Peak = 1
+	if d := SetAgainst(steps, 0.95, true); d.Basis != BasisPeak || d.Hours != 1 || d.PeakHours != 1 {
+		t.Errorf("one peak hour: basis %q over %gh (%gh peak), want peak over 1h", d.Basis, d.Hours, d.PeakHours)
+	}
+}
+
+// TestNothingIdle: with nothing to reclaim the verdict does not tell anyone
+// to fix idle allocation.
+func TestNothingIdle(t *testing.T) {
+	for _, d := range []Demand{
+		{Basis: BasisPeak, Hours: 4, PeakHours: 4, Quantile: 0.95},
+		{Basis: BasisPeak, Hours: 4, PeakHours: 4, Available: true, Quantile: 0.95, ReclaimableGPUs: 0.01},
+	} {
+		v := Decide(d)
+		if strings.Contains(v.Sentence, "fix idle allocation") || !strings.Contains(strings.ToLower(v.Sentence), "nothing") {
+			t.Errorf("%s: %q, want it to say nothing was idle", v.Kind, v.Sentence)
 		}
 	}
 }
