@@ -250,14 +250,21 @@ func timelineSVG(r *Report, loc *time.Location) template.HTML {
 	}
 	line(func(p TimelinePoint) float64 { return p.OwnedGPUs }, "#a0a7b4", "owned")
 	line(func(p TimelinePoint) float64 { return p.ReclaimableGPUs }, "#2e9d5b", "reclaimable")
-	line(func(p TimelinePoint) float64 { return p.PendingGPUs }, "#d1495b", "pending")
+	// Unknown demand is no line: a 0 line would say nothing waited.
+	if r.Demand.Available {
+		line(func(p TimelinePoint) float64 { return p.PendingGPUs }, "#d1495b", "pending")
+	}
 	for _, v := range []float64{0, hi / 2, hi} {
 		fmt.Fprintf(&b, `<text x="0" y="%g" font-size="11">%.0f</text>`, y(v)+4, v)
 	}
 	for i := 0; i < n; i += max(1, n/8) {
 		fmt.Fprintf(&b, `<text x="%g" y="%g" font-size="11">%s</text>`, x(i), h-6, tl[i].Start.In(loc).Format("Mon 15:04"))
 	}
-	fmt.Fprintf(&b, `<text x="%g" y="14" font-size="12" text-anchor="end"><tspan fill="#d1495b">━ pending</tspan>  <tspan fill="#2e9d5b">━ reclaimable</tspan>  <tspan fill="#a0a7b4">━ owned</tspan>  (shaded: peak)</text>`, w-10)
+	pending := `<tspan fill="#d1495b">━ pending</tspan>`
+	if !r.Demand.Available {
+		pending = `<tspan fill="#8a5a00">pending demand unknown (no kube-state-metrics series)</tspan>`
+	}
+	fmt.Fprintf(&b, `<text x="%g" y="14" font-size="12" text-anchor="end">%s  <tspan fill="#2e9d5b">━ reclaimable</tspan>  <tspan fill="#a0a7b4">━ owned</tspan>  (shaded: peak)</text>`, w-10, pending)
 	b.WriteString(`</svg>`)
 	return template.HTML(b.String())
 }

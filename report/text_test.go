@@ -91,3 +91,24 @@ func TestFunnelPrecision(t *testing.T) {
 		t.Errorf("the HTML funnel rounds a fraction to 0 GPU-h")
 	}
 }
+
+// TestTimelineDemandUnknown: without kube-state-metrics the chart draws no
+// pending line (a 0 line would claim nothing waited) and says why.
+func TestTimelineDemandUnknown(t *testing.T) {
+	start := time.Date(2026, 12, 2, 9, 0, 0, 0, time.UTC)
+	for _, available := range []bool{false, true} {
+		r := &Report{Range: Range{Hours: 1, Timezone: "UTC"}, Demand: Demand{Available: available}}
+		for i := range 4 {
+			r.Timeline = append(r.Timeline, TimelinePoint{Start: start.Add(time.Duration(i) * 15 * time.Minute), OwnedGPUs: 8, ReclaimableGPUs: 2, Covered: 1})
+		}
+		var page bytes.Buffer
+		if err := WriteHTML(&page, r); err != nil {
+			t.Fatal(err)
+		}
+		s := page.String()
+		line, note := strings.Contains(s, `id="pending"`), strings.Contains(s, "pending demand unknown (no kube-state-metrics series)")
+		if line != available || note == available || strings.Contains(s, "━ pending") != available {
+			t.Errorf("demand available %v: pending line %v, note %v, legend %v", available, line, note, strings.Contains(s, "━ pending"))
+		}
+	}
+}
