@@ -111,3 +111,63 @@ func TestRecentDataOnly(t *testing.T) {
 		t.Errorf("missing %+v, want %+v", r.Missing, want)
 	}
 }
+
+// TestWorkloadGPUs: qWLGPU's answer marks the workloads that held a shared
+// GPU and names their GPUs, and the hints follow: a time-sliced notebook
+// on an L4 is not told to share its GPU; an unshared one is.
+func TestWorkloadGPUs(t *testing.T) {
+	t.Parallel()
+	end := time.Date(2026, 12, 2, 10, 0, 0, 0, time.UTC)
+	n := node{instance: "node-a", gpus: 2, allocated: 2, from: end.Add(-time.Hour), to: end, interval: 15 * time.Second}
+	const gib = 1 << 30
+	wlLabels := func(name string, extra ...string) map[string]string {
+		m := map[string]string{"namespace": "ds", "workload_kind": "StatefulSet", "workload": name, "model": ""}
+		for i := 0; i+1 < len(extra); i += 2 {
+			m[extra[i]] = extra[i+1]
+		}
+		return m
+	}
+	api := startTimed(t, func(expr string, at time.Time, step time.Duration) []point {
+		s := step.Seconds()
+		var out []point
+		for _, name := range []string{"shared-nb", "solo-nb"} {
+			switch expr {
+			case qWLAllocated, qWLIdle:
+				out = append(out, point{wlLabels(name, "window", "offpeak"), s})
+			case qWLActive:
+				out = append(out, point{wlLabels(name, "window", "offpeak"), 0})
+			case qWLMemory:
+				out = append(out, point{wlLabels(name), 4 * gib})
+			case qWLMemoryTotal:
+				out = append(out, point{wlLabels(name), 24 * gib})
+			case qWLGPU:
+				shared := map[string]string{"shared-nb": "true", "solo-nb": "false"}[name]
+				out = append(out, point{wlLabels(name, "shared", shared, "name", "NVIDIA L4"), 1}, point{wlLabels(name, "shared", shared), 1})
+			}
+		}
+		return append(out, n.answer(expr, at, step, nil)...)
+	})
+	c := DefaultConfig()
+	c.End, c.Range, c.Step = end, time.Hour, 5*time.Minute
+	r, err := Build(context.Background(), api, c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]Workload{}
+	for _, w := range r.TopWorkloads {
+		got[w.Name] = w
+	}
+	if w := got["shared-nb"]; !w.SharedGPU || !reflect.DeepEqual(w.GPUNames, []string{"NVIDIA L4"}) {
+		t.Errorf("shared-nb: shared %v, GPUs %q; want shared, on an L4", w.SharedGPU, w.GPUNames)
+	}
+	if w := got["solo-nb"]; w.SharedGPU || !reflect.DeepEqual(w.GPUNames, []string{"NVIDIA L4"}) {
+		t.Errorf("solo-nb: shared %v, GPUs %q; want not shared, on an L4", w.SharedGPU, w.GPUNames)
+	}
+	hints := map[string]string{}
+	for _, h := range r.Hints {
+		hints[h.Name] += h.Hint
+	}
+	if want := map[string]string{"shared-nb": HintLowActivity, "solo-nb": HintShared}; !reflect.DeepEqual(hints, want) {
+		t.Errorf("hints %v, want %v", hints, want)
+	}
+}

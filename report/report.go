@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"slices"
 	"strings"
 	"time"
 
@@ -188,6 +189,11 @@ const (
 // covers in part still yields the right mean number of GPUs.
 const qCovered = `max(sum by (cluster, job, instance, uuid) (increase(gpuxray_device_observed_seconds_total[S]) + increase(gpuxray_device_sample_gap_seconds_total[S])))`
 
+// qWLGPU says, per workload, whether it held a shared GPU and which whole
+// GPUs (by product name) it held: the `or` keeps allocations whose device
+// has no name (MIG instances), with name "".
+const qWLGPU = `max by (` + wl + `, shared, name) ((max_over_time(gpuxray_allocation_info[S]) * on (cluster, job, instance, uuid) group_left (name) max by (cluster, job, instance, uuid, name) (gpuxray_device_info{parent_uuid=""})) or max_over_time(gpuxray_allocation_info[S]))`
+
 // Build reads the range from Prometheus and computes the report.
 func Build(ctx context.Context, api API, c Config) (*Report, error) {
 	if err := c.Validate(); err != nil {
@@ -214,7 +220,7 @@ func Build(ctx context.Context, api API, c Config) (*Report, error) {
 	jobs := []*job{{expr: qNodes}, {expr: qObserved}, {expr: qAllocated}, {expr: qActive}, {expr: qIdle}, {expr: qUnallocated}, {expr: qUnallocatedActive},
 		{expr: qWLAllocated}, {expr: qWLActive}, {expr: qWLIdle}, {expr: qWLStreak}, {expr: qWLMemory}, {expr: qWLMemoryTotal},
 		// A gauge is read at the middle of each step.
-		{expr: qPending, offset: -c.Step / 2}, {expr: qKSM}, {expr: qCovered}}
+		{expr: qPending, offset: -c.Step / 2}, {expr: qKSM}, {expr: qCovered}, {expr: qWLGPU}}
 	q := &querier{api: api, timeout: c.Timeout, maxPoints: c.MaxPoints, g: g, progress: c.Progress, total: len(jobs) * g.n}
 	// The first query alone: an unreachable server is one error, not one per query.
 	eg, ectx := errgroup.WithContext(ctx)
@@ -237,7 +243,7 @@ func Build(ctx context.Context, api API, c Config) (*Report, error) {
 		observed: byWindow(jobs[1].out, g.n), allocated: byWindow(jobs[2].out, g.n), active: byWindow(jobs[3].out, g.n),
 		idle: byWindow(jobs[4].out, g.n), unallocated: byWindow(jobs[5].out, g.n), unallocatedActive: byWindow(jobs[6].out, g.n),
 		wlAllocated: jobs[7].out, wlActive: jobs[8].out, wlIdle: jobs[9].out, wlStreak: jobs[10].out, wlMemory: jobs[11].out, wlMemoryTotal: jobs[12].out,
-		pending: jobs[13].out, ksm: jobs[14].out, covered: coveredSeconds(jobs[15].out, byWindow(jobs[1].out, g.n), g)}
+		pending: jobs[13].out, ksm: jobs[14].out, covered: coveredSeconds(jobs[15].out, byWindow(jobs[1].out, g.n), g), wlGPU: jobs[16].out}
 	if len(in.nodes) == 0 {
 		return nil, fmt.Errorf("%w (%s to %s): is the agent scraped by this Prometheus, and is the range right?", ErrNoData,
 			g.start.Format(time.RFC3339), end.Format(time.RFC3339))
@@ -284,6 +290,7 @@ type input struct {
 	pending, ksm                                                      []series
 	// covered is the seconds of each step the agents' data covers.
 	covered []float64
+	wlGPU   []series
 }
 
 // coveredSeconds is, per step, the time the agents' data covers: what
@@ -505,6 +512,22 @@ func missing(source string, ss []series, g grid) []Missing {
 	return out
 }
 
+// gpus marks each workload of qWLGPU's series that held a shared GPU, and
+// collects the names of its GPUs.
+func gpus(ss []series, get func(wlKey) *Workload) {
+	for _, s := range ss {
+		if !slices.ContainsFunc(s.vals, func(v float64) bool { return !math.IsNaN(v) }) {
+			continue
+		}
+		w := get(keyOf(s.labels))
+		w.SharedGPU = w.SharedGPU || s.labels["shared"] == "true"
+		if n := string(s.labels["name"]); n != "" && !slices.Contains(w.GPUNames, n) {
+			w.GPUNames = append(w.GPUNames, n)
+			slices.Sort(w.GPUNames)
+		}
+	}
+}
+
 type wlKey struct{ ns, kind, name, model string }
 
 func keyOf(m model.Metric) wlKey {
@@ -520,7 +543,7 @@ func workloads(in input) []Workload {
 	get := func(k wlKey) *Workload {
 		w := by[k]
 		if w == nil {
-			w = &Workload{Namespace: k.ns, Kind: k.kind, Name: k.name, Model: k.model}
+			w = &Workload{Namespace: k.ns, Kind: k.kind, Name: k.name, Model: k.model, GPUNames: []string{}}
 			by[k] = w
 			alloc[k], act[k] = make([]float64, g.n), make([]float64, g.n)
 		}
@@ -561,6 +584,7 @@ func workloads(in input) []Workload {
 	maxOf(in.wlStreak, func(w *Workload) *float64 { return &w.LongestIdleStreakSeconds })
 	maxOf(in.wlMemory, func(w *Workload) *float64 { return &w.PeakMemoryBytes })
 	maxOf(in.wlMemoryTotal, func(w *Workload) *float64 { return &w.MemoryTotalBytes })
+	gpus(in.wlGPU, get)
 	out := make([]Workload, 0, len(by))
 	for k, w := range by {
 		for i := range alloc[k] {

@@ -2,6 +2,7 @@ package report
 
 import (
 	"math"
+	"slices"
 	"strings"
 	"testing"
 )
@@ -124,15 +125,16 @@ func TestWorkloadsAndHints(t *testing.T) {
 	approx(t, "llama3 efficiency", ms[1].Efficiency, 42.0/58)
 	approx(t, "llama3 streak", ms[1].LongestIdleStreakSeconds, 3600)
 
+	// One hint a workload, the one that matters (TestHintPrecedence).
 	got := map[string]string{}
-	for _, h := range Hints(ws, HintConfig{ActivityThreshold: 0.2, MemoryBound: 0.5, Headroom: 1.1}) {
+	for _, h := range Hints(withGPU(ws, h100), HintConfig{ActivityThreshold: 0.2, MemoryBound: 0.5, Headroom: 1.1}) {
 		got[h.Namespace+"/"+h.Name+" "+h.Hint] = h.Profile
 	}
 	want := map[string]string{
-		"b/notebook mig": "1g.10gb", "b/notebook shared": "", "b/notebook low_activity": "",
-		"c/vllm memory_bound": "", "c/vllm low_activity": "",
+		"b/notebook mig":      "1g.10gb",
+		"c/vllm memory_bound": "",
 		// 15 GiB × 1.1 needs 2 memory slices, 0.25 × 1.1 two of seven compute slices.
-		"d/embed mig": "2g.20gb", "d/embed shared": "",
+		"d/embed mig": "2g.20gb",
 	}
 	for k, p := range want {
 		if gp, ok := got[k]; !ok || gp != p {
@@ -141,6 +143,76 @@ func TestWorkloadsAndHints(t *testing.T) {
 	}
 	if len(got) != len(want) {
 		t.Errorf("hints %v, want %v", got, want)
+	}
+}
+
+const h100 = "NVIDIA H100 80GB HBM3"
+
+func withGPU(ws []Workload, name string) []Workload {
+	out := slices.Clone(ws)
+	for i := range out {
+		out[i].GPUNames = []string{name}
+	}
+	return out
+}
+
+// TestHintPrecedence: each workload gets one right-sizing hint, the first
+// that applies of: a MIG slice it fits (on a GPU with MIG), memory-bound,
+// share the GPU (unless it already shares one), low activity.
+func TestHintPrecedence(t *testing.T) {
+	const gib = 1 << 30
+	c := HintConfig{ActivityThreshold: 0.2, MemoryBound: 0.5, Headroom: 1.1}
+	idle := Usage{Allocated: 24, Idle: 24}
+	for _, tc := range []struct {
+		name string
+		w    Workload
+		c    HintConfig
+		want string // hint kind, "" for none
+	}{
+		{"fits a slice, could share, low activity: the slice", Workload{Usage: idle, PeakMemoryBytes: 8 * gib, MemoryTotalBytes: 80 * gib, GPUNames: []string{h100}}, c, HintMIG},
+		{"fits a slice and memory-bound at a low bound: the slice", Workload{Usage: Usage{Allocated: 24, Active: 1}, PeakActivity: 0.1, PeakMemoryBytes: 30 * gib, MemoryTotalBytes: 80 * gib, GPUNames: []string{h100}},
+			HintConfig{ActivityThreshold: 0.2, MemoryBound: 0.3, Headroom: 1.1}, HintMIG},
+		{"memory-bound and low activity: memory-bound", Workload{Usage: Usage{Allocated: 24, Active: 3.6}, PeakActivity: 0.15, PeakMemoryBytes: 70 * gib, MemoryTotalBytes: 80 * gib, GPUNames: []string{h100}}, c, HintMemoryBound},
+		{"no MIG on an L4: share it", Workload{Usage: idle, PeakActivity: 0.1, PeakMemoryBytes: 4 * gib, MemoryTotalBytes: 24 * gib, GPUNames: []string{"NVIDIA L4"}}, c, HintShared},
+		{"GPU unknown: no slice, share it", Workload{Usage: idle, PeakMemoryBytes: 4 * gib, MemoryTotalBytes: 24 * gib}, c, HintShared},
+		{"already on a shared GPU: not told to share it", Workload{Usage: idle, PeakActivity: 0.1, PeakMemoryBytes: 4 * gib, MemoryTotalBytes: 24 * gib, GPUNames: []string{"NVIDIA L4"}, SharedGPU: true}, c, HintLowActivity},
+		{"already shared, busy: nothing", Workload{Usage: Usage{Allocated: 24, Active: 8}, PeakActivity: 0.4, PeakMemoryBytes: 4 * gib, MemoryTotalBytes: 24 * gib, GPUNames: []string{"NVIDIA L4"}, SharedGPU: true}, c, ""},
+		{"already shared on an H100, fits a slice: the slice", Workload{Usage: idle, PeakMemoryBytes: 4 * gib, MemoryTotalBytes: 80 * gib, GPUNames: []string{h100}, SharedGPU: true}, c, HintMIG},
+		{"a MIG instance (memory unknown), idle: low activity", Workload{Usage: idle}, c, HintLowActivity},
+		{"busy and big: nothing", Workload{Usage: Usage{Allocated: 24, Active: 20}, PeakActivity: 0.9, PeakMemoryBytes: 60 * gib, MemoryTotalBytes: 80 * gib, GPUNames: []string{h100}}, c, ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			tc.w.Namespace, tc.w.Name = "ns", "w"
+			tc.w.finish()
+			hs := Hints([]Workload{tc.w}, tc.c)
+			var kinds []string
+			for _, h := range hs {
+				kinds = append(kinds, h.Hint)
+			}
+			if tc.want == "" && len(hs) != 0 || tc.want != "" && (len(hs) != 1 || hs[0].Hint != tc.want) {
+				t.Errorf("hints %v, want [%s]", kinds, tc.want)
+			}
+			for _, h := range hs {
+				if tc.w.SharedGPU && strings.Contains(h.Message, "share the GPU") {
+					t.Errorf("a workload on a shared GPU is told: %s", h.Message)
+				}
+			}
+		})
+	}
+}
+
+func TestMIGCapable(t *testing.T) {
+	for name, want := range map[string]bool{
+		"NVIDIA A100-SXM4-80GB": true, "NVIDIA H100 80GB HBM3": true, "NVIDIA H200": true, "NVIDIA GH200 480GB": true,
+		"NVIDIA B200": true, "NVIDIA H20": true, "NVIDIA A800 80GB PCIe": true, "NVIDIA H800": true,
+		"NVIDIA L4": false, "Tesla T4": false, "NVIDIA A10G": false, "NVIDIA L40S": false, "NVIDIA A30": false, "": false,
+	} {
+		if got := migCapable([]string{name}); got != want {
+			t.Errorf("migCapable(%q) = %v, want %v", name, got, want)
+		}
+	}
+	if migCapable(nil) || migCapable([]string{h100, "NVIDIA L4"}) {
+		t.Error("no GPU, or one without MIG among them, must not be MIG-capable")
 	}
 }
 

@@ -442,14 +442,27 @@ func TestReport(t *testing.T) {
 				t.Errorf("missing data %+v, want none", r.Missing)
 			}
 
+			// One hint a workload: the notebook fits a slice (it could also
+			// share a GPU and is idle), vllm is memory-bound (and idle).
 			hints := map[string]bool{}
+			perWorkload := map[string]int{}
 			for _, h := range r.Hints {
 				hints[h.Namespace+"/"+h.Name+" "+h.Hint+" "+h.Profile] = true
+				perWorkload[h.Namespace+"/"+h.Name]++
 			}
-			for _, h := range []string{"data-science/notebook mig 1g.10gb", "data-science/notebook shared ", "data-science/notebook low_activity ",
-				"inference/vllm memory_bound ", "inference/vllm low_activity "} {
+			for _, h := range []string{"data-science/notebook mig 1g.10gb", "inference/vllm memory_bound "} {
 				if !hints[h] {
 					t.Errorf("no hint %q in %v", h, hints)
+				}
+			}
+			for w, n := range perWorkload {
+				if n != 1 {
+					t.Errorf("%s has %d hints, want one: %v", w, n, hints)
+				}
+			}
+			for _, w := range r.TopWorkloads {
+				if w.SharedGPU || len(w.GPUNames) != 1 || !strings.Contains(w.GPUNames[0], "H100") {
+					t.Errorf("workload %s: shared %v, GPUs %q; want an unshared H100", w.ID(), w.SharedGPU, w.GPUNames)
 				}
 			}
 			for h := range hints {
