@@ -171,3 +171,38 @@ func TestWorkloadGPUs(t *testing.T) {
 		t.Errorf("hints %v, want %v", hints, want)
 	}
 }
+
+// TestStepUnderTwoScrapes: a step that holds one sample of each series
+// (a 1m step, a 1m scrape interval) makes rates miss data; the report warns
+// and names a step that works.
+func TestStepUnderTwoScrapes(t *testing.T) {
+	t.Parallel()
+	end := time.Date(2026, 12, 2, 10, 0, 0, 0, time.UTC)
+	for _, c := range []struct {
+		interval, step time.Duration
+		warn           string
+	}{
+		{time.Minute, time.Minute, "the 1m step holds fewer than two samples of each series (a scrape every 1m): rates over it miss data; take --step 2m or more"},
+		{90 * time.Second, 2 * time.Minute, "the 2m step holds fewer than two samples of each series (a scrape every 1m30s): rates over it miss data; take --step 3m or more"},
+		{30 * time.Second, time.Minute, ""},
+		{15 * time.Second, 5 * time.Minute, ""},
+	} {
+		n := node{instance: "node-a", gpus: 2, allocated: 1, util: 0.5, from: end.Add(-time.Hour), to: end, interval: c.interval}
+		api := startTimed(t, func(expr string, at time.Time, step time.Duration) []point { return n.answer(expr, at, step, nil) })
+		cfg := DefaultConfig()
+		cfg.End, cfg.Range, cfg.Step = end, time.Hour, c.step
+		r, err := Build(context.Background(), api, cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var got []string
+		for _, w := range r.Warnings {
+			if strings.Contains(w, "step") {
+				got = append(got, w)
+			}
+		}
+		if c.warn == "" && len(got) > 0 || c.warn != "" && (len(got) != 1 || got[0] != c.warn) {
+			t.Errorf("scrape every %s, step %s: warnings %q, want %q", c.interval, c.step, got, c.warn)
+		}
+	}
+}

@@ -114,7 +114,13 @@ func (n node) answer(expr string, t time.Time, step time.Duration, pending func(
 		if o <= 0 {
 			return nil
 		}
-		return []point{{labels: map[string]string{"instance": n.instance}, v: float64(n.overlap(t, step) / n.interval)}}
+		// Scrapes at from + k·interval: how many fall in the step.
+		scrapes := func(at time.Time) int64 { return int64(max(0, at.Sub(n.from)) / n.interval) }
+		hi := t
+		if n.to.Before(hi) {
+			hi = n.to
+		}
+		return []point{{labels: map[string]string{"instance": n.instance}, v: float64(scrapes(hi) - scrapes(t.Add(-step)))}}
 	case qCovered:
 		if o <= 0 {
 			return nil

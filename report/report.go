@@ -180,7 +180,7 @@ const (
 	// of the rules, summed over clusters.
 	qPending = `sum(sum by (cluster, namespace) (max by (cluster, namespace, pod, container) (kube_pod_container_resource_requests{resource="nvidia_com_gpu", node=""}) * on (cluster, namespace, pod) group_left () (max by (cluster, namespace, pod) (kube_pod_status_phase{phase="Pending"}) == 1)))`
 	qKSM     = `count by (instance) (count_over_time(kube_pod_status_phase[S]))`
-	qNodes   = `count by (instance) (count_over_time(gpuxray_device_observed_seconds_total[S]))`
+	qNodes   = `max by (instance) (count_over_time(gpuxray_device_observed_seconds_total[S]))`
 )
 
 // qCovered is the time of each step the agents' data covers: the longest
@@ -430,6 +430,10 @@ func compute(in input, c Config) *Report {
 		r.Timeline = append(r.Timeline, timelinePoint(in, steps, i, min(i+per, g.n)))
 	}
 
+	if w := stepWarning(in.nodes, g); w != "" {
+		r.Warnings = append(r.Warnings, w)
+	}
+
 	// What is missing.
 	r.Missing = append(missing("gpuxray", in.nodes, g), missing("kube-state-metrics", in.ksm, g)...)
 	if r.Missing == nil {
@@ -442,6 +446,39 @@ func compute(in input, c Config) *Report {
 		r.Hints = []Hint{}
 	}
 	return r
+}
+
+// stepWarning says when the step is under twice the scrape interval seen
+// in qNodes (samples of a series per step): increase() needs two samples
+// in a step, so such steps lose data. The interval is the steps with data
+// over their samples; "" when the step is long enough.
+func stepWarning(nodes []series, g grid) string {
+	var steps, samples float64
+	for _, s := range nodes {
+		for _, v := range s.vals {
+			if !math.IsNaN(v) && v > 0 {
+				steps++
+				samples += v
+			}
+		}
+	}
+	if samples == 0 {
+		return ""
+	}
+	interval := time.Duration(float64(g.step) * steps / samples).Round(time.Second)
+	// 5% for scrapes that drift against the step boundaries.
+	if float64(g.step) >= 2*float64(interval)*0.95 {
+		return ""
+	}
+	suggest := time.Hour
+	for _, d := range []time.Duration{1, 2, 3, 4, 5, 6, 10, 12, 15, 20, 30} {
+		if d*time.Minute >= 2*interval {
+			suggest = d * time.Minute
+			break
+		}
+	}
+	return fmt.Sprintf("the %s step holds fewer than two samples of each series (a scrape every %s): rates over it miss data; take --step %s or more",
+		model.Duration(g.step), model.Duration(interval), model.Duration(suggest))
 }
 
 // timelinePoint is steps [from, to) as one bucket: means over the time the
