@@ -44,7 +44,7 @@ type Node struct {
 	// devIDs name every pod's devices.
 	plan   []migHolding
 	devIDs deviceIdentity
-	ids  podIDs
+	ids    podIDs
 	// identity says how the pod source names workloads and models.
 	identity Identity
 	// closed releases the calls hang faults hold (Close).
