@@ -5,7 +5,9 @@ import (
 	"net/http"
 	"path/filepath"
 	"slices"
+	"sort"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -501,5 +503,77 @@ func TestAPIServerNoDRA(t *testing.T) {
 	}
 	if want := []string{"gpu-1 " + n.DeviceUUID(1), "gpu-3 " + n.DeviceUUID(3)}; !slices.Equal(names, want) {
 		t.Errorf("mixed node's DRA devices %v, want %v", names, want)
+	}
+}
+
+// TestPartitionUUIDsAsNVIDIAsDriver: with SetPartitionUUIDs(false) a
+// dynamic MIG partition never carries a uuid, as NVIDIA's driver publishes
+// it, while the device exists in NVML and its parentUUID and profile say
+// where to look.
+func TestPartitionUUIDsAsNVIDIAsDriver(t *testing.T) {
+	t.Parallel()
+	n, _ := newNode(t, loadScenario(t, "dra-mig.yaml"), 10*time.Minute)
+	n.SetPartitionUUIDs(false)
+	if nvmlMIGUUID(t, n.NVML(), 0, 1) == "" {
+		t.Fatal("no MIG device for embed-0 at 10m")
+	}
+	for _, s := range n.ResourceSlices() {
+		for i := range s.Spec.Devices {
+			d := &s.Spec.Devices[i]
+			if attr(d, "type") == "mig" && (attr(d, "uuid") != "" || attr(d, "parentUUID") != n.DeviceUUID(0) || attr(d, "profile") == "") {
+				t.Errorf("partition %s: %v", d.Name, d.Attributes)
+			}
+		}
+	}
+}
+
+// TestFixedMIGLayoutOnDRA: a fixed MIG layout's devices are named by their
+// placement (3g.40gb at memory slice 0, 2g.20gb at 4, 1g.10gb at 6), carry
+// the UUIDs NVML reports and the memory slices they take, and the kubelet
+// lists a DRA pod's MIG device by that name.
+func TestFixedMIGLayoutOnDRA(t *testing.T) {
+	t.Parallel()
+	sc, err := sim.ParseScenario([]byte(`start: 2026-12-01T08:00:00Z
+duration: 1h
+node: sim-node
+system: dgxh100
+gpus: 1
+allocation: dra
+mig:
+  "gpu:0": [3g.40gb, 2g.20gb, empty, 1g.10gb]
+pods:
+  - {namespace: a, name: p, devices: ["mig:0/3"]}
+`), "fixed.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	n, _ := newNode(t, sc, time.Minute)
+	rs := n.ResourceSlices()
+	if len(rs) != 1 {
+		t.Fatalf("%d slices, want one for gpu:0", len(rs))
+	}
+	var got []string
+	for i := range rs[0].Spec.Devices {
+		d := &rs[0].Spec.Devices[i]
+		var mem []string
+		for c := range d.Capacity {
+			if strings.HasPrefix(string(c), "memorySlice") {
+				mem = append(mem, string(c))
+			}
+		}
+		sort.Strings(mem)
+		got = append(got, d.Name+" "+attr(d, "uuid")+" "+strings.Join(mem, ","))
+	}
+	want := []string{
+		"gpu-0-mig-1g10gb-19-6 " + nvmlMIGUUID(t, n.NVML(), 0, 3) + " memorySlice6",
+		"gpu-0-mig-2g20gb-14-4 " + nvmlMIGUUID(t, n.NVML(), 0, 1) + " memorySlice4,memorySlice5",
+		"gpu-0-mig-3g40gb-9-0 " + nvmlMIGUUID(t, n.NVML(), 0, 0) + " memorySlice0,memorySlice1,memorySlice2,memorySlice3",
+	}
+	if !slices.Equal(got, want) {
+		t.Errorf("devices\n got %v\nwant %v", got, want)
+	}
+	rows, _ := claimRows(listKubelet(t, n))
+	if len(rows) != 1 || rows[0].device != "gpu-0-mig-1g10gb-19-6" {
+		t.Errorf("kubelet lists %+v, want a/p's claim on gpu-0-mig-1g10gb-19-6", rows)
 	}
 }

@@ -181,3 +181,30 @@ func TestMIGPlan(t *testing.T) {
 		t.Errorf("%d UUIDs for %d devices", len(uuids), len(plan))
 	}
 }
+
+// TestStaticPlacements places fixed layouts on memory slices, backtracking
+// where the first placement of a profile would block a later one, and
+// reports a layout that no placement holds.
+func TestStaticPlacements(t *testing.T) {
+	t.Parallel()
+	sys := systems["dgxh100"]
+	tests := []struct {
+		layout []string
+		want   []int
+		ok     bool
+	}{
+		{[]string{"3g.40gb", "2g.20gb", "", "1g.10gb"}, []int{0, 4, -1, 6}, true},
+		// 3g.40gb at 0 would leave no room for two 2g.20gb.
+		{[]string{"3g.40gb", "2g.20gb", "2g.20gb"}, []int{4, 0, 2}, true},
+		// 1g.20gb at 4 would leave the two 1g.10gb only slice 6.
+		{[]string{"4g.40gb", "1g.20gb", "1g.10gb", "1g.10gb"}, []int{0, 6, 4, 5}, true},
+		// One-slice instances never start at the last memory slice.
+		{[]string{"1g.10gb", "1g.10gb", "1g.10gb", "1g.10gb", "1g.10gb", "1g.10gb", "1g.10gb", "1g.10gb"}, nil, false},
+	}
+	for _, tt := range tests {
+		got, ok := sys.staticPlacements(tt.layout)
+		if ok != tt.ok || (ok && !slices.Equal(got, tt.want)) {
+			t.Errorf("staticPlacements(%v) = %v, %v; want %v, %v", tt.layout, got, ok, tt.want, tt.ok)
+		}
+	}
+}

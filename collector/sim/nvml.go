@@ -47,6 +47,9 @@ type Node struct {
 	ids    podIDs
 	// identity says how the pod source names workloads and models.
 	identity Identity
+	// noPartitionUUIDs leaves the uuid out of dynamic MIG partitions, as
+	// NVIDIA's driver does (SetPartitionUUIDs).
+	noPartitionUUIDs bool
 	// closed releases the calls hang faults hold (Close).
 	closed    chan struct{}
 	closeOnce sync.Once

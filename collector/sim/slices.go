@@ -191,6 +191,13 @@ func (n *Node) staticMIGDevice(md *migDevice) resourcev1.Device {
 	return resourcev1.Device{Name: md.profile.draName(md.gpu, md.start), Attributes: attrs, Capacity: capacity}
 }
 
+// SetPartitionUUIDs says whether a dynamic MIG partition carries the uuid
+// of the MIG device made of it while that exists (the default), or never,
+// as NVIDIA's driver publishes it: a reader then has to find the device
+// from the partition's parentUUID, profile and placement. Call it before
+// the node is used.
+func (n *Node) SetPartitionUUIDs(publish bool) { n.noPartitionUUIDs = !publish }
+
 // counterSetName is the counter set of GPU g's partitions.
 func counterSetName(g int) string { return fmt.Sprintf("gpu-%d-counter-set", g) }
 
@@ -213,7 +220,7 @@ func (n *Node) partitions(g int, t time.Duration) []resourcev1.Device {
 		for _, st := range p.starts() {
 			name := p.draName(g, st)
 			attrs := n.migAttributes(g, p)
-			if uuid, ok := alive[name]; ok {
+			if uuid, ok := alive[name]; ok && !n.noPartitionUUIDs {
 				attrs[AttrUUID] = str(uuid)
 			}
 			counters := map[string]resourcev1.Counter{}
