@@ -182,7 +182,8 @@
 // uuid, and a reader must find the MIG device from parentUUID, profile and
 // the placement in the device's name. The uuid here lets a reader resolve
 // a dynamic device as it resolves the others; parentUUID and profile are
-// there as on a real node.
+// there as on a real node, and Node.SetPartitionUUIDs(false) publishes the
+// partitions as NVIDIA's driver does, without uuid.
 //
 // APIServer serves the slices over the Kubernetes REST API on loopback
 // (Start for HTTP, StartTLS for HTTPS with CACert): discovery (/api,
