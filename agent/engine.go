@@ -104,6 +104,9 @@ type deviceState struct {
 	// only with process attribution.
 	hasUnattributed bool
 	unattributedMem uint64
+	// goneAt is when a reading of every device first left this one out;
+	// zero while it is read (see forget).
+	goneAt time.Time
 }
 
 type allocState struct {
@@ -222,10 +225,14 @@ func (e *Engine) Poll(ctx context.Context) {
 				e.dev[rd.Device.UUID] = ds
 			}
 			ds.info, ds.present, ds.reading = rd.Device, true, rd
+			ds.goneAt = time.Time{}
 		}
 		for uuid, ds := range e.dev {
 			if !seen[uuid] {
 				ds.present = false
+				if ds.goneAt.IsZero() {
+					ds.goneAt = now
+				}
 			}
 		}
 	}
@@ -240,6 +247,7 @@ func (e *Engine) Poll(ctx context.Context) {
 		}
 	}
 	e.expire(now)
+	e.forget(now)
 	e.polls++
 	e.snap.Store(e.buildSnapshot(now))
 }
@@ -725,6 +733,22 @@ func (e *Engine) expire(now time.Time) {
 	for uid := range e.cmdModels {
 		if !uids[uid] {
 			delete(e.cmdModels, uid)
+		}
+	}
+}
+
+// forget drops a MIG device that readings have left out for longer than
+// Retention while its parent GPU was read: a DRA driver destroyed it (a
+// fresh one has a UUID of its own), and its last counters have been
+// exported for as long as an ended allocation's. A whole GPU that is not
+// read is down (lost, hung), not gone: it is kept.
+func (e *Engine) forget(now time.Time) {
+	for uuid, ds := range e.dev {
+		if ds.present || ds.goneAt.IsZero() || ds.info.ParentUUID == "" || now.Sub(ds.goneAt) <= e.cfg.Retention {
+			continue
+		}
+		if parent := e.dev[ds.info.ParentUUID]; parent != nil && parent.present {
+			delete(e.dev, uuid)
 		}
 	}
 }
