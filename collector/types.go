@@ -180,6 +180,11 @@ type ProcessInfo struct {
 	// Cmdline is the process's argument vector. It can hold secrets: only a
 	// model name derived from it may ever be exported.
 	Cmdline []string
+	// Ancestors are the command lines of the process's parents in the same
+	// container, nearest first: a worker that titles itself (vLLM's
+	// VLLM::EngineCore, SGLang's sglang::scheduler) leaves the model on its
+	// server's. The same care as Cmdline applies.
+	Ancestors [][]string
 }
 
 // Allocation is one device assigned to one container, as the kubelet lists it.

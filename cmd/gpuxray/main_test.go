@@ -378,3 +378,18 @@ func TestReplayIdentity(t *testing.T) {
 		t.Errorf("gpuxray_allocation_overflow_total = %v, want 1", n)
 	}
 }
+
+// TestReplayModelFromParentProcess: the demo's vLLM server runs as vLLM V1
+// does, its GPU process titled VLLM::EngineCore; the model comes from the
+// API server, the engine core's parent in the same container.
+func TestReplayModelFromParentProcess(t *testing.T) {
+	t.Parallel()
+	code, out, errs := runCmd(t, "replay", "--poll.interval=10s", "../../collector/sim/demo.yaml")
+	if code != 0 {
+		t.Fatalf("replay exited %d: %s", code, errs)
+	}
+	want := `model="meta-llama/Llama-3.1-8B-Instruct",namespace="inference",pod="vllm-llama-7c9d8f6b5d-x2k8p"`
+	if !strings.Contains(out, want) {
+		t.Errorf("no allocation series with %s in the demo's replay", want)
+	}
+}

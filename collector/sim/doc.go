@@ -78,7 +78,10 @@
 // most SampleBuffer of them; ERROR_NOT_FOUND when none is newer than the
 // caller's last timestamp. A GPU's busy ratio is the sum of its holders'
 // ratios and of unallocated activity, capped at 1. Each pod runs one process
-// per device (PID from Scenario.PID); per-process samples carry the pod's own
+// per device (PID from Scenario.PID), a child of init, or, when the pod sets
+// `parent_cmdline`, of a parent process in the same container (PID
+// ParentPID) whose command line that is: a vLLM V1 engine core under its API
+// server. Per-process samples carry the pod's own
 // ratio and list only processes busy in their period. Power is linear in the
 // busy ratio between the GPU's idle and maximum watts, and the energy counter
 // is its exact integral from the scenario start.

@@ -73,6 +73,10 @@ type Pod struct {
 	Owner     Owner
 	Labels    map[string]string
 	Cmdline   []string
+	// ParentCmdline, when set, is the command line of the parent of the
+	// pod's GPU processes, in the same container: a server whose workers
+	// title themselves (vLLM's VLLM::EngineCore). Its PID is ParentPID.
+	ParentCmdline []string
 	// Resource is the extended resource the devices were allocated as by
 	// the device plugin; empty for a DRA pod.
 	Resource string
@@ -653,7 +657,7 @@ func (d *decoder) scenario(root *yaml.Node) (*Scenario, error) {
 	return s, nil
 }
 
-var podKeys = []string{"namespace", "name", "container", "owner", "labels", "cmdline", "allocation", "claim", "resource", "pid", "devices", "from", "to", "memory", "util"}
+var podKeys = []string{"namespace", "name", "container", "owner", "labels", "cmdline", "parent_cmdline", "allocation", "claim", "resource", "pid", "devices", "from", "to", "memory", "util"}
 
 func (d *decoder) pods(n *yaml.Node, s *Scenario) error {
 	items, err := d.seq(n, "pods")
@@ -711,17 +715,24 @@ func (d *decoder) pods(n *yaml.Node, s *Scenario) error {
 				}
 			}
 		}
-		if c := m["cmdline"]; c != nil {
-			args, err := d.seq(c, p+".cmdline")
+		for _, k := range []struct {
+			key string
+			dst *[]string
+		}{{"cmdline", &pod.Cmdline}, {"parent_cmdline", &pod.ParentCmdline}} {
+			c := m[k.key]
+			if c == nil {
+				continue
+			}
+			args, err := d.seq(c, p+"."+k.key)
 			if err != nil {
 				return err
 			}
 			for j, a := range args {
-				v, err := d.str(a, fmt.Sprintf("%s.cmdline[%d]", p, j))
+				v, err := d.str(a, fmt.Sprintf("%s.%s[%d]", p, k.key, j))
 				if err != nil {
 					return err
 				}
-				pod.Cmdline = append(pod.Cmdline, v)
+				*k.dst = append(*k.dst, v)
 			}
 		}
 		if err := d.draPod(p, m, &pod, s); err != nil {

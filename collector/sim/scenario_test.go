@@ -39,7 +39,7 @@ func TestParseScenarioErrors(t *testing.T) {
 			"t.yaml:5: gpu: unknown key; want one of start, duration, lead_in, node, system, gpus, allocation, mig, pods, unallocated, cgroup, unattributed, faults, unscheduled"},
 		{"key twice", head + "duration: 2h\n", "t.yaml:5: duration: given twice"},
 		{"unknown pod key", head + pod + "    memroy: 1GiB\n",
-			"t.yaml:9: pods[0].memroy: unknown key; want one of namespace, name, container, owner, labels, cmdline, allocation, claim, resource, pid, devices, from, to, memory, util"},
+			"t.yaml:9: pods[0].memroy: unknown key; want one of namespace, name, container, owner, labels, cmdline, parent_cmdline, allocation, claim, resource, pid, devices, from, to, memory, util"},
 		{"pod name missing", head + "pods:\n  - namespace: a\n    devices: [\"gpu:0\"]\n", "t.yaml:6: pods[0].name: missing"},
 		{"pod twice", head + pod + "  - namespace: a\n    name: p\n    devices: [\"gpu:1\"]\n",
 			"t.yaml:10: pods[1].name: a/p is already pods[0]"},
@@ -230,7 +230,8 @@ func TestDemo(t *testing.T) {
 	if nb := byName["notebook-0"]; nb.Owner != (Owner{"StatefulSet", "notebook"}) || nb.Devices[0] != (DeviceSpec{GPU: 4}) || nb.Memory == 0 {
 		t.Errorf("notebook = %+v", nb)
 	}
-	if v := byName["vllm-llama-7c9d8f6b5d-x2k8p"]; v.Owner.Kind != "ReplicaSet" || strings.Join(v.Cmdline, " ") != "vllm serve meta-llama/Llama-3.1-8B-Instruct" || len(v.Util) < 20 {
+	if v := byName["vllm-llama-7c9d8f6b5d-x2k8p"]; v.Owner.Kind != "ReplicaSet" || strings.Join(v.Cmdline, " ") != "VLLM::EngineCore" ||
+		strings.Join(v.ParentCmdline, " ") != "vllm serve meta-llama/Llama-3.1-8B-Instruct" || len(v.Util) < 20 {
 		t.Errorf("vllm = %+v", v)
 	}
 	if held[7] || len(s.Unallocated) == 0 || s.Unallocated[0].GPU != 7 {
