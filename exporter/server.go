@@ -213,7 +213,8 @@ func onlyGetHead(h http.HandlerFunc) http.HandlerFunc {
 // serving) and /readyz (ready reports true: a poll has completed). Metrics
 // are gzipped at BestSpeed when the scraper accepts gzip (see withGzip). A
 // *Registry's text and OpenMetrics scrapes are written by the fast path (see
-// Registry).
+// Registry). In OpenMetrics a counter foo_total beside a family foo is
+// served as unknown (see openMetricsFamilies).
 func NewHandler(g prometheus.Gatherer, metricsPath string, ready func() bool, logger *zap.Logger, options ...HandlerOption) http.Handler {
 	o := handlerOptions{maxRequests: DefaultMaxRequests}
 	for _, opt := range options {
@@ -229,13 +230,9 @@ func NewHandler(g prometheus.Gatherer, metricsPath string, ready func() bool, lo
 		// withGzip compresses, at a cheaper level than promhttp's.
 		DisableCompression: true,
 	}
-	var metrics http.Handler
-	if r, ok := g.(*Registry); ok {
-		// The same answers, text and OpenMetrics written by the fast path.
-		metrics = newTextHandler(r, opts)
-	} else {
-		metrics = promhttp.HandlerFor(g, opts)
-	}
+	// promhttp's answers (a *Registry's text and OpenMetrics written by the
+	// fast path), each family named once in OpenMetrics (openmetrics.go).
+	metrics := newTextHandler(g, opts)
 	// The timeout is promhttp's Timeout (same handler, same message), set
 	// here so that it is outside the compression: http.TimeoutHandler
 	// buffers the whole body, which costs about as much again as gzip at

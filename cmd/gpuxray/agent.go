@@ -84,6 +84,7 @@ func runAgent(ctx context.Context, args []string, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
+	routeKlog(logger)
 	defer logger.Sync() //nolint:errcheck // nothing to do if stderr is gone
 
 	var (
@@ -94,6 +95,7 @@ func runAgent(ctx context.Context, args []string, stderr io.Writer) error {
 		// simulated driver plays its NVML faults by itself).
 		faults     *sim.FaultPlayer
 		faultClock sim.Clock
+		live       *simulation
 	)
 	if *simulate {
 		sc, err := loadScenario(ctx, scenarioPath)
@@ -103,18 +105,18 @@ func runAgent(ctx context.Context, args []string, stderr io.Writer) error {
 			}
 			return err
 		}
-		simClock := sim.RealClock(sc.Start)
-		s, err := startSimulation(sc, simClock)
+		s, err := startLive(sc, wallClock{})
 		if err != nil {
 			return err
 		}
 		defer s.stop()
+		live = s
 		givenSocket := kubeCfg.Socket
-		lib, clock, kubeCfg.Socket = s.nvml(), simClock, s.socket
+		lib, clock, kubeCfg.Socket = s.nvml(), s.clock, s.socket
 		s.node.SetIdentity(idCfg.simIdentity())
 		if len(sc.Faults) > 0 {
 			faults = sim.NewFaultPlayer(sc, s.kubelet, s.socket, 0)
-			faultClock = simClock
+			faultClock = s.clock
 		}
 		engineOpts = s.engineOptions(logger)
 		if given(fs, "kubelet.pod-resources-socket") {
@@ -122,7 +124,8 @@ func runAgent(ctx context.Context, args []string, stderr io.Writer) error {
 				zap.String("ignored", givenSocket))
 		}
 		logger.Info("simulated node", zap.String("node", sc.Node), zap.String("scenario", scenarioName(scenarioPath)),
-			zap.Int("gpus", sc.GPUs), zap.Int("pods", len(sc.Pods)), zap.String("kubelet_socket", s.socket))
+			zap.Int("gpus", sc.GPUs), zap.Int("pods", len(sc.Pods)), zap.String("kubelet_socket", s.socket),
+			zap.Time("start", sc.Start), zap.Duration("lead_in", sc.LeadIn), zap.String("kube_state_metrics_path", kubeStatePath))
 	} else {
 		lib = gonvml.New()
 	}
@@ -157,12 +160,24 @@ func runAgent(ctx context.Context, args []string, stderr io.Writer) error {
 		collectors.NewGoCollector(),
 		exporter.NewProcessCollector(),
 	)
-	srv, err := exporter.Listen(webCfg, exporter.NewHandler(reg, webCfg.MetricsPath, engine.Ready, logger.Named("web"), exporter.WithMaxRequests(webCfg.MaxRequests)), logger.Named("web"))
+	handler := exporter.NewHandler(reg, webCfg.MetricsPath, engine.Ready, logger.Named("web"), exporter.WithMaxRequests(webCfg.MaxRequests))
+	if live != nil {
+		if handler, err = live.withKubeState(handler, webCfg.MetricsPath); err != nil {
+			return err
+		}
+	}
+	srv, err := exporter.Listen(webCfg, handler, logger.Named("web"))
 	if err != nil {
 		return usageError{err} // a port in use is configuration, as a bad address is
 	}
 	logger.Info("gpuxray agent starting", zap.String("version", buildInfo().Version), zap.Stringer("engine", engine))
 
+	if live != nil && live.leadIn != nil {
+		// Before anything is served: the agent starts with the lead-in's state.
+		began := time.Now()
+		live.playLeadIn(gctx, engine, engineCfg.PollInterval)
+		logger.Info("played the scenario's lead-in", zap.Duration("lead_in", live.node.Scenario().LeadIn), zap.Duration("took", time.Since(began)))
+	}
 	if faults != nil {
 		g.Go(func() error { return playFaults(gctx, faults, faultClock, engineCfg.PollInterval/2, logger) })
 	}

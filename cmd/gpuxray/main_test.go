@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -47,10 +48,7 @@ func runCmdWithin(t *testing.T, d time.Duration, args ...string) (int, string, s
 // whole exposition against testdata/<name>.prom; -update rewrites them.
 func TestReplayGolden(t *testing.T) {
 	t.Parallel()
-	files, err := filepath.Glob("../../test/scenarios/*.yaml")
-	if err != nil || len(files) == 0 {
-		t.Fatalf("no scenarios: %v", err)
-	}
+	files := replayedScenarios(t)
 	for _, f := range files {
 		name := strings.TrimSuffix(filepath.Base(f), ".yaml")
 		t.Run(name, func(t *testing.T) {
@@ -83,6 +81,19 @@ func TestReplayGolden(t *testing.T) {
 	}
 }
 
+// replayedScenarios are the scenarios under test/scenarios that replay
+// plays. The DRA ones (dra-*.yaml) need replay to serve the simulated API
+// server's ResourceSlices and the agent to resolve claims (issue #14);
+// collector/sim checks their kubelet lists, slices and truth meanwhile.
+func replayedScenarios(t *testing.T) []string {
+	t.Helper()
+	files, err := filepath.Glob("../../test/scenarios/*.yaml")
+	if err != nil || len(files) == 0 {
+		t.Fatalf("no scenarios: %v", err)
+	}
+	return slices.DeleteFunc(files, func(f string) bool { return strings.HasPrefix(filepath.Base(f), "dra-") })
+}
+
 func firstDiff(a, b string) string {
 	al, bl := strings.Split(a, "\n"), strings.Split(b, "\n")
 	for i := 0; i < len(al) || i < len(bl); i++ {
@@ -109,10 +120,7 @@ func firstDiff(a, b string) string {
 // only and no idle or active second invented).
 func TestReplayTruth(t *testing.T) {
 	t.Parallel()
-	files, err := filepath.Glob("../../test/scenarios/*.yaml")
-	if err != nil || len(files) == 0 {
-		t.Fatalf("no scenarios: %v", err)
-	}
+	files := replayedScenarios(t)
 	for _, path := range files {
 		t.Run(strings.TrimSuffix(filepath.Base(path), ".yaml"), func(t *testing.T) {
 			t.Parallel()
@@ -183,6 +191,35 @@ func checkTruth(t *testing.T, path string) {
 	}
 	if checked == 0 {
 		t.Error("the scenario has no allocation to check")
+	}
+	// Every GPU's own time counts once, however many pods share it: the
+	// device-level counters against the GPU's truth, within 1% of its time.
+	for _, g := range sc.GPUTruth(0.05) {
+		uuid := node.DeviceID(sim.DeviceSpec{GPU: g.GPU})
+		idle, active := g.AllocatedIdleSeconds, g.AllocatedActiveSeconds
+		if _, mig := sc.MIG[g.GPU]; mig && !node.GPMSupported() {
+			idle, active = 0, 0
+		}
+		for _, c := range []struct {
+			metric string
+			want   float64
+		}{
+			{"gpuxray_device_observed_seconds_total", g.ObservedSeconds},
+			{"gpuxray_device_allocated_seconds_total", g.AllocatedSeconds},
+			{"gpuxray_device_allocated_idle_seconds_total", idle},
+			{"gpuxray_device_allocated_active_seconds_total", active},
+			{"gpuxray_device_unallocated_seconds_total", g.UnallocatedSeconds},
+			{"gpuxray_device_unallocated_active_seconds_total", g.UnallocatedActiveSeconds},
+		} {
+			got, ok := sum(c.metric, "", uuid)
+			if !ok {
+				t.Errorf("%s{uuid=%q} missing", c.metric, uuid)
+				continue
+			}
+			if math.Abs(got-c.want) > 0.01*g.ObservedSeconds {
+				t.Errorf("%s{gpu=%d} = %.2f, want %.2f ± 1%% of %.0f s", c.metric, g.GPU, got, c.want, g.ObservedSeconds)
+			}
+		}
 	}
 }
 
@@ -451,5 +488,20 @@ func TestMakeDemoArgs(t *testing.T) {
 	}
 	if want := "go run ./cmd/gpuxray agent --simulate --web.listen-address=:9472"; !strings.Contains(string(out), want) {
 		t.Errorf("make -n demo ARGS=... runs\n%s\nwant %q", out, want)
+	}
+}
+
+// TestReplayModelFromParentProcess: the demo's vLLM server runs as vLLM V1
+// does, its GPU process titled VLLM::EngineCore; the model comes from the
+// API server, the engine core's parent in the same container.
+func TestReplayModelFromParentProcess(t *testing.T) {
+	t.Parallel()
+	code, out, errs := runCmd(t, "replay", "--poll.interval=10s", "../../collector/sim/demo.yaml")
+	if code != 0 {
+		t.Fatalf("replay exited %d: %s", code, errs)
+	}
+	want := `model="meta-llama/Llama-3.1-8B-Instruct",namespace="inference",pod="vllm-llama-7c9d8f6b5d-x2k8p"`
+	if !strings.Contains(out, want) {
+		t.Errorf("no allocation series with %s in the demo's replay", want)
 	}
 }

@@ -40,7 +40,7 @@ func runReport(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	fs.StringVar(&f.prometheus, "prometheus", "", "URL of the Prometheus server that scrapes the agents (and kube-state-metrics), e.g. http://prometheus:9090")
 	fs.StringVar(&f.rangeStr, "range", "7d", "how far back from --end the report reaches, e.g. 7d, 30d, 36h")
 	fs.StringVar(&f.end, "end", "", "end of the range: RFC 3339 (2026-12-07T00:00:00Z) or a date (2026-12-07, midnight of --peak.timezone); now when empty")
-	fs.DurationVar(&cfg.Step, "step", cfg.Step, "resolution: rates are taken over each step and summed; divides an hour, at least twice the scrape interval")
+	fs.DurationVar(&cfg.Step, "step", cfg.Step, "resolution: rates are taken over each step and summed; must divide an hour and be at least 1m, and should be at least twice the scrape interval (the report warns when it is not)")
 	fs.StringVar(&f.format, "format", "text", "output: text, html (a self-contained page with charts) or json (docs/report.md)")
 	fs.StringVar(&f.output, "output", "", "write the report to this file instead of standard output")
 	fs.IntVar(&cfg.Top, "top", cfg.Top, "how many workloads and models to list")
