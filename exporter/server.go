@@ -1,6 +1,7 @@
 package exporter
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -354,7 +355,12 @@ type Server struct {
 	health   *http.Server
 	healthLn net.Listener
 	log      *zap.Logger
+	// grace is how long shutdown waits for requests in flight.
+	grace time.Duration
 }
+
+// shutdownGrace is how long a stopping server lets requests in flight end.
+const shutdownGrace = 5 * time.Second
 
 // newHTTPServer sets the timeouts and header limit every listener keeps,
 // whatever the web configuration.
@@ -428,14 +434,23 @@ func (s *Server) Serve(ctx context.Context) error {
 		return fmt.Errorf("http server: %w", err)
 	case <-ctx.Done():
 	}
-	shutdownCtx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	grace := cmp.Or(s.grace, shutdownGrace)
+	shutdownCtx, cancel := context.WithTimeout(context.Background(), grace)
 	defer cancel()
 	var errs []error
 	for _, srv := range []*http.Server{s.srv, s.health} {
 		if srv == nil {
 			continue
 		}
-		if err := srv.Shutdown(shutdownCtx); err != nil {
+		err := srv.Shutdown(shutdownCtx)
+		if errors.Is(err, context.DeadlineExceeded) {
+			// A client that opened a connection and sent nothing, or a
+			// request that outlasts the grace, must not turn a clean stop
+			// into a failure: close what is left.
+			s.log.Warn("connections still open at shutdown; closing them", zap.Duration("grace", grace))
+			err = srv.Close()
+		}
+		if err != nil {
 			errs = append(errs, fmt.Errorf("http shutdown: %w", err))
 		}
 	}

@@ -3,6 +3,7 @@ package exporter
 import (
 	"context"
 	"io"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -408,5 +409,40 @@ func TestInFlightDefault(t *testing.T) {
 		if code := <-codes; code != http.StatusOK {
 			t.Errorf("a scrape within the limit = %d, want 200", code)
 		}
+	}
+}
+
+// TestServeStopsCleanlyWithSilentClient: a client that opens a connection
+// and sends nothing holds Go's Shutdown past its grace; the stop is still
+// clean (nil), so SIGTERM does not exit 1.
+func TestServeStopsCleanlyWithSilentClient(t *testing.T) {
+	t.Parallel()
+	reg := prometheus.NewRegistry()
+	s, err := Listen(Config{ListenAddress: "127.0.0.1:0", MetricsPath: "/metrics"},
+		NewHandler(reg, "/metrics", func() bool { return true }, zap.NewNop()), zap.NewNop())
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.SetShutdownGrace(200 * time.Millisecond)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- s.Serve(ctx) }()
+	conn, err := net.Dial("tcp", s.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	// A request on another connection proves the server accepts by now.
+	if code := status(t, "http://"+s.Addr().String()+"/healthz", "", ""); code != 200 {
+		t.Fatalf("healthz = %d", code)
+	}
+	cancel()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Errorf("Serve = %v, want nil: a silent client must not fail the stop", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("Serve did not return")
 	}
 }
