@@ -72,9 +72,11 @@ fmt:
 vet:
 	go vet ./...
 
-## demo: the agent on the embedded simulated node, on :9471
+## demo: the agent on the embedded simulated node, on :9471; ARGS go to the
+## agent: make demo ARGS=--web.listen-address=:9472, or a scenario FILE
+ARGS ?=
 demo:
-	go run ./cmd/gpuxray agent --simulate
+	go run ./cmd/gpuxray agent --simulate $(ARGS)
 
 clean:
 	rm -rf bin

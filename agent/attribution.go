@@ -88,8 +88,12 @@ func (e *Engine) owners(snap collector.DeviceSnapshot) map[uint32]procOwner {
 		if pod.Model == "" && e.cmdModels[pod.UID] == "" {
 			// Only the model name derived from the command line is kept;
 			// the command line itself can hold secrets.
-			if m := workload.ModelFromCmdline(info.Cmdline); m != "" {
-				e.cmdModels[pod.UID] = m
+			// A worker that titles itself carries the model on a parent's.
+			for _, c := range append([][]string{info.Cmdline}, info.Ancestors...) {
+				if m := workload.ModelFromCmdline(c); m != "" {
+					e.cmdModels[pod.UID] = m
+					break
+				}
 			}
 		}
 		o := procOwner{namespace: pod.Namespace, pod: pod.Name}

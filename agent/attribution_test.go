@@ -196,13 +196,22 @@ func TestSharedGPUProcessAttribution(t *testing.T) {
 				{pid: 300, memory: 5 << 30, util: constant(0.5)},
 				{pid: 999, memory: 1 << 30, util: constant(0.2)},
 			}},
+			{info: wholeGPU(2), util: constant(0), procs: []gpuProc{
+				{pid: 400, memory: 1 << 30, util: constant(0)},
+				{pid: 500, memory: 1 << 30, util: constant(0)},
+			}},
 		}
 	}
 	allocs := []collector.Allocation{
 		alloc("busy", uuidOf(0)+"::0"), alloc("idle", uuidOf(0)+"::1"), alloc("solo", uuidOf(1)),
+		alloc("nap-a", uuidOf(2)+"::0"), alloc("nap-b", uuidOf(2)+"::1"),
 	}
-	procs := fakeProcs{100: "busy", 200: "idle", 300: "solo", 999: ""}
-	pods := newFakePods("busy", "idle", "solo")
+	procs := fakeProcs{100: "busy", 200: "idle", 300: "solo", 400: "nap-a", 500: "nap-b", 999: ""}
+	pods := newFakePods("busy", "idle", "solo", "nap-a", "nap-b")
+	// A GPU's own time counts once however many pods share it: GPU 0 is
+	// allocated 60 s (not 120), busy at 0.7 and never idle because one of
+	// its holders works; GPU 2 is idle because both of its holders are.
+	device := map[int][3]float64{0: {60, 0, 42}, 1: {60, 0, 42}, 2: {60, 60, 0}}
 
 	type want struct {
 		allocated, idle, active float64
@@ -225,7 +234,7 @@ func TestSharedGPUProcessAttribution(t *testing.T) {
 				"idle": {allocated: 60, idle: 60, active: 0, attribution: "process", memory: 2 << 30, hasMemory: true},
 				"solo": {allocated: 60, idle: 0, active: 42, attribution: "device", memory: 5 << 30, hasMemory: true},
 			},
-			unattrMem:  map[int]uint64{0: 0, 1: 1 << 30},
+			unattrMem:  map[int]uint64{0: 0, 1: 1 << 30, 2: 0},
 			unallocAct: map[int]float64{0: 0, 1: 12},
 		},
 		{
@@ -238,7 +247,7 @@ func TestSharedGPUProcessAttribution(t *testing.T) {
 				"idle": {allocated: 60, idle: 0, active: 42, attribution: "device"},
 				"solo": {allocated: 60, idle: 0, active: 42, attribution: "device", memory: 5 << 30, hasMemory: true},
 			},
-			unattrMem:  map[int]uint64{1: 1 << 30},
+			unattrMem:  map[int]uint64{1: 1 << 30, 2: 0},
 			unallocAct: map[int]float64{0: 0, 1: 12},
 		},
 		{
@@ -277,7 +286,13 @@ func TestSharedGPUProcessAttribution(t *testing.T) {
 				if d.HasUnattributedMemory != ok || d.UnattributedMemoryBytes != want {
 					t.Errorf("gpu %d unattributed memory %v/%d, want %v/%d", d.GPU, d.HasUnattributedMemory, d.UnattributedMemoryBytes, ok, want)
 				}
-				near(t, fmt.Sprintf("gpu %d unallocated active", d.GPU), d.Counters[Offpeak].UnallocatedActive, tc.unallocAct[d.GPU])
+				c := d.Counters[Offpeak]
+				near(t, fmt.Sprintf("gpu %d unallocated active", d.GPU), c.UnallocatedActive, tc.unallocAct[d.GPU])
+				w := device[d.GPU]
+				near(t, fmt.Sprintf("gpu %d allocated", d.GPU), c.Allocated, w[0])
+				near(t, fmt.Sprintf("gpu %d allocated idle", d.GPU), c.AllocatedIdle, w[1])
+				near(t, fmt.Sprintf("gpu %d allocated active", d.GPU), c.AllocatedActive, w[2])
+				near(t, fmt.Sprintf("gpu %d observed = allocated + unallocated", d.GPU), c.Observed, c.Allocated+c.Unallocated)
 			}
 			if len(tc.opts) > 0 {
 				if src := source(s, collector.SourceProc); !src.Up {
@@ -296,9 +311,12 @@ func TestSharedGPUProcessAttribution(t *testing.T) {
 func TestMIGDevices(t *testing.T) {
 	t.Parallel()
 	parent := collector.Device{UUID: uuidOf(0), GPU: 0, UtilizationSource: collector.UtilizationNone, MIGEnabled: true}
+	// Instances of 3, 2 and 1 of the GPU's 7 slices; one slice is free.
+	sliceOf := map[int]int{1: 3, 2: 2, 5: 1}
 	mig := func(gi int, source string) collector.Device {
 		return collector.Device{UUID: fmt.Sprintf("MIG-%08d-0000-0000-0000-000000000000", gi), GPU: 0, ParentUUID: parent.UUID,
-			MIGProfile: "3g.40gb", GPUInstance: gi, ComputeInstance: 0, UtilizationSource: source}
+			MIGProfile: fmt.Sprintf("%dg.40gb", sliceOf[gi]), GPUInstance: gi, ComputeInstance: 0, UtilizationSource: source,
+			Slices: sliceOf[gi], ParentSlices: 7}
 	}
 	devs := []*richDevice{
 		{info: parent},
@@ -335,10 +353,19 @@ func TestMIGDevices(t *testing.T) {
 			t.Errorf("%s gpu %d, want %d", w.pod, a.GPU, w.gpu)
 		}
 	}
+	// The GPU counts its own time once: each instance's time weighted by
+	// its share, and the free slice as observed and unallocated.
 	for _, d := range s.Devices {
-		if d.MIGEnabled && d.Counters[Offpeak] != (DeviceCounters{}) {
-			t.Errorf("MIG-enabled parent has counters %+v; its time is its instances'", d.Counters[Offpeak])
+		if !d.MIGEnabled {
+			continue
 		}
+		c := d.Counters[Offpeak]
+		near(t, "GPU observed", c.Observed, 60)
+		near(t, "GPU allocated", c.Allocated, 60*6.0/7)
+		near(t, "GPU unallocated", c.Unallocated, 60*1.0/7)
+		near(t, "GPU allocated idle", c.AllocatedIdle, 30*3.0/7+60*2.0/7)
+		near(t, "GPU allocated active", c.AllocatedActive, 27*3.0/7+0.6*2.0/7)
+		near(t, "GPU idle", c.Idle, 30*3.0/7+60*2.0/7)
 	}
 	if n := source(s, collector.SourceKubelet).Errors["unresolved_device"]; n != 0 {
 		t.Errorf("%d unresolved devices", n)

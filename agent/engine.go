@@ -117,6 +117,9 @@ type deviceState struct {
 	// only with process attribution.
 	hasUnattributed bool
 	unattributedMem uint64
+	// goneAt is when a reading of every device first left this one out;
+	// zero while it is read (see forget).
+	goneAt time.Time
 }
 
 type allocState struct {
@@ -240,10 +243,14 @@ func (e *Engine) Poll(ctx context.Context) {
 				e.dev[rd.Device.UUID] = ds
 			}
 			ds.info, ds.present, ds.reading = rd.Device, true, rd
+			ds.goneAt = time.Time{}
 		}
 		for uuid, ds := range e.dev {
 			if !seen[uuid] {
 				ds.present = false
+				if ds.goneAt.IsZero() {
+					ds.goneAt = now
+				}
 			}
 		}
 	}
@@ -258,6 +265,7 @@ func (e *Engine) Poll(ctx context.Context) {
 		}
 	}
 	e.expire(now)
+	e.forget(now)
 	e.polls++
 	e.snap.Store(e.buildSnapshot(now))
 }
@@ -522,8 +530,10 @@ func (e *Engine) holdersAt(uuid string, t time.Time) ([]allocKey, bool) {
 // device's samples.
 func (e *Engine) integrate(ds *deviceState, rd collector.DeviceReading, now time.Time, owners map[uint32]procOwner) {
 	if rd.Device.MIGEnabled {
-		// Its time is its MIG instances'; counting it too would add up twice.
+		// Its time is its MIG instances' (credit adds it), and its
+		// unpartitioned slices'.
 		ds.hasUtil = false
+		e.unpartitioned(ds, now)
 		return
 	}
 	if rd.Device.UtilizationSource == collector.UtilizationNone {
@@ -575,15 +585,69 @@ func (e *Engine) integrate(ds *deviceState, rd collector.DeviceReading, now time
 }
 
 func (e *Engine) gap(ds *deviceState, from, to time.Time) {
+	parent, frac := e.migParent(ds)
 	e.cfg.Windows.Split(from, to, func(w Window, d time.Duration) {
 		ds.c[w].Gap += d.Seconds()
+		if parent != nil {
+			parent.c[w].Gap += frac * d.Seconds()
+		}
+	})
+}
+
+// migParent returns the GPU in MIG mode that ds is an instance of, and the
+// instance's share of it; nil when ds is no MIG instance or its share is
+// unknown.
+func (e *Engine) migParent(ds *deviceState) (*deviceState, float64) {
+	if ds.info.ParentUUID == "" {
+		return nil, 0
+	}
+	p := e.dev[ds.info.ParentUUID]
+	f := ds.info.GPUFraction()
+	if p == nil || !p.info.MIGEnabled || f == 0 {
+		return nil, 0
+	}
+	return p, f
+}
+
+// unpartitioned credits a GPU in MIG mode with the time since the last
+// poll of the slices that none of its present instances occupies: observed
+// and unallocated, since no pod can hold them. Its instances' time reaches
+// it through credit. When an instance's share is unknown, so is the rest.
+func (e *Engine) unpartitioned(ds *deviceState, now time.Time) {
+	from := ds.lastPoll
+	ds.lastPoll = now
+	if from.IsZero() || !now.After(from) {
+		return
+	}
+	if limit := e.cfg.PollInterval + e.cfg.MaxSampleGap; now.Sub(from) > limit {
+		from = now.Add(-e.cfg.PollInterval)
+	}
+	free := 1.0
+	for _, is := range e.dev {
+		if is.info.ParentUUID != ds.info.UUID || !is.present {
+			continue
+		}
+		f := is.info.GPUFraction()
+		if f == 0 {
+			return
+		}
+		free -= f
+	}
+	if free <= 1e-9 {
+		return
+	}
+	e.cfg.Windows.Split(from, now, func(w Window, d time.Duration) {
+		sec := free * d.Seconds()
+		ds.c[w].Observed += sec
+		ds.c[w].Unallocated += sec
 	})
 }
 
 // credit adds the period [from, to) with busy ratio v (when known) to the
 // device and its holders at the end of the period. With procs, holders of a
 // shared device are credited with their own processes' share, and the share
-// of processes no holder owns counts as unallocated activity.
+// of processes no holder owns counts as unallocated activity. A MIG
+// instance's device counters reach its GPU too, weighted by its share.
 func (e *Engine) credit(ds *deviceState, from, to time.Time, v float64, known bool, procs *processShares) {
 	holders, holdersKnown := e.holdersAt(ds.info.UUID, to)
 	states := e.states[:0]
@@ -606,26 +670,52 @@ func (e *Engine) credit(ds *deviceState, from, to time.Time, v float64, known bo
 		unattributed = procs.period(to, holders, e.shares)
 	}
 	deviceIdle := known && v < e.cfg.IdleThreshold
+	// The device's own allocated time: idle only when every holder is,
+	// and busy by the holders' shares together (the device's samples
+	// when they are credited to every holder alike).
+	allocated := holdersKnown && len(states) > 0
+	allIdle, busy := deviceIdle, v
+	if byProcess {
+		allIdle, busy = true, 0
+		for _, as := range states {
+			u := e.shares[as.key]
+			allIdle = allIdle && u < e.cfg.IdleThreshold
+			busy += u
+		}
+		busy = min(busy, 1)
+	}
+	parent, frac := e.migParent(ds)
 	e.cfg.Windows.Split(from, to, func(w Window, d time.Duration) {
 		sec := d.Seconds()
-		c := &ds.c[w]
-		c.Observed += sec
+		c := DeviceCounters{Observed: sec}
 		if deviceIdle {
-			c.Idle += sec
+			c.Idle = sec
 		}
 		if !holdersKnown {
-			c.Unattributed += sec
+			c.Unattributed = sec
 		}
-		if holdersKnown && len(states) == 0 {
-			c.Unallocated += sec
+		switch {
+		case allocated:
+			c.Allocated = sec
 			if known {
-				c.UnallocatedActive += sec * v
+				c.AllocatedActive = sec * busy
+				if allIdle {
+					c.AllocatedIdle = sec
+				}
+				c.UnallocatedActive = sec * unattributed
 			}
-		} else if known && holdersKnown {
-			// Processes no holder owns are work nobody owns only when the
-			// holders are known: not while the kubelet is unreachable or a
-			// DRA claim is unresolved.
-			c.UnallocatedActive += sec * unattributed
+		case holdersKnown:
+			c.Unallocated = sec
+			if known {
+				c.UnallocatedActive = sec * v
+			}
+		}
+		// While the holders are unknown (the kubelet unreachable, a DRA
+		// claim unresolved), processes no known holder owns are not work
+		// nobody owns: no unallocated activity is counted for them.
+		ds.c[w].add(&c, 1)
+		if parent != nil {
+			parent.c[w].add(&c, frac)
 		}
 		for _, as := range states {
 			ac := &as.c[w]
@@ -676,6 +766,22 @@ func (e *Engine) expire(now time.Time) {
 	for uid := range e.cmdModels {
 		if !uids[uid] {
 			delete(e.cmdModels, uid)
+		}
+	}
+}
+
+// forget drops a MIG device that readings have left out for longer than
+// Retention while its parent GPU was read: a DRA driver destroyed it (a
+// fresh one has a UUID of its own), and its last counters have been
+// exported for as long as an ended allocation's. A whole GPU that is not
+// read is down (lost, hung), not gone: it is kept.
+func (e *Engine) forget(now time.Time) {
+	for uuid, ds := range e.dev {
+		if ds.present || ds.goneAt.IsZero() || ds.info.ParentUUID == "" || now.Sub(ds.goneAt) <= e.cfg.Retention {
+			continue
+		}
+		if parent := e.dev[ds.info.ParentUUID]; parent != nil && parent.present {
+			delete(e.dev, uuid)
 		}
 	}
 }

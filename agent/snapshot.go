@@ -38,6 +38,34 @@ type DeviceCounters struct {
 	// known: before the kubelet first answered, or while it has been
 	// unreachable for longer than the stale grace.
 	Unattributed float64
+
+	// Allocated, AllocatedIdle and AllocatedActive count the device's own
+	// time once, however many pods share it: Allocated is observed time
+	// while at least one pod held it, AllocatedIdle the part of that in
+	// which every holder was idle, AllocatedActive the holders' busy ratio
+	// (capped at 1) weighted by time. They are the GPU-capacity figures; the
+	// allocations' counters are pod-seconds, which on a shared GPU add up
+	// to more than the GPU's time.
+	//
+	// On a GPU in MIG mode every counter is its instances', each weighted by
+	// its share of the GPU (Device.GPUFraction), plus the slices no instance
+	// occupies, counted as observed and unallocated: the GPU's time once.
+	Allocated       float64
+	AllocatedIdle   float64
+	AllocatedActive float64
+}
+
+// add adds f times o to c.
+func (c *DeviceCounters) add(o *DeviceCounters, f float64) {
+	c.Observed += f * o.Observed
+	c.Idle += f * o.Idle
+	c.Unallocated += f * o.Unallocated
+	c.UnallocatedActive += f * o.UnallocatedActive
+	c.Gap += f * o.Gap
+	c.Unattributed += f * o.Unattributed
+	c.Allocated += f * o.Allocated
+	c.AllocatedIdle += f * o.AllocatedIdle
+	c.AllocatedActive += f * o.AllocatedActive
 }
 
 // DeviceSnapshot is one device's identity, gauges and counters.

@@ -49,6 +49,20 @@ type Device struct {
 	// name them); they mean something only when ParentUUID is set.
 	GPUInstance     int
 	ComputeInstance int
+	// Slices is a MIG instance's share of its GPU's compute, in GPU-instance
+	// slices, out of ParentSlices (7 on A100, H100 and newer); zero when
+	// unknown. They weigh the instance's time in its GPU's capacity counters.
+	Slices       int
+	ParentSlices int
+}
+
+// GPUFraction returns the share of its physical GPU that a MIG instance
+// is, or 0 when its slices are unknown.
+func (d Device) GPUFraction() float64 {
+	if d.Slices <= 0 || d.ParentSlices <= 0 || d.Slices > d.ParentSlices {
+		return 0
+	}
+	return float64(d.Slices) / float64(d.ParentSlices)
 }
 
 // Sample is one utilization sample as the driver stamps it: the busy ratio over
@@ -169,6 +183,11 @@ type ProcessInfo struct {
 	// Cmdline is the process's argument vector. It can hold secrets: only a
 	// model name derived from it may ever be exported.
 	Cmdline []string
+	// Ancestors are the command lines of the process's parents in the same
+	// container, nearest first: a worker that titles itself (vLLM's
+	// VLLM::EngineCore, SGLang's sglang::scheduler) leaves the model on its
+	// server's. The same care as Cmdline applies.
+	Ancestors [][]string
 }
 
 // Allocation is one device assigned to one container, as the kubelet lists it.

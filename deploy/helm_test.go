@@ -125,7 +125,7 @@ func TestHelmTemplate(t *testing.T) {
 		// The defaults are the agent's own, spelt out.
 		for _, f := range []string{
 			"--web.listen-address=:9471", "--web.health-listen-address=:9472", "--web.telemetry-path=/metrics",
-			"--poll.interval=1s", "--idle.threshold=0.05", "--retention=10m",
+			"--web.max-requests=40", "--poll.interval=1s", "--idle.threshold=0.05", "--retention=10m",
 			"--idle.source=samples", "--limits.max-allocations=2000",
 			"--kubelet.pod-resources-socket=/var/lib/kubelet/pod-resources/kubelet.sock",
 			"--peak.schedule=Mon-Fri 09:00-18:00", "--peak.timezone=UTC", "--log.format=json",

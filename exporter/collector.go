@@ -131,6 +131,9 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 			counter(d.deviceUnallocActive, wc.UnallocatedActive, wl)
 			counter(d.deviceGap, wc.Gap, wl)
 			counter(d.deviceUnattributed, wc.Unattributed, wl)
+			counter(d.deviceAllocated, wc.Allocated, wl)
+			counter(d.deviceAllocIdle, wc.AllocatedIdle, wl)
+			counter(d.deviceAllocActive, wc.AllocatedActive, wl)
 		}
 	}
 

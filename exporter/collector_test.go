@@ -71,9 +71,9 @@ gpuxray_allocation_info{attribution="device",claim="",claim_namespace="",contain
 # HELP gpuxray_allocation_idle_streak_seconds How long the allocation has been idle without a break.
 # TYPE gpuxray_allocation_idle_streak_seconds gauge
 gpuxray_allocation_idle_streak_seconds{container="main",gpu="0",model="",namespace="ml",pod="train-0",uuid="GPU-00000000-0000-0000-0000-000000000000",workload="",workload_kind=""} 42
-# HELP gpuxray_device_info GPU or MIG device identity; utilization_source says where busy ratios come from (samples, gpm, none).
+# HELP gpuxray_device_info GPU or MIG device identity; mig_mode is enabled or disabled on a whole GPU, empty on a MIG instance; utilization_source says where busy ratios come from (samples, gpm, none).
 # TYPE gpuxray_device_info gauge
-gpuxray_device_info{driver_version="550.54.15",gpu="0",mig_profile="",name="NVIDIA H100 80GB HBM3",parent_uuid="",utilization_source="samples",uuid="GPU-00000000-0000-0000-0000-000000000000"} 1
+gpuxray_device_info{driver_version="550.54.15",gpu="0",mig_mode="disabled",mig_profile="",name="NVIDIA H100 80GB HBM3",parent_uuid="",utilization_source="samples",uuid="GPU-00000000-0000-0000-0000-000000000000"} 1
 # HELP gpuxray_device_sample_gap_seconds_total Time between samples that no sample covered; neither idle nor busy.
 # TYPE gpuxray_device_sample_gap_seconds_total counter
 gpuxray_device_sample_gap_seconds_total{gpu="0",uuid="GPU-00000000-0000-0000-0000-000000000000",window="offpeak"} 2
@@ -95,11 +95,11 @@ gpuxray_build_info{goversion="go1.26",revision="abc",version="1.0.0"} 1
 		"gpuxray_source_up", "gpuxray_build_info"); err != nil {
 		t.Fatal(err)
 	}
-	// 1 build + 19 device (7 gauges with up, 6 counters × 2 windows) + 9
+	// 1 build + 25 device (7 gauges with up, 9 counters × 2 windows) + 9
 	// live allocation (info, 3 counters × 2, streak, memory) + 6 ended
 	// allocation (counters only) + 3 source series.
-	if n := testutil.CollectAndCount(c); n != 38 {
-		t.Errorf("collected %d metrics, want 38", n)
+	if n := testutil.CollectAndCount(c); n != 44 {
+		t.Errorf("collected %d metrics, want 44", n)
 	}
 }
 

@@ -13,7 +13,7 @@ const namespace = "gpuxray"
 var (
 	deviceLabels     = []string{"uuid", "gpu"}
 	deviceWinLabels  = []string{"uuid", "gpu", "window"}
-	deviceInfoLabels = []string{"uuid", "gpu", "name", "mig_profile", "parent_uuid", "driver_version", "utilization_source"}
+	deviceInfoLabels = []string{"uuid", "gpu", "name", "mig_profile", "parent_uuid", "mig_mode", "driver_version", "utilization_source"}
 	allocBaseLabels  = []string{"uuid", "gpu", "namespace", "pod", "container", "workload_kind", "workload", "model"}
 )
 
@@ -24,6 +24,7 @@ type descs struct {
 	deviceSMActive, deviceSMOccupancy, deviceTensorActive, deviceUnattributedMem     *prometheus.Desc
 	deviceObserved, deviceIdle, deviceUnalloc, deviceUnallocActive, deviceGap        *prometheus.Desc
 	deviceUp, deviceUnattributed                                                     *prometheus.Desc
+	deviceAllocated, deviceAllocIdle, deviceAllocActive                              *prometheus.Desc
 	allocInfo, allocSeconds, allocIdle, allocActive, allocStreak, allocMemory        *prometheus.Desc
 	sourceUp, sourceErrors, buildInfo, allocOverflow                                 *prometheus.Desc
 
@@ -52,7 +53,7 @@ func newDescs(extra []string) *descs {
 	allocInfoLabels := append(slices.Clip(allocLabels), "resource", "shared", "attribution", "stale",
 		"claim_namespace", "claim", "driver", "pool", "dra_device")
 	return &descs{
-		deviceInfo:            d("device_info", "GPU or MIG device identity; utilization_source says where busy ratios come from (samples, gpm, none).", deviceInfoLabels),
+		deviceInfo:            d("device_info", "GPU or MIG device identity; mig_mode is enabled or disabled on a whole GPU, empty on a MIG instance; utilization_source says where busy ratios come from (samples, gpm, none).", deviceInfoLabels),
 		deviceUtil:            d("device_utilization_ratio", "Mean busy ratio of the device's samples read in the last poll.", deviceLabels),
 		deviceMemUsed:         d("device_memory_used_bytes", "Framebuffer memory in use.", deviceLabels),
 		deviceMemTotal:        d("device_memory_total_bytes", "Framebuffer memory in total.", deviceLabels),
@@ -69,6 +70,9 @@ func newDescs(extra []string) *descs {
 		deviceGap:             d("device_sample_gap_seconds_total", "Time between samples that no sample covered; neither idle nor busy.", deviceWinLabels),
 		deviceUp:              d("device_up", "Whether the last poll read the device's activity (0: NVML is down, the GPU is lost, or a call failed or hangs).", deviceLabels),
 		deviceUnattributed:    d("device_unattributed_seconds_total", "Observed time while who held the device was unknown: before the kubelet first answered, or while it was unreachable beyond --kubelet.stale-grace.", deviceWinLabels),
+		deviceAllocated:       d("device_allocated_seconds_total", "Observed time while at least one pod held the device, counted once however many pods share it (on a GPU in MIG mode: its instances', weighted by their share of it).", deviceWinLabels),
+		deviceAllocIdle:       d("device_allocated_idle_seconds_total", "Allocated time of the device in which every pod holding it was idle.", deviceWinLabels),
+		deviceAllocActive:     d("device_allocated_active_seconds_total", "Utilization-weighted allocated time of the device: its holders' busy ratio together, at most 1.", deviceWinLabels),
 		allocInfo:             d("allocation_info", "A device allocated to a container, as the kubelet lists it; stale=\"true\" while the kubelet cannot be read; claim_namespace, claim, driver, pool and dra_device name a DRA claim's device.", allocInfoLabels),
 		allocSeconds:          d("allocated_seconds_total", "Observed time the device was allocated to the container.", allocWinLabels),
 		allocIdle:             d("allocated_idle_seconds_total", "Allocated time whose samples were below the idle threshold.", allocWinLabels),
@@ -88,7 +92,7 @@ func (d *descs) all() []*prometheus.Desc {
 		d.deviceInfo, d.deviceUtil, d.deviceMemUsed, d.deviceMemTotal, d.devicePower, d.deviceEnergy,
 		d.deviceSMActive, d.deviceSMOccupancy, d.deviceTensorActive, d.deviceUnattributedMem,
 		d.deviceObserved, d.deviceIdle, d.deviceUnalloc, d.deviceUnallocActive, d.deviceGap,
-		d.deviceUp, d.deviceUnattributed,
+		d.deviceUp, d.deviceUnattributed, d.deviceAllocated, d.deviceAllocIdle, d.deviceAllocActive,
 		d.allocInfo, d.allocSeconds, d.allocIdle, d.allocActive, d.allocStreak, d.allocMemory,
 		d.sourceUp, d.sourceErrors, d.buildInfo, d.allocOverflow,
 	}

@@ -66,17 +66,21 @@ func (r *Registry) Gather() ([]*dto.MetricFamily, error) { return r.all.Gather()
 
 var _ prometheus.Registerer = (*Registry)(nil)
 
-// textHandler serves r's metrics as promhttp.HandlerFor(r, opts) does, by
-// the fast path when the scrape negotiates the classic text format or
+// textHandler serves a gatherer's metrics as promhttp.HandlerFor(g, opts)
+// does, except that an OpenMetrics 1 scrape gathers through
+// openMetricsGatherer (see openmetrics.go). A Registry's are served by the
+// fast path when the scrape negotiates the classic text format or
 // OpenMetrics 0.0.1 or 1.0.0 (what Prometheus asks for first) and filters
 // no name (name[]), by that handler otherwise (protobuf, a filter).
 type textHandler struct {
-	r        *Registry
-	opts     promhttp.HandlerOpts
-	formats  []expfmt.Format // the formats promhttp offers with opts
-	names    []string        // the engine's text families, in order
-	fallback http.Handler    // promhttp's, without its in-flight limit
-	inFlight chan struct{}   // the in-flight limit of both, nil for none
+	r          *Registry // nil for another gatherer: no fast path
+	opts       promhttp.HandlerOpts
+	formats    []expfmt.Format // the formats promhttp offers with opts
+	names      []string        // the engine's text families, in order
+	omNames    []string        // and their OpenMetrics family names, sorted
+	fallback   http.Handler    // promhttp's, without its in-flight limit
+	omFallback http.Handler    // the same for OpenMetrics 1
+	inFlight   chan struct{}   // the in-flight limit of all, nil for none
 }
 
 // textScrapes counts the scrapes the fast path served, for the tests.
@@ -90,16 +94,19 @@ type textBuf struct {
 	ends []int
 }
 
-// newTextHandler returns r's metrics handler; opts must not compress, set
-// a timeout, a process start time, a Registry for promhttp's error counter
-// or accepted formats, nor coalesce gathers (the fast path does none of
-// them).
-func newTextHandler(r *Registry, opts promhttp.HandlerOpts) http.Handler {
+// newTextHandler returns g's metrics handler, with the fast path where g is
+// a *Registry; opts must not compress, set a timeout, a process start time,
+// a Registry for promhttp's error counter or accepted formats, nor coalesce
+// gathers (the fast path does none of them).
+func newTextHandler(g prometheus.Gatherer, opts promhttp.HandlerOpts) http.Handler {
 	if opts.Timeout > 0 || !opts.DisableCompression || !opts.ProcessStartTime.IsZero() || opts.Registry != nil ||
 		len(opts.AcceptedFormats) > 0 || opts.CoalesceGather || opts.EnableOpenMetricsTextCreatedSamples {
 		panic("exporter: the text fast path does not implement these handler options")
 	}
-	h := &textHandler{r: r, opts: opts, names: r.engine.textFamilyNames()}
+	h := &textHandler{opts: opts}
+	if r, ok := g.(*Registry); ok {
+		h.r, h.names, h.omNames, g = r, r.engine.textFamilyNames(), r.engine.textOpenMetricsNames(), r.all
+	}
 	h.formats = expfmt.DefaultAcceptedFormats()
 	if opts.EnableOpenMetrics {
 		h.formats = expfmt.DefaultOpenMetricsAcceptedFormats()
@@ -109,7 +116,8 @@ func newTextHandler(r *Registry, opts promhttp.HandlerOpts) http.Handler {
 	}
 	fallbackOpts := opts
 	fallbackOpts.MaxRequestsInFlight = 0
-	h.fallback = promhttp.HandlerFor(r.all, fallbackOpts)
+	h.fallback = promhttp.HandlerFor(g, fallbackOpts)
+	h.omFallback = promhttp.HandlerFor(openMetricsGatherer{g}, fallbackOpts)
 	return h
 }
 
@@ -129,7 +137,12 @@ func (h *textHandler) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 	if h.names == nil || !text && !om ||
 		(req.URL != nil && req.URL.RawQuery != "" && len(req.URL.Query()["name[]"]) > 0) ||
 		!h.serveText(w, format, om) {
-		h.fallback.ServeHTTP(w, req)
+		// The handlers negotiate as above: the same format.
+		if om {
+			h.omFallback.ServeHTTP(w, req)
+		} else {
+			h.fallback.ServeHTTP(w, req)
+		}
 	}
 }
 
@@ -161,6 +174,17 @@ func (h *textHandler) serveText(w http.ResponseWriter, format expfmt.Format, om 
 	for _, mf := range mfs {
 		if _, clash := slices.BinarySearch(h.names, mf.GetName()); clash {
 			return false // the full registry says what is wrong
+		}
+	}
+	if om {
+		mfs = openMetricsFamilies(mfs, h.names)
+		for _, mf := range mfs {
+			// Another family named as one of the engine's counters is
+			// there: the engine's headers are written already, and the
+			// fallback serves the counter as unknown.
+			if _, clash := slices.BinarySearch(h.omNames, openMetricsName(mf)); clash {
+				return false
+			}
 		}
 	}
 

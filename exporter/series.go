@@ -78,6 +78,20 @@ func (s *seriesLabels) setWindows() {
 type deviceID struct {
 	gpu                                          int
 	name, migProfile, parent, driver, utilSource string
+	migEnabled                                   bool
+}
+
+// migMode is a device's mig_mode label: "enabled" or "disabled" on a whole
+// GPU, so that rules can tell a GPU in MIG mode (whose counters aggregate
+// its instances) from one that is used whole; empty on a MIG instance.
+func migMode(d collector.Device) string {
+	switch {
+	case d.ParentUUID != "":
+		return ""
+	case d.MIGEnabled:
+		return "enabled"
+	}
+	return "disabled"
 }
 
 type deviceEntry struct {
@@ -153,13 +167,13 @@ func (c *labelCache) update(s *agent.Snapshot, d *descs, extra []string) (devs, 
 }
 
 func (c *labelCache) device(dev *agent.DeviceSnapshot, d *descs) *deviceEntry {
-	id := deviceID{dev.GPU, dev.Name, dev.MIGProfile, dev.ParentUUID, dev.DriverVersion, dev.UtilizationSource}
+	id := deviceID{dev.GPU, dev.Name, dev.MIGProfile, dev.ParentUUID, dev.DriverVersion, dev.UtilizationSource, dev.MIGEnabled}
 	e := c.devices[dev.UUID]
 	if e == nil || e.id != id {
 		gpu := strconv.Itoa(dev.GPU)
 		e = &deviceEntry{id: id}
 		e.base = makeLabels(d.deviceUp, dev.UUID, gpu)
-		e.info = makeLabels(d.deviceInfo, dev.UUID, gpu, dev.Name, dev.MIGProfile, dev.ParentUUID, dev.DriverVersion, dev.UtilizationSource)
+		e.info = makeLabels(d.deviceInfo, dev.UUID, gpu, dev.Name, dev.MIGProfile, dev.ParentUUID, migMode(dev.Device), dev.DriverVersion, dev.UtilizationSource)
 		e.setWindows()
 		c.devices[dev.UUID] = e
 		c.version++

@@ -36,7 +36,7 @@ func (c constCollector) Collect(ch chan<- prometheus.Metric) {
 	}
 	for _, dev := range s.Devices {
 		gpu := strconv.Itoa(dev.GPU)
-		gauge(d.deviceInfo, 1, dev.UUID, gpu, dev.Name, dev.MIGProfile, dev.ParentUUID, dev.DriverVersion, dev.UtilizationSource)
+		gauge(d.deviceInfo, 1, dev.UUID, gpu, dev.Name, dev.MIGProfile, dev.ParentUUID, migMode(dev.Device), dev.DriverVersion, dev.UtilizationSource)
 		gauge(d.deviceUp, boolValue(dev.Present), dev.UUID, gpu)
 		if dev.HasUtilization {
 			gauge(d.deviceUtil, dev.Utilization, dev.UUID, gpu)
@@ -67,6 +67,9 @@ func (c constCollector) Collect(ch chan<- prometheus.Metric) {
 			counter(d.deviceUnallocActive, wc.UnallocatedActive, dev.UUID, gpu, win)
 			counter(d.deviceGap, wc.Gap, dev.UUID, gpu, win)
 			counter(d.deviceUnattributed, wc.Unattributed, dev.UUID, gpu, win)
+			counter(d.deviceAllocated, wc.Allocated, dev.UUID, gpu, win)
+			counter(d.deviceAllocIdle, wc.AllocatedIdle, dev.UUID, gpu, win)
+			counter(d.deviceAllocActive, wc.AllocatedActive, dev.UUID, gpu, win)
 		}
 	}
 	for _, a := range s.Allocations {

@@ -151,6 +151,7 @@ const (
 // textFamily is one of the Collector's families in the text fast path.
 type textFamily struct {
 	name     string
+	omName   string // its family's name in OpenMetrics
 	header   string // its # HELP and # TYPE lines in the text format
 	omHeader string // and in OpenMetrics
 	kind     int
@@ -207,6 +208,7 @@ func newTextFamilies(d *descs) []textFamily {
 				omType = "unknown"
 			}
 		}
+		f.omName = omName
 		f.omHeader = "# HELP " + omName + " " + escapeQuoted(m.help) + "\n# TYPE " + omName + " " + omType + "\n"
 		fams = append(fams, f)
 	}
@@ -245,6 +247,9 @@ func newTextFamilies(d *descs) []textFamily {
 	devCounter(d.deviceUnallocActive, func(c *agent.DeviceCounters) float64 { return c.UnallocatedActive })
 	devCounter(d.deviceGap, func(c *agent.DeviceCounters) float64 { return c.Gap })
 	devCounter(d.deviceUnattributed, func(c *agent.DeviceCounters) float64 { return c.Unattributed })
+	devCounter(d.deviceAllocated, func(c *agent.DeviceCounters) float64 { return c.Allocated })
+	devCounter(d.deviceAllocIdle, func(c *agent.DeviceCounters) float64 { return c.AllocatedIdle })
+	devCounter(d.deviceAllocActive, func(c *agent.DeviceCounters) float64 { return c.AllocatedActive })
 
 	add(d.allocInfo, gauge, kindAllocInfo, textFamily{})
 	allocCounter(d.allocSeconds, func(c *agent.AllocationCounters) float64 { return c.Allocated })
@@ -312,6 +317,20 @@ func (c *Collector) textFamilyNames() []string {
 	for i, f := range c.text {
 		names[i] = f.name
 	}
+	return names
+}
+
+// textOpenMetricsNames are the OpenMetrics family names of the families the
+// fast path writes, sorted; nil when it cannot write them.
+func (c *Collector) textOpenMetricsNames() []string {
+	if c.text == nil {
+		return nil
+	}
+	names := make([]string, len(c.text))
+	for i, f := range c.text {
+		names[i] = f.omName
+	}
+	slices.Sort(names)
 	return names
 }
 

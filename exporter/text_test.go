@@ -175,11 +175,25 @@ func compareScrapes(t *testing.T, c *exporter.Collector, others ...prometheus.Co
 		if want := map[bool]uint64{true: 1}[req.fast()]; served != want {
 			t.Errorf("%s: fast path served %d scrapes", req.name, served)
 		}
+		checkFamiliesOnce(t, req.name, got)
 		if req.name == "plain" {
 			plain = got.body
 		}
 	}
 	return plain
+}
+
+// checkFamiliesOnce asserts that a text or OpenMetrics answer with a body
+// names each family once (see checkExposition).
+func checkFamiliesOnce(t *testing.T, name string, a answer) {
+	t.Helper()
+	ct := a.headers.Get("Content-Type")
+	if a.code != http.StatusOK || len(a.body) == 0 || !strings.HasPrefix(ct, "text/plain") && !strings.HasPrefix(ct, "application/openmetrics-text") {
+		return
+	}
+	if _, err := checkExposition(a.body, ct); err != nil {
+		t.Errorf("%s (%s): %v", name, ct, err)
+	}
 }
 
 // firstDiff shows the first line where a and b differ.
@@ -395,6 +409,11 @@ func TestTextFastPathWithRuntimeCollectors(t *testing.T) {
 	r.MustRegister(collectors.NewGoCollector(), exporter.NewProcessCollector())
 	ref := prometheus.NewRegistry()
 	ref.MustRegister(c, collectors.NewGoCollector(), exporter.NewProcessCollector())
+	for _, req := range scrapeReqs {
+		if req.fast() && req.method == http.MethodGet {
+			checkFamiliesOnce(t, req.name, do(t, handler(r), req))
+		}
+	}
 	req := scrapeReq{name: "gzip", method: http.MethodGet, encoding: "gzip"}
 	n0 := exporter.TextScrapes()
 	a := do(t, handler(r), req)
@@ -448,6 +467,7 @@ func compareScrapesFallback(t *testing.T, c *exporter.Collector) {
 	if b := do(t, handler(ref), req); a.code != b.code || !bytes.Equal(a.body, b.body) {
 		t.Errorf("answers differ: %d, %d:\n%s", a.code, b.code, firstDiff(a.body, b.body))
 	}
+	checkFamiliesOnce(t, req.name, a)
 }
 
 func TestTextFastPathConcurrentScrapes(t *testing.T) {

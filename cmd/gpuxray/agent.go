@@ -34,6 +34,7 @@ func runAgent(ctx context.Context, args []string, stderr io.Writer) error {
 	fs.StringVar(&webCfg.ConfigFile, "web.config.file", "", "exporter-toolkit web configuration file: TLS, basic auth (see https://github.com/prometheus/exporter-toolkit/blob/master/docs/web-configuration.md)")
 	fs.StringVar(&webCfg.HealthListenAddress, "web.health-listen-address", "", "if set, also serve /healthz and /readyz, and nothing else, there in plain HTTP without authentication (for kubelet probes)")
 	fs.BoolVar(&webCfg.EnablePprof, "web.enable-pprof", false, "serve Go profiles under /debug/pprof/ on the listen address")
+	fs.IntVar(&webCfg.MaxRequests, "web.max-requests", webCfg.MaxRequests, "most scrapes rendered at once; one beyond waits for a slot for half its scrape timeout (at most 5s), then gets a 503; 0 is no limit")
 	kubeCfg := kubelet.DefaultConfig()
 	fs.StringVar(&kubeCfg.Socket, "kubelet.pod-resources-socket", kubeCfg.Socket, "the kubelet's pod-resources socket")
 	fs.DurationVar(&kubeCfg.Timeout, "kubelet.timeout", kubeCfg.Timeout, "deadline of one pod-resources call")
@@ -52,15 +53,18 @@ func runAgent(ctx context.Context, args []string, stderr io.Writer) error {
 		fmt.Fprintf(fs.Output(), "Usage: gpuxray agent [flags] [--simulate [FILE]]\n\nFlags:\n")
 		fs.PrintDefaults()
 	}
-	if err := parseFlags(fs, args, os.Getenv); err != nil {
+	positional, err := parseFlags(fs, args, os.Getenv)
+	if err != nil {
 		return err
 	}
 	var scenarioPath string
 	switch {
-	case fs.NArg() > 1 || (fs.NArg() == 1 && !*simulate):
-		return usagef("unexpected argument %q (flags go before the scenario FILE, which needs --simulate)", fs.Arg(0))
-	case fs.NArg() == 1:
-		scenarioPath = fs.Arg(0)
+	case len(positional) > 0 && !*simulate:
+		return usagef("unexpected argument %q: a scenario FILE needs --simulate", positional[0])
+	case len(positional) > 1:
+		return usagef("unexpected argument %q: --simulate takes one scenario FILE", positional[1])
+	case len(positional) == 1:
+		scenarioPath = positional[0]
 	}
 	if err := idCfg.parse(); err != nil {
 		return err
@@ -85,6 +89,7 @@ func runAgent(ctx context.Context, args []string, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
+	routeKlog(logger)
 	defer logger.Sync() //nolint:errcheck // nothing to do if stderr is gone
 
 	var (
@@ -95,27 +100,37 @@ func runAgent(ctx context.Context, args []string, stderr io.Writer) error {
 		// simulated driver plays its NVML faults by itself).
 		faults     *sim.FaultPlayer
 		faultClock sim.Clock
+		live       *simulation
 	)
 	if *simulate {
-		sc, err := loadScenario(scenarioPath)
+		sc, err := loadScenario(ctx, scenarioPath)
 		if err != nil {
+			if ctx.Err() != nil {
+				return nil // stopped before it started, as asked
+			}
 			return err
 		}
-		simClock := sim.RealClock(sc.Start)
-		s, err := startSimulation(sc, simClock)
+		s, err := startLive(sc, wallClock{})
 		if err != nil {
 			return err
 		}
 		defer s.stop()
-		lib, clock, kubeCfg.Socket = s.nvml(), simClock, s.socket
+		live = s
+		givenSocket := kubeCfg.Socket
+		lib, clock, kubeCfg.Socket = s.nvml(), s.clock, s.socket
 		s.node.SetIdentity(idCfg.simIdentity())
 		if len(sc.Faults) > 0 {
 			faults = sim.NewFaultPlayer(sc, s.kubelet, s.socket, 0)
-			faultClock = simClock
+			faultClock = s.clock
 		}
 		engineOpts = s.engineOptions(logger)
+		if given(fs, "kubelet.pod-resources-socket") {
+			logger.Warn("--kubelet.pod-resources-socket is ignored with --simulate: the simulated kubelet serves its own socket",
+				zap.String("ignored", givenSocket))
+		}
 		logger.Info("simulated node", zap.String("node", sc.Node), zap.String("scenario", scenarioName(scenarioPath)),
-			zap.Int("gpus", sc.GPUs), zap.Int("pods", len(sc.Pods)), zap.String("kubelet_socket", s.socket))
+			zap.Int("gpus", sc.GPUs), zap.Int("pods", len(sc.Pods)), zap.String("kubelet_socket", s.socket),
+			zap.Time("start", sc.Start), zap.Duration("lead_in", sc.LeadIn), zap.String("kube_state_metrics_path", kubeStatePath))
 	} else {
 		lib = gonvml.New()
 	}
@@ -157,12 +172,24 @@ func runAgent(ctx context.Context, args []string, stderr io.Writer) error {
 		collectors.NewGoCollector(),
 		exporter.NewProcessCollector(),
 	)
-	srv, err := exporter.Listen(webCfg, exporter.NewHandler(reg, webCfg.MetricsPath, engine.Ready, logger.Named("web")), logger.Named("web"))
-	if err != nil {
-		return err
+	handler := exporter.NewHandler(reg, webCfg.MetricsPath, engine.Ready, logger.Named("web"), exporter.WithMaxRequests(webCfg.MaxRequests))
+	if live != nil {
+		if handler, err = live.withKubeState(handler, webCfg.MetricsPath); err != nil {
+			return err
+		}
 	}
-	logger.Info("gpuxray agent starting", zap.String("version", version), zap.Stringer("engine", engine))
+	srv, err := exporter.Listen(webCfg, handler, logger.Named("web"))
+	if err != nil {
+		return usageError{err} // a port in use is configuration, as a bad address is
+	}
+	logger.Info("gpuxray agent starting", zap.String("version", buildInfo().Version), zap.Stringer("engine", engine))
 
+	if live != nil && live.leadIn != nil {
+		// Before anything is served: the agent starts with the lead-in's state.
+		began := time.Now()
+		live.playLeadIn(gctx, engine, engineCfg.PollInterval)
+		logger.Info("played the scenario's lead-in", zap.Duration("lead_in", live.node.Scenario().LeadIn), zap.Duration("took", time.Since(began)))
+	}
 	if faults != nil {
 		g.Go(func() error { return playFaults(gctx, faults, faultClock, engineCfg.PollInterval/2, logger) })
 	}
@@ -171,6 +198,14 @@ func runAgent(ctx context.Context, args []string, stderr io.Writer) error {
 	err = g.Wait()
 	logger.Info("gpuxray agent stopped")
 	return err
+}
+
+// given reports whether the flag name was set, on the command line or by
+// its environment variable (parseFlags sets those through fs.Set).
+func given(fs *flag.FlagSet, name string) bool {
+	found := false
+	fs.Visit(func(f *flag.Flag) { found = found || f.Name == name })
+	return found
 }
 
 func scenarioName(path string) string {

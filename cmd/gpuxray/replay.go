@@ -53,11 +53,12 @@ func runReplay(ctx context.Context, args []string, stdout, stderr io.Writer) err
 		fmt.Fprintf(fs.Output(), "Usage: gpuxray replay [flags] FILE\n\nReplays the scenario FILE on a virtual clock as fast as the CPU allows, through\nthe real NVML reader, kubelet client and engine, and prints the final metrics\nin the Prometheus text format, or with --format openmetrics every scrape of\nthe replay with its timestamp (labelled job=\"gpuxray\", instance=NODE as a\nscrape would be), ready for promtool tsdb create-blocks-from openmetrics.\n\nFlags:\n")
 		fs.PrintDefaults()
 	}
-	if err := parseFlags(fs, args, os.Getenv); err != nil {
+	positional, err := parseFlags(fs, args, os.Getenv)
+	if err != nil {
 		return err
 	}
-	if fs.NArg() != 1 {
-		return usagef("want exactly one scenario FILE, got %d arguments", fs.NArg())
+	if len(positional) != 1 {
+		return usagef("want exactly one scenario FILE, got %d arguments", len(positional))
 	}
 	switch {
 	case *format != "text" && *format != "openmetrics":
@@ -77,7 +78,7 @@ func runReplay(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	if err != nil {
 		return err
 	}
-	sc, err := loadScenario(fs.Arg(0))
+	sc, err := loadScenario(ctx, positional[0])
 	if err != nil {
 		return err
 	}

@@ -1,11 +1,18 @@
 package main
 
 import (
+	"context"
 	"fmt"
+	"io"
+	"net/http"
 	"os"
 	"path/filepath"
+	"sync"
+	"time"
 
 	gonvml "github.com/NVIDIA/go-nvml/pkg/nvml"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"go.uber.org/zap"
 
 	"github.com/gpuxray/gpuxray/agent"
@@ -21,19 +28,95 @@ type simulation struct {
 	kubelet *sim.KubeletServer
 	socket  string
 	dir     string
+	// clock is the simulation's time, which the readers and the engine
+	// share with it.
+	clock sim.Clock
+	// leadIn is clock in a live simulation whose scenario has a lead_in.
+	leadIn *sim.LeadInClock
 }
 
+// maxScenarioBytes bounds the scenario file: the largest real one (test/bench's
+// node-110, 110 pods churning over a day) is 283 KiB, and /dev/zero or a
+// runaway generator must not grow the process until the kernel kills it.
+const maxScenarioBytes = 16 << 20
+
+// kubeStatePath is where `agent --simulate` serves the kube-state-metrics
+// series of its scenario's pods (sim.Node.KubeState), on the agent's own
+// listener. The agent without --simulate never serves it.
+const kubeStatePath = "/simulate/kube-state-metrics"
+
 // loadScenario reads FILE, or returns the embedded demo when path is empty.
-// A bad file is a usage error naming the line and field.
-func loadScenario(path string) (*sim.Scenario, error) {
+// A bad file is a usage error naming the path as given, the line and field.
+// The read ends when ctx is done: a FIFO nobody writes to would block it,
+// with the signals that end the process already caught.
+func loadScenario(ctx context.Context, path string) (*sim.Scenario, error) {
 	if path == "" {
 		return sim.Demo(), nil
 	}
-	sc, err := sim.LoadScenario(path)
+	data, err := readScenario(ctx, path)
+	if err != nil {
+		return nil, err
+	}
+	sc, err := sim.ParseScenario(data, path)
 	if err != nil {
 		return nil, usageError{err}
 	}
 	return sc, nil
+}
+
+// readScenario reads path, up to maxScenarioBytes, whatever kind of file
+// it is (a pipe from <(...) is fine), until ctx is done.
+func readScenario(ctx context.Context, path string) ([]byte, error) {
+	type result struct {
+		data []byte
+		err  error
+	}
+	done := make(chan result, 1)
+	var (
+		mu        sync.Mutex
+		file      *os.File
+		abandoned bool
+	)
+	go func() {
+		// Opening a FIFO blocks until a writer opens it, in a system call
+		// nothing interrupts: then this goroutine outlives start-up, and
+		// closes the file when the open returns.
+		f, err := os.Open(path)
+		if err != nil {
+			done <- result{err: usagef("reading scenario: %v", err)}
+			return
+		}
+		mu.Lock()
+		if abandoned {
+			mu.Unlock()
+			f.Close()
+			return
+		}
+		file = f
+		mu.Unlock()
+		defer f.Close()
+		data, err := io.ReadAll(io.LimitReader(f, maxScenarioBytes+1))
+		switch {
+		case err != nil:
+			done <- result{err: usagef("reading scenario: %v", err)}
+		case len(data) > maxScenarioBytes:
+			done <- result{err: usagef("%s: scenario is larger than %d MiB", path, maxScenarioBytes>>20)}
+		default:
+			done <- result{data: data}
+		}
+	}()
+	select {
+	case r := <-done:
+		return r.data, r.err
+	case <-ctx.Done():
+		mu.Lock()
+		abandoned = true
+		if file != nil {
+			file.Close() // a pipe is read through the poller: this ends the read
+		}
+		mu.Unlock()
+		return nil, ctx.Err()
+	}
 }
 
 func startSimulation(sc *sim.Scenario, clock sim.Clock) (*simulation, error) {
@@ -46,7 +129,7 @@ func startSimulation(sc *sim.Scenario, clock sim.Clock) (*simulation, error) {
 	if err != nil {
 		return nil, fmt.Errorf("simulated kubelet: %w", err)
 	}
-	s := &simulation{node: node, dir: dir, socket: filepath.Join(dir, "kubelet.sock")}
+	s := &simulation{node: node, dir: dir, socket: filepath.Join(dir, "kubelet.sock"), clock: clock}
 	// The node's GPU processes get a /proc tree of their own, so the real
 	// cgroup reader maps them to pods as on a node.
 	if err := node.WriteProc(filepath.Join(dir, "proc")); err != nil {
@@ -59,6 +142,75 @@ func startSimulation(sc *sim.Scenario, clock sim.Clock) (*simulation, error) {
 		return nil, fmt.Errorf("simulated kubelet: %w", err)
 	}
 	return s, nil
+}
+
+// startLive starts sc as `agent --simulate` plays it: on wall, the clock
+// Prometheus stamps its scrapes with. The scenario's start is moved so that
+// its lead_in ends at wall's now (with no lead_in, it starts now): its
+// offsets play from there, and the driver's sample stamps, the kubelet's and
+// the engine's clock, and so the peak windows of each second, all read wall
+// time. The lead-in itself is played by playLeadIn, on a virtual clock that
+// then follows wall. (Replay keeps the scenario's start: it writes its own
+// timestamps.)
+func startLive(sc *sim.Scenario, wall sim.Clock) (*simulation, error) {
+	sc.Start = wall.Now().Add(-sc.LeadIn)
+	if sc.LeadIn == 0 {
+		return startSimulation(sc, wall)
+	}
+	clock := sim.NewLeadInClock(wall, sc.Start)
+	s, err := startSimulation(sc, clock)
+	if err != nil {
+		return nil, err
+	}
+	s.leadIn = clock
+	return s, nil
+}
+
+// playLeadIn plays the scenario's lead_in through engine: it polls it every
+// poll interval of virtual time, as it would have polled in real time, and
+// moves the clock on at once, until the clock has caught up with the wall
+// clock, which it then follows. The engine's counts, idle streaks and
+// allocations are then those of an agent that has run through the lead-in,
+// each second counted in the window of its own (wall-clock) time. A poll
+// slower than the poll interval could never catch up: after twice the
+// lead-in's polls the clock follows the wall clock wherever it stands, and
+// the rest, if longer than the driver's ring, is a gap.
+func (s *simulation) playLeadIn(ctx context.Context, engine *agent.Engine, every time.Duration) {
+	if s.leadIn == nil {
+		return
+	}
+	maxPolls := 2*int(s.node.Scenario().LeadIn/every) + 2
+	for i := 0; ctx.Err() == nil; i++ {
+		engine.Poll(ctx)
+		if i >= maxPolls {
+			s.leadIn.GoLive()
+		}
+		if !s.leadIn.Step(every) {
+			return
+		}
+	}
+}
+
+// withKubeState serves the scenario's kube-state-metrics series at
+// kubeStatePath, in front of h: with them a Prometheus that loads gpuxray's
+// rules sees the scenario's unscheduled pods as it would from
+// kube-state-metrics (GPUPodsPendingWhileGPUsIdle).
+func (s *simulation) withKubeState(h http.Handler, metricsPath string) (http.Handler, error) {
+	if metricsPath == kubeStatePath {
+		return nil, usagef("--web.telemetry-path %s is where --simulate serves the simulated kube-state-metrics; choose another path", metricsPath)
+	}
+	reg := prometheus.NewPedanticRegistry()
+	if err := reg.Register(s.node.KubeState()); err != nil {
+		return nil, fmt.Errorf("simulated kube-state-metrics: %w", err)
+	}
+	ksm := promhttp.HandlerFor(reg, promhttp.HandlerOpts{})
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == kubeStatePath {
+			ksm.ServeHTTP(w, r)
+			return
+		}
+		h.ServeHTTP(w, r)
+	}), nil
 }
 
 func (s *simulation) nvml() gonvml.Interface { return s.node.NVML() }

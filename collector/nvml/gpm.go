@@ -57,11 +57,13 @@ func (g *gpmSampler) free(lib nvml.Interface) {
 	lib.GpmSampleFree(g.cur)
 }
 
-// read takes a GPM sample at now and, when a previous one is at least
+// read takes a GPM sample and, when a previous one is at least
 // gpmMinInterval older, returns SM activity over the interval as a sample
-// ending at now, plus the gauges. ok is false on the first sample.
-func (g *gpmSampler) read(lib nvml.Interface, m *nvml.GpmMetricsGetType, now time.Time) (collector.Sample, collector.GPMGauges, bool, nvml.Return) {
-	if g.hasPrev && now.Sub(g.prevAt) < gpmMinInterval {
+// ending when the new one was taken (clock's time when the call answered,
+// which can be long after it was made), plus the gauges. ok is false on the
+// first sample.
+func (g *gpmSampler) read(lib nvml.Interface, m *nvml.GpmMetricsGetType, clock Clock) (collector.Sample, collector.GPMGauges, bool, nvml.Return) {
+	if g.hasPrev && clock.Now().Sub(g.prevAt) < gpmMinInterval {
 		return collector.Sample{}, collector.GPMGauges{}, false, nvml.SUCCESS
 	}
 	var ret nvml.Return
@@ -73,6 +75,7 @@ func (g *gpmSampler) read(lib nvml.Interface, m *nvml.GpmMetricsGetType, now tim
 	if ret != nvml.SUCCESS {
 		return collector.Sample{}, collector.GPMGauges{}, false, ret
 	}
+	now := clock.Now()
 	first := !g.hasPrev
 	g.prev, g.cur = g.cur, g.prev
 	g.hasPrev, g.prevAt = true, now

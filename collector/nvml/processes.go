@@ -10,17 +10,18 @@ import (
 )
 
 // readProcessSamples returns per-process utilization samples newer than
-// lastSeen, oldest first, and how many it dropped for an absurd timestamp.
+// lastSeen, oldest first, and how many it dropped for an absurd timestamp
+// relative to clock's time when the call answered, as readSamples does.
 // (GetProcessesUtilizationInfo in go-nvml v0.13.4-1 never returns samples,
 // so the older call is used.)
-func readProcessSamples(h nvml.Device, lastSeen uint64, now time.Time) ([]collector.ProcessSample, int, nvml.Return) {
+func readProcessSamples(h nvml.Device, lastSeen uint64, clock Clock) ([]collector.ProcessSample, int, nvml.Return) {
 	raw, ret := h.GetProcessUtilization(lastSeen)
 	if ret != nvml.SUCCESS {
 		return nil, 0, ret
 	}
+	lo, hi := stampBounds(clock.Now())
 	sort.Slice(raw, func(i, j int) bool { return raw[i].TimeStamp < raw[j].TimeStamp })
 	out := make([]collector.ProcessSample, 0, len(raw))
-	lo, hi := stampBounds(now)
 	bad := 0
 	for _, p := range raw {
 		if p.TimeStamp != 0 && (p.TimeStamp < lo || p.TimeStamp > hi) {

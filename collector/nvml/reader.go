@@ -37,10 +37,11 @@ const (
 	initRetryMax = 5 * time.Minute
 )
 
-// Bounds on a sample's timestamp relative to the reader's clock: a sample
-// stamped further ahead would stop every later sample from being read (each
-// read asks for samples newer than the newest seen), one far older is not
-// from the driver's ring (about 20 s). Such samples are dropped and counted.
+// Bounds on a sample's timestamp relative to the reader's clock when its
+// call answered: a sample stamped further ahead would stop every later
+// sample from being read (each read asks for samples newer than the newest
+// seen), one far older is not from the driver's ring (about 20 s). Such
+// samples are dropped and counted.
 const (
 	maxSampleLead = time.Minute
 	maxSampleAge  = 10 * time.Minute
@@ -72,6 +73,7 @@ type Reader struct {
 	nextInit    time.Time
 	initBackoff time.Duration
 	devices     []*device
+	migScan     migRescan
 }
 
 // device is one enumerated NVML device (a whole GPU or a MIG instance) and
@@ -230,6 +232,7 @@ func (r *Reader) sampler(parent nvml.Device, gi int) *gpmSampler {
 }
 
 func (r *Reader) freeDevices() {
+	r.dropMIGWalks()
 	r.waitInflight(r.cfg.CallTimeout)
 	for _, d := range r.devices {
 		if d.gpm != nil {
@@ -255,6 +258,7 @@ func (r *Reader) Read(ctx context.Context) (collector.DeviceSnapshot, error) {
 				collector.NewSourceError(collector.SourceNVML, "init", fmt.Errorf("%w: %w", ErrNotInitialized, r.initErr))
 		}
 	}
+	r.rescanMIG(ctx)
 	for _, d := range r.devices {
 		if d.inflight == nil {
 			r.start(d)
@@ -381,10 +385,12 @@ func (r *Reader) readDevice(d *device) (res readResult) {
 		return false
 	}
 	rd := &res.rd
-	now := r.clock.Now()
 
+	// Each call's samples are judged against the time the call answers,
+	// not the time the read began: a call that hung for minutes answers
+	// with samples stamped up to its answer.
 	if !d.noSamples {
-		samples, bad, ret := readSamples(d.handle, d.lastSeen, now)
+		samples, bad, ret := readSamples(d.handle, d.lastSeen, r.clock)
 		if bad > 0 {
 			res.errs = append(res.errs, collector.NewSourceError(collector.SourceNVML, "bad_timestamp",
 				fmt.Errorf("GPU %d %s: %d samples stamped outside [now-%s, now+%s] dropped", d.info.GPU, d.info.UUID, bad, maxSampleAge, maxSampleLead)))
@@ -415,7 +421,7 @@ func (r *Reader) readDevice(d *device) (res readResult) {
 		if d.metrics == nil {
 			d.metrics = new(nvml.GpmMetricsGetType)
 		}
-		s, gauges, ok, ret := d.gpm.read(r.lib, d.metrics, now)
+		s, gauges, ok, ret := d.gpm.read(r.lib, d.metrics, r.clock)
 		switch {
 		case ret != nvml.SUCCESS && (d.useGPM || lostGPU(ret)):
 			res.down = sourceErr("gpm", ret)
@@ -430,7 +436,7 @@ func (r *Reader) readDevice(d *device) (res readResult) {
 		}
 	}
 	if !d.noProcSamples {
-		ps, bad, ret := readProcessSamples(d.handle, d.lastProcSeen, now)
+		ps, bad, ret := readProcessSamples(d.handle, d.lastProcSeen, r.clock)
 		if bad > 0 {
 			res.errs = append(res.errs, collector.NewSourceError(collector.SourceNVML, "bad_timestamp",
 				fmt.Errorf("GPU %d %s: %d process samples stamped outside [now-%s, now+%s] dropped", d.info.GPU, d.info.UUID, bad, maxSampleAge, maxSampleLead)))
@@ -509,17 +515,18 @@ func (r *Reader) memory(d *device, fail func(string, nvml.Return) bool) (nvml.Me
 
 // readSamples returns the utilization samples newer than lastSeen, oldest
 // first, as busy ratios, and how many it dropped for an absurd timestamp
-// (see maxSampleLead). The driver's ring is not guaranteed to be in time
-// order, and empty slots carry a zero timestamp.
-func readSamples(h nvml.Device, lastSeen uint64, now time.Time) ([]collector.Sample, int, nvml.Return) {
+// (see maxSampleLead) relative to clock's time when the call answered. The
+// driver's ring is not guaranteed to be in time order, and empty slots
+// carry a zero timestamp.
+func readSamples(h nvml.Device, lastSeen uint64, clock Clock) ([]collector.Sample, int, nvml.Return) {
 	vt, raw, ret := h.GetSamples(nvml.GPU_UTILIZATION_SAMPLES, lastSeen)
 	if ret != nvml.SUCCESS {
 		return nil, 0, ret
 	}
+	lo, hi := stampBounds(clock.Now())
 	sort.Slice(raw, func(i, j int) bool { return raw[i].TimeStamp < raw[j].TimeStamp })
 	out := make([]collector.Sample, 0, len(raw))
 	var prev uint64
-	lo, hi := stampBounds(now)
 	bad := 0
 	for _, s := range raw {
 		if s.TimeStamp == 0 {

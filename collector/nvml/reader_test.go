@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"math"
+	"slices"
 	"testing"
 	"time"
 
@@ -169,7 +170,7 @@ func TestReadSamplesOrdering(t *testing.T) {
 			rawSample(300, 30), rawSample(0, 99), rawSample(100, 10), rawSample(200, 20), rawSample(200, 20), rawSample(50, 5),
 		}, gonvml.SUCCESS
 	}}
-	got, bad, ret := readSamples(dev, 60, time.UnixMicro(300))
+	got, bad, ret := readSamples(dev, 60, &stepClock{t: time.UnixMicro(300)})
 	if ret != gonvml.SUCCESS || bad != 0 {
 		t.Fatal(ret, bad)
 	}
@@ -210,5 +211,92 @@ func TestSampleValue(t *testing.T) {
 		if ok != tc.ok || (ok && got != tc.want) {
 			t.Errorf("%s: sampleValue = %g, %v; want %g, %v", tc.name, got, ok, tc.want, tc.ok)
 		}
+	}
+}
+
+// slowLib is one GPU whose samples and process samples calls take took on
+// clock before they answer, each with one sample stamped at the answer's
+// time plus offset.
+func slowLib(clock *stepClock, took, offset time.Duration) *mock.Interface {
+	answer := func() uint64 {
+		clock.t = clock.t.Add(took)
+		return uint64(clock.t.Add(offset).UnixMicro())
+	}
+	dev := &mock.Device{
+		GetUUIDFunc:    func() (string, gonvml.Return) { return "GPU-slow", gonvml.SUCCESS },
+		GetNameFunc:    func() (string, gonvml.Return) { return "slow", gonvml.SUCCESS },
+		GetIndexFunc:   func() (int, gonvml.Return) { return 0, gonvml.SUCCESS },
+		GetMigModeFunc: func() (int, int, gonvml.Return) { return 0, 0, gonvml.ERROR_NOT_SUPPORTED },
+		GetSamplesFunc: func(gonvml.SamplingType, uint64) (gonvml.ValueType, []gonvml.Sample, gonvml.Return) {
+			return gonvml.VALUE_TYPE_UNSIGNED_INT, []gonvml.Sample{rawSample(answer(), 40)}, gonvml.SUCCESS
+		},
+		GetProcessUtilizationFunc: func(uint64) ([]gonvml.ProcessUtilizationSample, gonvml.Return) {
+			return []gonvml.ProcessUtilizationSample{{Pid: 7, TimeStamp: answer(), SmUtil: 40}}, gonvml.SUCCESS
+		},
+		GetMemoryInfo_v2Func:          func() (gonvml.Memory_v2, gonvml.Return) { return gonvml.Memory_v2{}, gonvml.ERROR_NOT_SUPPORTED },
+		GetMemoryInfoFunc:             func() (gonvml.Memory, gonvml.Return) { return gonvml.Memory{}, gonvml.ERROR_NOT_SUPPORTED },
+		GetPowerUsageFunc:             func() (uint32, gonvml.Return) { return 0, gonvml.ERROR_NOT_SUPPORTED },
+		GetTotalEnergyConsumptionFunc: func() (uint64, gonvml.Return) { return 0, gonvml.ERROR_NOT_SUPPORTED },
+		GetComputeRunningProcessesFunc: func() ([]gonvml.ProcessInfo, gonvml.Return) {
+			return nil, gonvml.ERROR_NOT_SUPPORTED
+		},
+	}
+	return &mock.Interface{
+		InitFunc:                   func() gonvml.Return { return gonvml.SUCCESS },
+		ShutdownFunc:               func() gonvml.Return { return gonvml.SUCCESS },
+		SystemGetDriverVersionFunc: func() (string, gonvml.Return) { return "550.54.15", gonvml.SUCCESS },
+		DeviceGetCountFunc:         func() (int, gonvml.Return) { return 1, gonvml.SUCCESS },
+		DeviceGetHandleByIndexFunc: func(int) (gonvml.Device, gonvml.Return) { return dev, gonvml.SUCCESS },
+		// No GPM: its symbols are missing.
+		ExtensionsFunc: func() gonvml.ExtendedInterface {
+			return &mock.ExtendedInterface{LookupSymbolFunc: func(string) error { return errors.New("no such symbol") }}
+		},
+	}
+}
+
+// TestSampleStampJudgedAtAnswer: a sample's timestamp is checked against
+// the time its call answered, not the time the call was made, both ways: a
+// call that took minutes brings samples from after it began (not "in the
+// future") and may bring ones older than the age bound at the answer
+// (stale, though recent when the call began).
+func TestSampleStampJudgedAtAnswer(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name   string
+		took   time.Duration // each call, on the clock
+		offset time.Duration // the sample's stamp after the answer
+		bad    bool
+	}{
+		{"prompt answer", 0, 0, false},
+		{"70s late, stamped at the answer", 70 * time.Second, 0, false},
+		{"70s late, a minute ahead of the answer", 70 * time.Second, maxSampleLead, false},
+		{"70s late, beyond a minute ahead of the answer", 70 * time.Second, maxSampleLead + time.Second, true},
+		{"5m late, within the age bound at the answer", 5 * time.Minute, -maxSampleAge + time.Second, false},
+		{"5m late, beyond the age bound at the answer", 5 * time.Minute, -maxSampleAge - time.Second, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			clock := &stepClock{t: time.Unix(1_800_000_000, 0)}
+			r := New(slowLib(clock, tc.took, tc.offset), DefaultConfig(), zap.NewNop(), clock)
+			if err := r.Init(); err != nil {
+				t.Fatal(err)
+			}
+			defer r.Shutdown()
+			snap, err := r.Read(context.Background())
+			if err != nil || len(snap.Devices) != 1 {
+				t.Fatalf("Read() = %v, %d devices", err, len(snap.Devices))
+			}
+			want := []string(nil)
+			if tc.bad {
+				want = []string{"bad_timestamp", "bad_timestamp"}
+			}
+			if got := reasons(snap); !slices.Equal(got, want) {
+				t.Errorf("errors %v, want %v", snap.Errors, want)
+			}
+			d := snap.Devices[0]
+			if n := map[bool]int{false: 1}[tc.bad]; len(d.Samples) != n || len(d.ProcessSamples) != n {
+				t.Errorf("%d samples and %d process samples kept, want %d", len(d.Samples), len(d.ProcessSamples), n)
+			}
+		})
 	}
 }

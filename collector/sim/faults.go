@@ -170,6 +170,14 @@ func (d *decoder) faults(n *yaml.Node, s *Scenario) error {
 		if err := d.faultTimes(it, m, p, s, &f); err != nil {
 			return err
 		}
+		if f.From < s.LeadIn {
+			key := "from"
+			if f.Kind == FaultKubeletRestart {
+				key = "at"
+			}
+			return d.errf(m[key], p+"."+key, "%s is within the lead_in (%s), which agent --simulate plays at once on a virtual clock; a fault must start at or after it",
+				fmtDur(f.From), fmtDur(s.LeadIn))
+		}
 		if err := d.faultFields(it, m, p, s, &f); err != nil {
 			return err
 		}

@@ -329,7 +329,7 @@ func TestDemoListResponse(t *testing.T) {
 	for _, pr := range n.ListResponse().PodResources {
 		names = append(names, pr.Namespace+"/"+pr.Name)
 	}
-	want := "[data-science/notebook-0 inference/vllm-llama-7c9d-x2k8p ml-dev/dev-alice-0]"
+	want := "[data-science/notebook-0 inference/vllm-llama-7c9d8f6b5d-x2k8p ml-dev/dev-alice-0]"
 	if got := fmtList(names); got != want {
 		t.Errorf("demo pods at 3h45m = %s, want %s (the training job and the batch job have ended)", got, want)
 	}

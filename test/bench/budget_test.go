@@ -13,14 +13,14 @@ import (
 // per GPU (device series, plus the allocation series of the pods holding
 // it) and in all. Raise these only with a line in docs/scaling.md.
 // The budget: 11 device gauges (info, utilization, memory used and total,
-// power, energy, the three GPM ratios, unattributed memory, up) and 6
-// windowed device counters × 2 windows make 23 device series per GPU; the
+// power, energy, the three GPM ratios, unattributed memory, up) and 9
+// windowed device counters × 2 windows make 29 device series per GPU; the
 // demo's allocations add the rest. Raising a budget is a decision to record
 // in the commit that does it.
 const (
-	budgetDeviceSeriesPerGPU = 23
-	budgetSeriesPerGPU       = 33
-	budgetSeriesDemoNode     = 264
+	budgetDeviceSeriesPerGPU = 29
+	budgetSeriesPerGPU       = 39
+	budgetSeriesDemoNode     = 312
 )
 
 func TestSeriesBudgetDemo(t *testing.T) {

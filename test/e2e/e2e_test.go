@@ -154,6 +154,8 @@ func TestDemoAgent(t *testing.T) {
 		`gpuxray_source_up{source="nvml"} 1`,
 		`gpuxray_source_up{source="kubelet"} 1`,
 		`gpuxray_allocation_info{attribution="device",claim="",claim_namespace="",container="jupyter",`,
+		// README's owner chain Pod → ReplicaSet → Deployment.
+		`namespace="inference",pod="vllm-llama-7c9d8f6b5d-x2k8p",pool="",resource="nvidia.com/gpu",shared="false",stale="false",uuid="GPU-c913b31b-6981-5248-8814-8477a9e4b134",workload="vllm-llama",workload_kind="Deployment"} 1`,
 		`gpuxray_build_info{`,
 		`gpuxray_device_info{driver_version="550.54.15",gpu="7",`,
 		`process_resident_memory_bytes`,
@@ -171,16 +173,39 @@ func TestDemoAgent(t *testing.T) {
 	if out, err := check.CombinedOutput(); err != nil {
 		t.Errorf("promtool check metrics: %v\n%s", err, out)
 	}
+	// The simulated kube-state-metrics has a path of its own, never the
+	// agent's metrics.
+	if strings.Contains(text, "kube_pod_") {
+		t.Error("the agent's /metrics serves kube-state-metrics series")
+	}
+	ksm := string(waitFor(t, "http://"+addr+"/simulate/kube-state-metrics", 5*time.Second))
+	for _, want := range []string{
+		`kube_pod_status_phase{namespace="research",phase="Pending",pod="llama-eval-0",`,
+		`kube_pod_container_resource_requests{container="eval",namespace="research",node="",pod="llama-eval-0",resource="nvidia_com_gpu",`,
+		`kube_pod_info{created_by_kind="StatefulSet",created_by_name="notebook",host_ip="",host_network="false",namespace="data-science",node="demo-node",pod="notebook-0",`,
+	} {
+		if !strings.Contains(ksm, want) {
+			t.Errorf("/simulate/kube-state-metrics lacks %s", want)
+		}
+	}
+	check = exec.Command(promtool, "check", "metrics")
+	check.Stdin = strings.NewReader(ksm)
+	if out, err := check.CombinedOutput(); err != nil {
+		t.Errorf("promtool check metrics of the simulated kube-state-metrics: %v\n%s", err, out)
+	}
 	if code := p.stop(t); code != 0 {
 		t.Errorf("agent exited %d after SIGTERM, want 0", code)
 	}
 }
 
+// demoAllocationsAtStart is how many allocations the live demo has when it
+// starts: those of the pods that hold GPUs at the end of its lead_in.
 func demoAllocationsAtStart(t *testing.T) int {
 	t.Helper()
+	sc := sim.Demo()
 	n := 0
-	for _, p := range sim.Demo().Pods {
-		if p.From == 0 {
+	for _, p := range sc.Pods {
+		if p.From <= sc.LeadIn && sc.LeadIn < p.To {
 			n += len(p.Devices)
 		}
 	}
@@ -191,8 +216,9 @@ func demoAllocationsAtStart(t *testing.T) int {
 }
 
 // TestPrometheusScrapesAgent: a real Prometheus server scrapes the demo agent
-// and its query API sees the notebook's idle seconds grow while the training
-// job's stay at zero.
+// and its query API sees the state the demo starts in, at the end of its
+// lead-in: the notebook idle for as long, the training job in its data-loader
+// stall, gpu 7 held by nobody since the start.
 func TestPrometheusScrapesAgent(t *testing.T) {
 	t.Parallel()
 	prom := need(t, "prometheus")
@@ -243,18 +269,20 @@ scrape_configs:
 		v, err := strconv.ParseFloat(s, 64)
 		return v, err == nil
 	}
-	// Wait until Prometheus has a few scrapes of the notebook's idle time.
-	const notebookIdle = `sum(gpuxray_allocated_idle_seconds_total{pod="notebook-0"})`
+	// Wait until Prometheus has a few scrapes of the agent: the demo starts
+	// with the lead-in's counts, so rates need more than one.
+	const scrapes = `count_over_time(up{job="gpuxray"}[1m])`
 	deadline := time.Now().Add(30 * time.Second)
 	for {
-		if v, ok := query(notebookIdle); ok && v >= 3 {
+		if v, ok := query(scrapes); ok && v >= 4 {
 			break
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("Prometheus did not see %s reach 3s within 30s", notebookIdle)
+			t.Fatalf("Prometheus did not see %s reach 4 within 30s", scrapes)
 		}
 		time.Sleep(250 * time.Millisecond)
 	}
+	lead := sim.Demo().LeadIn.Seconds()
 	checks := []struct {
 		q        string
 		min, max float64
@@ -262,10 +290,10 @@ scrape_configs:
 	}{
 		{`up{job="gpuxray"}`, 1, 1, "the target is up"},
 		{`count(gpuxray_allocation_info)`, float64(demoAllocationsAtStart(t)), float64(demoAllocationsAtStart(t)), "every demo allocation is visible"},
-		{`sum(gpuxray_allocated_idle_seconds_total{pod="llama-train-0"})`, 0, 0, "the busy training job has no idle second"},
-		{`sum(gpuxray_allocated_active_seconds_total{pod="llama-train-0"}) / sum(gpuxray_allocated_seconds_total{pod="llama-train-0"})`, 0.92, 0.94, "the training job's efficiency is its 0.93 busy ratio"},
-		{`min(gpuxray_allocation_idle_streak_seconds{pod="notebook-0"})`, 2, 120, "the notebook's idle streak grows"},
-		{`sum(gpuxray_device_unallocated_seconds_total{gpu="7"})`, 2, 120, "gpu 7 is held by nobody"},
+		{`sum(rate(gpuxray_allocated_active_seconds_total{pod="llama-train-0"}[1m])) / sum(rate(gpuxray_allocated_seconds_total{pod="llama-train-0"}[1m]))`, 0.015, 0.025, "the training job is in its stall, 0.02 busy"},
+		{`sum(gpuxray_allocated_active_seconds_total{pod="llama-train-0"}) / sum(gpuxray_allocated_seconds_total{pod="llama-train-0"})`, 0.55, 0.62, "the lead-in's 20 busy minutes and 11 stalled ones are counted"},
+		{`min(gpuxray_allocation_idle_streak_seconds{pod="notebook-0"})`, lead - 2, lead + 120, "the notebook has been idle since the lead-in's start"},
+		{`sum(gpuxray_device_unallocated_seconds_total{gpu="7"})`, lead - 2, lead + 120, "gpu 7 is held by nobody since the lead-in's start"},
 		{`count(gpuxray_device_info)`, 8, 8, "eight GPUs"},
 	}
 	for _, c := range checks {
