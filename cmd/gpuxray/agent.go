@@ -161,6 +161,12 @@ func runAgent(ctx context.Context, args []string, stderr io.Writer) error {
 		var draOpts []agent.Option
 		allocs, draOpts = draAllocations(kube, src, draCfg, podCfg.nodeName, logger)
 		engineOpts = append(opts, draOpts...)
+	} else {
+		var draOpts []agent.Option
+		if allocs, draOpts, err = live.allocations(gctx, kube, draCfg, logger, g.Go); err != nil {
+			return err
+		}
+		engineOpts = append(engineOpts, draOpts...)
 	}
 	engine, err := agent.New(engineCfg, reader, allocs, clock, logger.Named("engine"), engineOpts...)
 	if err != nil {

@@ -26,6 +26,11 @@ func draSourceFlags(fs *flag.FlagSet, c *draSourceConfig) {
 	fs.StringVar(&c.uuidAttribute, "dra.uuid-attribute", dra.DefaultUUIDAttribute, "device attribute of the drivers' ResourceSlices that holds the NVML UUID (uuid also matches <driver>/uuid)")
 }
 
+// defaultDRAConfig is the flags' defaults, for replay, which has none.
+func defaultDRAConfig() draSourceConfig {
+	return draSourceConfig{enabled: true, drivers: dra.DefaultDriver, uuidAttribute: dra.DefaultUUIDAttribute}
+}
+
 // config returns the source's configuration for node nodeName.
 func (c draSourceConfig) config(nodeName string) dra.Config {
 	cfg := dra.Config{NodeName: nodeName, UUIDAttribute: c.uuidAttribute}

@@ -8,7 +8,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -81,17 +80,15 @@ func TestReplayGolden(t *testing.T) {
 	}
 }
 
-// replayedScenarios are the scenarios under test/scenarios that replay
-// plays. The DRA ones (dra-*.yaml) need replay to serve the simulated API
-// server's ResourceSlices and the agent to resolve claims (issue #14);
-// collector/sim checks their kubelet lists, slices and truth meanwhile.
+// replayedScenarios are the scenarios under test/scenarios, which replay
+// plays.
 func replayedScenarios(t *testing.T) []string {
 	t.Helper()
 	files, err := filepath.Glob("../../test/scenarios/*.yaml")
 	if err != nil || len(files) == 0 {
 		t.Fatalf("no scenarios: %v", err)
 	}
-	return slices.DeleteFunc(files, func(f string) bool { return strings.HasPrefix(filepath.Base(f), "dra-") })
+	return files
 }
 
 func firstDiff(a, b string) string {
@@ -161,7 +158,7 @@ func checkTruth(t *testing.T, path string) {
 	}
 	checked := 0
 	for _, row := range sc.Truth(0.05) {
-		uuid := strings.SplitN(node.DeviceID(row.Device), "::", 2)[0]
+		uuid := row.UUID
 		idle, active := row.IdleSeconds, row.ActiveSeconds
 		if row.Device.MIG && !node.GPMSupported() {
 			idle, active = 0, 0 // no activity source: nothing may be invented
@@ -197,7 +194,7 @@ func checkTruth(t *testing.T, path string) {
 	for _, g := range sc.GPUTruth(0.05) {
 		uuid := node.DeviceID(sim.DeviceSpec{GPU: g.GPU})
 		idle, active := g.AllocatedIdleSeconds, g.AllocatedActiveSeconds
-		if _, mig := sc.MIG[g.GPU]; mig && !node.GPMSupported() {
+		if _, mig := sc.MIG[g.GPU]; (mig || sc.MIGDynamic[g.GPU]) && !node.GPMSupported() {
 			idle, active = 0, 0
 		}
 		for _, c := range []struct {

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -125,7 +126,16 @@ func replay(ctx context.Context, sc *sim.Scenario, cfg agent.Config, nvmlCfg nvm
 		return nil, err
 	}
 	defer kube.Close()
-	engine, err := agent.New(cfg, reader, kube, clock, zl.Named("engine"), s.engineOptions(zl)...)
+	draCtx, stopDRA := context.WithCancel(ctx)
+	var draRuns sync.WaitGroup
+	defer func() { stopDRA(); draRuns.Wait() }()
+	allocs, draOpts, err := s.allocations(draCtx, kube, defaultDRAConfig(), zl, func(f func() error) {
+		draRuns.Go(func() { _ = f() })
+	})
+	if err != nil {
+		return nil, err
+	}
+	engine, err := agent.New(cfg, reader, allocs, clock, zl.Named("engine"), append(s.engineOptions(zl), draOpts...)...)
 	if err != nil {
 		return nil, usageError{err}
 	}
@@ -140,6 +150,9 @@ func replay(ctx context.Context, sc *sim.Scenario, cfg agent.Config, nvmlCfg nvm
 		}
 		clock.Set(t)
 		if err := applyFaults(ctx, faults, t, kube, reader, s.node); err != nil {
+			return nil, err
+		}
+		if err := s.syncDRA(ctx); err != nil {
 			return nil, err
 		}
 		engine.Poll(ctx)

@@ -14,8 +14,10 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"go.uber.org/zap"
+	"k8s.io/client-go/rest"
 
 	"github.com/gpuxray/gpuxray/agent"
+	"github.com/gpuxray/gpuxray/collector/dra"
 	"github.com/gpuxray/gpuxray/collector/proc"
 	"github.com/gpuxray/gpuxray/collector/sim"
 )
@@ -33,6 +35,10 @@ type simulation struct {
 	clock sim.Clock
 	// leadIn is clock in a live simulation whose scenario has a lead_in.
 	leadIn *sim.LeadInClock
+	// api serves the node's ResourceSlices when the scenario allocates
+	// through DRA, and draSrc is the real DRA source reading them.
+	api    *sim.APIServer
+	draSrc *dra.Source
 }
 
 // maxScenarioBytes bounds the scenario file: the largest real one (test/bench's
@@ -141,7 +147,53 @@ func startSimulation(sc *sim.Scenario, clock sim.Clock) (*simulation, error) {
 		os.RemoveAll(dir)
 		return nil, fmt.Errorf("simulated kubelet: %w", err)
 	}
+	if sc.UsesDRA() {
+		s.api = sim.NewAPIServer(node)
+		if err := s.api.Start(); err != nil {
+			s.kubelet.Stop()
+			os.RemoveAll(dir)
+			return nil, fmt.Errorf("simulated API server: %w", err)
+		}
+	}
 	return s, nil
+}
+
+// allocations is what the engine reads of the simulated node: the kubelet
+// client's answers, and on a DRA node the same answers with DRA devices
+// resolved by the real DRA source from the simulated API server's
+// ResourceSlices, as on a node. The source runs in run until ctx is done.
+func (s *simulation) allocations(ctx context.Context, kube dra.Lister, c draSourceConfig, logger *zap.Logger, run func(func() error)) (agent.AllocationSource, []agent.Option, error) {
+	if s.api == nil {
+		return kube, nil, nil
+	}
+	client, err := dra.NewClient(&rest.Config{Host: s.api.URL()})
+	if err != nil {
+		return nil, nil, err
+	}
+	node := s.node.Scenario().Node
+	src, err := dra.New(c.config(node), client, logger.Named("dra"))
+	if err != nil {
+		return nil, nil, usageError{err}
+	}
+	run(func() error { return src.Run(ctx) })
+	s.draSrc = src
+	allocs, opts := draAllocations(kube, src, c, node, logger)
+	return allocs, opts, s.syncDRA(ctx)
+}
+
+// syncDRA waits until the DRA source has seen every change of the node's
+// ResourceSlices up to the clock's now (a MIG device the driver made), so a
+// replay's poll does not depend on how fast the real clock ran.
+func (s *simulation) syncDRA(ctx context.Context) error {
+	if s.draSrc == nil || s.api.Down() {
+		return nil
+	}
+	ctx, cancel := context.WithTimeout(ctx, settleTimeout)
+	defer cancel()
+	if err := s.draSrc.WaitForResourceVersion(ctx, s.api.ResourceVersion()); err != nil {
+		return fmt.Errorf("the DRA source did not catch up with the simulated ResourceSlices: %w", err)
+	}
+	return nil
 }
 
 // startLive starts sc as `agent --simulate` plays it: on wall, the clock
@@ -223,6 +275,9 @@ func (s *simulation) engineOptions(logger *zap.Logger) []agent.Option {
 }
 
 func (s *simulation) stop() {
+	if s.api != nil {
+		s.api.Stop()
+	}
 	s.node.Close()
 	s.kubelet.Stop()
 	os.RemoveAll(s.dir)

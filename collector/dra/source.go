@@ -168,7 +168,7 @@ func (s *Source) Run(ctx context.Context) error {
 			if err != nil {
 				return nil, err
 			}
-			return s.health.ObserveWatch(w), nil
+			return s.health.ObserveWatch(ctx, w), nil
 		},
 	}
 	q := &queue{store: (*store)(s), closed: make(chan struct{})}

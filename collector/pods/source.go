@@ -114,7 +114,7 @@ func (s *Source) Run(ctx context.Context) error {
 			if err != nil {
 				return nil, err
 			}
-			return s.health.ObserveWatch(w), nil
+			return s.health.ObserveWatch(ctx, w), nil
 		},
 	}
 	inf := cache.NewSharedIndexInformerWithOptions(

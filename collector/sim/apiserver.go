@@ -96,6 +96,8 @@ type APIServer struct {
 	drop     chan struct{}
 	versions []string
 	code     int
+	// down is true while an apiserver_down fault is active at the clock.
+	down bool
 
 	srv  *http.Server
 	addr string
@@ -190,9 +192,17 @@ func (s *APIServer) ResourceVersion() string {
 // DELETED for one gone, each event with a resourceVersion of its own.
 func (s *APIServer) Sync() {
 	want := s.node.ResourceSlices()
-	now := metav1.NewTime(s.node.Clock().Now().UTC().Truncate(time.Second))
+	clock := s.node.Clock().Now()
+	now := metav1.NewTime(clock.UTC().Truncate(time.Second))
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	if down := s.node.sc.APIServerDownAt(clock.Sub(s.node.sc.Start)); down != s.down {
+		s.down = down
+		if down {
+			close(s.drop)
+			s.drop = make(chan struct{})
+		}
+	}
 	same := len(want) == len(s.cur)
 	for i := range want {
 		old, ok := s.cur[want[i].Name]
@@ -253,6 +263,16 @@ func (s *APIServer) record(typ watch.EventType, obj *resourcev1.ResourceSlice) {
 		s.oldest = s.history[n-1].rv
 		s.history = slices.Delete(s.history, 0, n)
 	}
+}
+
+// Down brings the server to the clock's now and reports whether an
+// apiserver_down fault makes it answer 503: a replay does not wait for the
+// agent to catch up with it then.
+func (s *APIServer) Down() bool {
+	s.Sync()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.down
 }
 
 // Start serves plain HTTP on a loopback port of its own, the same one
@@ -379,6 +399,9 @@ func (s *APIServer) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	s.Sync()
 	s.mu.Lock()
 	code, versions := s.code, slices.Clone(s.versions)
+	if s.down {
+		code = http.StatusServiceUnavailable
+	}
 	s.mu.Unlock()
 	if code != 0 {
 		st := statusFor(code)

@@ -224,7 +224,9 @@
 // it has forgotten (Compact; it keeps 1024 events) an ERROR event with a
 // 410 Expired Status, as the API server's watch cache sends, or 410 on an
 // Exact list. SetVersions serves v1beta2 too or instead, for a client's
-// fallback; SetError injects an HTTP error, DropWatches ends the watches.
+// fallback; SetError injects an HTTP error, DropWatches ends the watches,
+// and the scenario's apiserver_down faults make it answer 503 over their
+// span, ending its watches as it goes down (Down reports it).
 // The slices follow the node's clock: Sync brings them to it, on every
 // request and every 100 ms while the server serves; a replay on a virtual
 // clock calls ResourceVersion (which syncs) after moving the clock and

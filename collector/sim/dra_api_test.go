@@ -577,3 +577,49 @@ pods:
 		t.Errorf("kubelet lists %+v, want a/p's claim on gpu-0-mig-1g10gb-19-6", rows)
 	}
 }
+
+// TestAPIServerDownFault: over an apiserver_down fault every request
+// answers 503 and the open watch ends at its start; after it, lists work
+// again and show what changed meanwhile.
+func TestAPIServerDownFault(t *testing.T) {
+	t.Parallel()
+	sc := loadScenario(t, "dra-mig.yaml")
+	sc.Faults = []sim.Fault{{Kind: sim.FaultAPIServerDown, From: 3 * time.Minute, To: 8 * time.Minute}}
+	n, clock := newNode(t, sc, time.Minute)
+	srv := sim.NewAPIServer(n)
+	if err := srv.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(srv.Stop)
+	ctx := callCtx(t)
+	rc := restClient(t, srv, "v1", false)
+	w, err := watchSlices(ctx, rc, metav1.ListOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for range 3 {
+		nextEvent(t, w)
+	}
+	clock.Set(sc.Start.Add(5 * time.Minute))
+	if !srv.Down() {
+		t.Fatal("Down() = false during the fault")
+	}
+	select {
+	case _, ok := <-w.ResultChan():
+		if ok {
+			t.Error("an event during the fault, want the watch ended")
+		}
+	case <-time.After(10 * time.Second):
+		t.Error("the watch did not end when the API server went down")
+	}
+	if _, err := listSlices(ctx, rc, metav1.ListOptions{}); !apierrors.IsServiceUnavailable(err) {
+		t.Errorf("list during the fault = %v, want 503", err)
+	}
+	clock.Set(sc.Start.Add(8 * time.Minute))
+	if srv.Down() {
+		t.Fatal("Down() = true after the fault")
+	}
+	if list, err := listSlices(ctx, rc, metav1.ListOptions{}); err != nil || len(list.Items) != 3 {
+		t.Errorf("list after the fault = %d slices, %v", len(list.Items), err)
+	}
+}

@@ -108,11 +108,13 @@ func (t *Tracker) ObserveStream(ctx context.Context, call string, err error) {
 	t.fail(call, err)
 }
 
-// ObserveWatch returns w, with its error events recorded as failures.
-func (t *Tracker) ObserveWatch(w watch.Interface) watch.Interface {
+// ObserveWatch returns w, the watch of a call made with ctx, with its error
+// events recorded as failures: none once ctx is done, when the stream ends
+// because the agent stops.
+func (t *Tracker) ObserveWatch(ctx context.Context, w watch.Interface) watch.Interface {
 	return MapWatch(w, func(ev watch.Event) watch.Event {
 		if ev.Type == watch.Error {
-			t.ObserveStream(context.Background(), "watch stream", apierrors.FromObject(ev.Object))
+			t.ObserveStream(ctx, "watch stream", apierrors.FromObject(ev.Object))
 		}
 		return ev
 	})
