@@ -833,6 +833,7 @@ func (e *Engine) buildSnapshot(now time.Time) *Snapshot {
 			Workload:        as.pod.Workload,
 			Model:           cmp.Or(as.pod.Model, e.cmdModels[as.pod.UID]),
 			ExtraLabels:     as.pod.ExtraLabels,
+			Scheduling:      as.pod.Scheduling,
 			DRA:             as.dra,
 			Live:            as.live,
 			Stale:           as.stale,

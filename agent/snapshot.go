@@ -115,6 +115,9 @@ type AllocationSnapshot struct {
 	Model        string
 	// ExtraLabels are the pod's extra Prometheus labels (name → value).
 	ExtraLabels map[string]string
+	// Scheduling is the pod's priority and Kueue queues, as the pod source
+	// knows them.
+	Scheduling collector.Scheduling
 	// DRA names the claim and the DRA device of an allocation made through
 	// Dynamic Resource Allocation; zero for a device plugin's.
 	DRA collector.DRADevice

@@ -169,6 +169,29 @@ type Pod struct {
 	// ContainerIDs maps container name → container ID (the runtime's 64-hex
 	// ID, without the "containerd://" scheme).
 	ContainerIDs map[string]string
+	// Scheduling is how the scheduler and Kueue rank and queue the pod.
+	Scheduling Scheduling
+}
+
+// Scheduling is what decides which pod a GPU goes to: the pod's priority,
+// and its Kueue queues where the pod names them.
+type Scheduling struct {
+	// PriorityClass is spec.priorityClassName; empty for a pod of no class
+	// (the admission controller writes the global default's name when one
+	// exists).
+	PriorityClass string
+	// Priority is spec.priority, which the admission controller resolves
+	// from the class; HasPriority is false when the pod has none.
+	Priority    int32
+	HasPriority bool
+	// Queue is the pod's Kueue LocalQueue: its kueue.x-k8s.io/queue-name
+	// label, else the kueue.x-k8s.io/local-queue-name label Kueue writes on
+	// the pods of a workload it admitted.
+	Queue string
+	// ClusterQueue is the ClusterQueue that admitted the pod's workload,
+	// from the kueue.x-k8s.io/cluster-queue-name label Kueue (0.17 and
+	// newer) writes on its pods; empty where the pod does not say.
+	ClusterQueue string
 }
 
 // Terminal reports whether the pod has finished: its GPUs are no longer in

@@ -125,7 +125,9 @@ func checkManifest(t *testing.T, m *manifest, want expect) {
 	}
 	role := one[rbacv1.ClusterRole](t, m)
 	read := []string{"get", "list", "watch"}
-	wantRules := []rbacv1.PolicyRule{{APIGroups: []string{""}, Resources: []string{"pods"}, Verbs: read}}
+	wantRules := []rbacv1.PolicyRule{{APIGroups: []string{""}, Resources: []string{"pods"}, Verbs: read},
+		// The pod source's PriorityClass values, for the queue X-ray.
+		{APIGroups: []string{"scheduling.k8s.io"}, Resources: []string{"priorityclasses"}, Verbs: read}}
 	if !want.noDRA {
 		wantRules = append(wantRules, rbacv1.PolicyRule{APIGroups: []string{"resource.k8s.io"}, Resources: []string{"resourceslices"}, Verbs: read})
 	}

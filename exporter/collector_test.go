@@ -65,9 +65,9 @@ gpuxray_allocated_idle_seconds_total{container="main",gpu="",model="",namespace=
 gpuxray_allocated_idle_seconds_total{container="main",gpu="",model="",namespace="ml",pod="ended",uuid="GPU-11111111-0000-0000-0000-000000000000",window="peak",workload="",workload_kind=""} 7
 gpuxray_allocated_idle_seconds_total{container="main",gpu="0",model="",namespace="ml",pod="train-0",uuid="GPU-00000000-0000-0000-0000-000000000000",window="offpeak",workload="",workload_kind=""} 55
 gpuxray_allocated_idle_seconds_total{container="main",gpu="0",model="",namespace="ml",pod="train-0",uuid="GPU-00000000-0000-0000-0000-000000000000",window="peak",workload="",workload_kind=""} 0
-# HELP gpuxray_allocation_info A device allocated to a container, as the kubelet lists it; stale="true" while the kubelet cannot be read; claim_namespace, claim, driver, pool and dra_device name a DRA claim's device.
+# HELP gpuxray_allocation_info A device allocated to a container, as the kubelet lists it; stale="true" while the kubelet cannot be read; claim_namespace, claim, driver, pool and dra_device name a DRA claim's device; priority_class and priority are the pod's, queue and cluster_queue its Kueue LocalQueue and ClusterQueue.
 # TYPE gpuxray_allocation_info gauge
-gpuxray_allocation_info{attribution="device",claim="",claim_namespace="",container="main",dra_device="",driver="",gpu="0",model="",namespace="ml",pod="train-0",pool="",resource="nvidia.com/gpu",shared="false",stale="false",uuid="GPU-00000000-0000-0000-0000-000000000000",workload="",workload_kind=""} 1
+gpuxray_allocation_info{attribution="device",claim="",claim_namespace="",cluster_queue="",container="main",dra_device="",driver="",gpu="0",model="",namespace="ml",pod="train-0",pool="",priority="",priority_class="",queue="",resource="nvidia.com/gpu",shared="false",stale="false",uuid="GPU-00000000-0000-0000-0000-000000000000",workload="",workload_kind=""} 1
 # HELP gpuxray_allocation_idle_streak_seconds How long the allocation has been idle without a break.
 # TYPE gpuxray_allocation_idle_streak_seconds gauge
 gpuxray_allocation_idle_streak_seconds{container="main",gpu="0",model="",namespace="ml",pod="train-0",uuid="GPU-00000000-0000-0000-0000-000000000000",workload="",workload_kind=""} 42
@@ -206,9 +206,9 @@ func TestAllocationInfoDRA(t *testing.T) {
 	s.Allocations[0].Counters[agent.Offpeak] = agent.AllocationCounters{Allocated: 3}
 	c := NewCollector(fixed{s}, nil)
 	want := `
-# HELP gpuxray_allocation_info A device allocated to a container, as the kubelet lists it; stale="true" while the kubelet cannot be read; claim_namespace, claim, driver, pool and dra_device name a DRA claim's device.
+# HELP gpuxray_allocation_info A device allocated to a container, as the kubelet lists it; stale="true" while the kubelet cannot be read; claim_namespace, claim, driver, pool and dra_device name a DRA claim's device; priority_class and priority are the pod's, queue and cluster_queue its Kueue LocalQueue and ClusterQueue.
 # TYPE gpuxray_allocation_info gauge
-gpuxray_allocation_info{attribution="device",claim="train-0-gpu",claim_namespace="ml",container="main",dra_device="gpu-0",driver="gpu.nvidia.com",gpu="0",model="",namespace="ml",pod="train-0",pool="node-1",resource="gpu.nvidia.com",shared="false",stale="false",uuid="GPU-00000000-0000-0000-0000-000000000000",workload="",workload_kind=""} 1
+gpuxray_allocation_info{attribution="device",claim="train-0-gpu",claim_namespace="ml",cluster_queue="",container="main",dra_device="gpu-0",driver="gpu.nvidia.com",gpu="0",model="",namespace="ml",pod="train-0",pool="node-1",priority="",priority_class="",queue="",resource="gpu.nvidia.com",shared="false",stale="false",uuid="GPU-00000000-0000-0000-0000-000000000000",workload="",workload_kind=""} 1
 # HELP gpuxray_allocated_seconds_total Observed time the device was allocated to the container.
 # TYPE gpuxray_allocated_seconds_total counter
 gpuxray_allocated_seconds_total{container="main",gpu="0",model="",namespace="ml",pod="train-0",uuid="GPU-00000000-0000-0000-0000-000000000000",window="offpeak",workload="",workload_kind=""} 3

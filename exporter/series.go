@@ -110,6 +110,7 @@ type allocID struct {
 	workloadKind, workload, model, resource, attribution string
 	shared, stale                                        bool
 	dra                                                  collector.DRADevice
+	sched                                                collector.Scheduling
 }
 
 type allocEntry struct {
@@ -184,7 +185,7 @@ func (c *labelCache) device(dev *agent.DeviceSnapshot, d *descs) *deviceEntry {
 
 func (c *labelCache) alloc(a *agent.AllocationSnapshot, d *descs, extra []string) *allocEntry {
 	key := allocKey{a.UUID, a.Namespace, a.Pod, a.Container}
-	id := allocID{a.GPU, a.WorkloadKind, a.Workload, a.Model, a.Resource, a.Attribution, a.Shared, a.Stale, a.DRA}
+	id := allocID{a.GPU, a.WorkloadKind, a.Workload, a.Model, a.Resource, a.Attribution, a.Shared, a.Stale, a.DRA, a.Scheduling}
 	e := c.allocs[key]
 	if e == nil || e.id != id || !sameExtra(e.extra, a.ExtraLabels, extra) {
 		e = &allocEntry{id: id, extra: make([]string, len(extra))}
@@ -195,7 +196,8 @@ func (c *labelCache) alloc(a *agent.AllocationSnapshot, d *descs, extra []string
 		}
 		e.base = makeLabels(d.allocStreak, lv...)
 		info := append(slices.Clip(lv), a.Resource, strconv.FormatBool(a.Shared), a.Attribution, strconv.FormatBool(a.Stale),
-			a.DRA.ClaimNamespace, a.DRA.Claim, a.DRA.Driver, a.DRA.Pool, a.DRA.Device)
+			a.DRA.ClaimNamespace, a.DRA.Claim, a.DRA.Driver, a.DRA.Pool, a.DRA.Device,
+			a.Scheduling.PriorityClass, priorityValue(a.Scheduling), a.Scheduling.Queue, a.Scheduling.ClusterQueue)
 		e.info = makeLabels(d.allocInfo, info...)
 		e.setWindows()
 		c.allocs[key] = e
@@ -203,6 +205,15 @@ func (c *labelCache) alloc(a *agent.AllocationSnapshot, d *descs, extra []string
 	}
 	e.seen = c.gen
 	return e
+}
+
+// priorityValue is the priority label: the pod's priority in decimal, ""
+// when it has none. A property of the pod's class, so it adds no series.
+func priorityValue(s collector.Scheduling) string {
+	if !s.HasPriority {
+		return ""
+	}
+	return strconv.FormatInt(int64(s.Priority), 10)
 }
 
 // sameExtra reports whether the extra label values an entry was built from

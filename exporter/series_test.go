@@ -83,7 +83,8 @@ func (c constCollector) Collect(ch chan<- prometheus.Metric) {
 		}
 		if a.Live {
 			gauge(d.allocInfo, 1, append(slices.Clip(lv), a.Resource, strconv.FormatBool(a.Shared), a.Attribution, strconv.FormatBool(a.Stale),
-				a.DRA.ClaimNamespace, a.DRA.Claim, a.DRA.Driver, a.DRA.Pool, a.DRA.Device)...)
+				a.DRA.ClaimNamespace, a.DRA.Claim, a.DRA.Driver, a.DRA.Pool, a.DRA.Device,
+				a.Scheduling.PriorityClass, priorityValue(a.Scheduling), a.Scheduling.Queue, a.Scheduling.ClusterQueue)...)
 		}
 		for w := agent.Window(0); w < agent.NumWindows; w++ {
 			ac, wlv := a.Counters[w], append(slices.Clip(lv), w.String())
@@ -152,6 +153,7 @@ func richSnapshot() *agent.Snapshot {
 	s.Allocations = append(s.Allocations, agent.AllocationSnapshot{
 		UUID: "MIG-1", GPU: 0, Namespace: "ml", Pod: "infer-0", Container: "srv", Resource: "nvidia.com/mig-3g.40gb",
 		Attribution: "process", Live: true, ExtraLabels: map[string]string{"team": "nlp"},
+		Scheduling: collector.Scheduling{PriorityClass: "serving", Priority: -5, HasPriority: true, Queue: "team-a", ClusterQueue: "cq-a"},
 	}, agent.AllocationSnapshot{
 		UUID: uuid0, GPU: 0, Namespace: "ml", Pod: "dra-0", Container: "main", Resource: "gpu.nvidia.com",
 		Attribution: "device", Live: true,
@@ -231,7 +233,7 @@ func TestLabelCacheChurn(t *testing.T) {
 }
 
 // TestCollectorLabelChange: a label value that changes (workload, model,
-// an extra label, stale, the device's driver) shows in the next scrape, and
+// an extra label, stale, the pod's priority or queue, the device's driver) shows in the next scrape, and
 // the old value is gone.
 func TestCollectorLabelChange(t *testing.T) {
 	t.Parallel()
@@ -256,6 +258,10 @@ func TestCollectorLabelChange(t *testing.T) {
 		{func(s *agent.Snapshot) { s.Allocations[0].Model = "mistral" }, `model="llama"`, `model="mistral"`},
 		{func(s *agent.Snapshot) { s.Allocations[0].ExtraLabels = map[string]string{"team": "nlp"} }, `team="vision"`, `team="nlp"`},
 		{func(s *agent.Snapshot) { s.Allocations[0].Stale = true }, `stale="false"`, `stale="true"`},
+		{func(s *agent.Snapshot) {
+			s.Allocations[0].Scheduling = collector.Scheduling{PriorityClass: "low", Priority: 10, HasPriority: true}
+		}, `priority=""`, `priority="10"`},
+		{func(s *agent.Snapshot) { s.Allocations[0].Scheduling.Queue = "team-b" }, `,queue=""`, `,queue="team-b"`},
 		{func(s *agent.Snapshot) { s.Devices[0].DriverVersion = "560.1" }, `driver_version="550.54.15"`, `driver_version="560.1"`},
 	}
 	for _, tc := range changes {

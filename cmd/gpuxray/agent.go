@@ -151,10 +151,18 @@ func runAgent(ctx context.Context, args []string, stderr io.Writer) error {
 
 	g, gctx := errgroup.WithContext(ctx)
 	var allocs agent.AllocationSource = kube
+	// classes are the cluster's PriorityClasses, exported beside the engine's series.
+	var classes exporter.PriorityClassSource
+	if live != nil {
+		classes = live.node
+	}
 	if !*simulate {
-		opts, err := startPodSource(gctx, podCfg, &idCfg, logger, g.Go)
+		opts, pcs, err := startPodSource(gctx, podCfg, &idCfg, logger, g.Go)
 		if err != nil {
 			return err
+		}
+		if pcs != nil {
+			classes = pcs
 		}
 		src, err := startDRASource(gctx, draCfg, podCfg, logger, g.Go)
 		if err != nil {
@@ -180,6 +188,9 @@ func runAgent(ctx context.Context, args []string, stderr io.Writer) error {
 		collectors.NewGoCollector(),
 		exporter.NewProcessCollector(),
 	)
+	if classes != nil {
+		reg.MustRegister(exporter.NewPriorityClassCollector(classes))
+	}
 	handler := exporter.NewHandler(reg, webCfg.MetricsPath, engine.Ready, logger.Named("web"), exporter.WithMaxRequests(webCfg.MaxRequests))
 	if live != nil {
 		if handler, err = live.withKubeState(handler, webCfg.MetricsPath); err != nil {

@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"flag"
+	"fmt"
 	"os"
 	"slices"
 	"strings"
@@ -98,38 +99,63 @@ func (c podSourceConfig) validate() error {
 	return nil
 }
 
-// startPodSource starts the pod informer in g and returns the engine options
-// that use it, or none (logged) when the agent runs without one: disabled, no
-// node name, or no way to reach the API server. A configuration that cannot
-// work (an unreadable kubeconfig, a relative /proc) is a usage error.
-func startPodSource(ctx context.Context, c podSourceConfig, id *identityConfig, logger *zap.Logger, run func(func() error)) ([]agent.Option, error) {
+// startPodSource starts the pod informer and the PriorityClass watch in g
+// and returns the engine options that use them and the PriorityClasses to
+// export, or none (logged) when the agent runs without a pod source:
+// disabled, no node name, or no way to reach the API server. A
+// configuration that cannot work (an unreadable kubeconfig, a relative
+// /proc) is a usage error.
+func startPodSource(ctx context.Context, c podSourceConfig, id *identityConfig, logger *zap.Logger, run func(func() error)) ([]agent.Option, *pods.PriorityClasses, error) {
 	if !c.enabled {
-		return nil, nil
+		return nil, nil, nil
 	}
 	if c.nodeName == "" {
 		logger.Info("no pod source: --node.name (or $NODE_NAME) is not set; workloads, models and per-process attribution are off")
-		return nil, nil
+		return nil, nil, nil
 	}
 	procCfg := proc.Config{Root: c.procRoot}
 	cfg := pods.DefaultConfig(c.nodeName)
 	cfg.Kubeconfig, cfg.ModelKeys, cfg.ExtraLabels = c.kubeconfig, id.keys, id.extra
 	if err := cfg.Validate(); err != nil {
-		return nil, usageError{err}
+		return nil, nil, usageError{err}
 	}
 	client, err := pods.NewClient(cfg)
 	if err != nil {
 		logger.Warn("no pod source: the API server cannot be reached from here; workloads, models and per-process attribution are off", zap.Error(err))
-		return nil, nil
+		return nil, nil, nil
 	}
 	src, err := pods.New(cfg, client, logger.Named("pods"))
 	if err != nil {
-		return nil, usageError{err}
+		return nil, nil, usageError{err}
+	}
+	classClient, err := pods.NewPriorityClassClient(cfg)
+	if err != nil {
+		return nil, nil, fmt.Errorf("priority classes: %w", err)
+	}
+	classes, err := pods.NewPriorityClasses(classClient, logger.Named("pods"))
+	if err != nil {
+		return nil, nil, err
 	}
 	run(func() error { return src.Run(ctx) })
+	run(func() error { return classes.Run(ctx) })
 	wctx, cancel := context.WithTimeout(ctx, syncTimeout)
 	defer cancel()
 	if !src.WaitForSync(wctx) {
 		logger.Warn("the node's pods are not listed yet; polling starts without them", zap.Duration("waited", syncTimeout))
 	}
-	return []agent.Option{agent.WithPods(src), agent.WithProcesses(proc.New(procCfg, logger.Named("proc")))}, nil
+	return []agent.Option{agent.WithPods(podsAndClasses{src, classes}), agent.WithProcesses(proc.New(procCfg, logger.Named("proc")))}, classes, nil
+}
+
+// podsAndClasses is the pod source with the PriorityClass watch: one
+// source, "pods", up while both are and failing with either's failures.
+type podsAndClasses struct {
+	*pods.Source
+	classes *pods.PriorityClasses
+}
+
+// Health merges the two watches' health.
+func (p podsAndClasses) Health() (bool, []error) {
+	up, errs := p.Source.Health()
+	cup, cerrs := p.classes.Health()
+	return up && cup, append(errs, cerrs...)
 }

@@ -34,17 +34,9 @@ type PodClient interface {
 // scheme registers every API group at init, and linking it is most of the
 // agent's binary and of its resident memory.
 func NewClient(c Config) (PodClient, error) {
-	var (
-		rc  *rest.Config
-		err error
-	)
-	if c.Kubeconfig != "" {
-		rc, err = clientcmd.BuildConfigFromFlags("", c.Kubeconfig)
-	} else {
-		rc, err = rest.InClusterConfig()
-	}
+	rc, err := restConfig(c.Kubeconfig)
 	if err != nil {
-		return nil, fmt.Errorf("kubernetes client configuration: %w", err)
+		return nil, err
 	}
 	scheme := runtime.NewScheme()
 	// core/v1, and meta/v1's options, status and watch events in it.
@@ -64,6 +56,24 @@ func NewClient(c Config) (PodClient, error) {
 		return nil, fmt.Errorf("kubernetes client: %w", err)
 	}
 	return &restPods{client: client, params: runtime.NewParameterCodec(scheme)}, nil
+}
+
+// restConfig is the API server configuration of kubeconfig, or the
+// in-cluster one when it is empty.
+func restConfig(kubeconfig string) (*rest.Config, error) {
+	var (
+		rc  *rest.Config
+		err error
+	)
+	if kubeconfig != "" {
+		rc, err = clientcmd.BuildConfigFromFlags("", kubeconfig)
+	} else {
+		rc, err = rest.InClusterConfig()
+	}
+	if err != nil {
+		return nil, fmt.Errorf("kubernetes client configuration: %w", err)
+	}
+	return rc, nil
 }
 
 // restPods is the PodClient of NewClient: the requests a clientset's

@@ -20,6 +20,11 @@ func (s *Source) convert(p *corev1.Pod) collector.Pod {
 		})
 	}
 	kind, name := workload.ResolvePod(p.Name, owners, p.Labels)
+	sched := collector.Scheduling{PriorityClass: p.Spec.PriorityClassName}
+	if p.Spec.Priority != nil {
+		sched.Priority, sched.HasPriority = *p.Spec.Priority, true
+	}
+	sched.Queue, sched.ClusterQueue = workload.KueueQueues(p.Labels)
 	return collector.Pod{
 		UID:          string(p.UID),
 		Namespace:    p.Namespace,
@@ -30,6 +35,7 @@ func (s *Source) convert(p *corev1.Pod) collector.Pod {
 		Model:        workload.ModelFromLabels(p.Labels, p.Annotations, s.cfg.ModelKeys),
 		ExtraLabels:  workload.ExtraLabels(s.cfg.ExtraLabels, p.Labels),
 		ContainerIDs: containerIDs(p),
+		Scheduling:   sched,
 	}
 }
 
@@ -63,7 +69,7 @@ func stripScheme(id string) string {
 
 // trim keeps of a pod only what convert and the store read: name,
 // namespace, UID, labels, annotations, owner references and deletion time;
-// spec.nodeName; the phase and the containers' names and IDs. It drops the
+// spec.nodeName, priorityClassName and priority; the phase and the containers' names and IDs. It drops the
 // rest (managed fields, the spec's containers, volumes and tolerations,
 // conditions, images) before the informer caches the pod, so the cache
 // costs a few hundred bytes a pod.
@@ -79,7 +85,7 @@ func trim(obj any) (any, error) {
 			Labels: p.Labels, Annotations: p.Annotations, OwnerReferences: p.OwnerReferences,
 			DeletionTimestamp: p.DeletionTimestamp,
 		},
-		Spec: corev1.PodSpec{NodeName: p.Spec.NodeName},
+		Spec: corev1.PodSpec{NodeName: p.Spec.NodeName, PriorityClassName: p.Spec.PriorityClassName, Priority: p.Spec.Priority},
 		Status: corev1.PodStatus{
 			Phase:                 p.Status.Phase,
 			ContainerStatuses:     trimStatuses(p.Status.ContainerStatuses),

@@ -31,8 +31,9 @@ var apiVersions = map[string]string{
 	"Node": "v1",
 }
 
-// identify fills the workload, model and extra labels of pod i, as the pod
-// informer would from the pod's owner reference and labels.
+// identify fills the workload, model, extra labels, priority and Kueue
+// queues of pod i, as the pod informer would from the pod's owner
+// reference, labels and spec.
 func (n *Node) identify(i int, p *collector.Pod) {
 	sp := n.sc.Pods[i]
 	var owners []workload.OwnerRef
@@ -46,4 +47,8 @@ func (n *Node) identify(i int, p *collector.Pod) {
 	}
 	p.Model = workload.ModelFromLabels(sp.Labels, nil, keys)
 	p.ExtraLabels = workload.ExtraLabels(n.identity.ExtraLabels, sp.Labels)
+	// The admission controller gives every pod a priority: its class's,
+	// or 0.
+	p.Scheduling = collector.Scheduling{PriorityClass: sp.PriorityClass, Priority: n.sc.PriorityOf(sp.PriorityClass), HasPriority: true}
+	p.Scheduling.Queue, p.Scheduling.ClusterQueue = workload.KueueQueues(sp.Labels)
 }

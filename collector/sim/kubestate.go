@@ -2,7 +2,6 @@ package sim
 
 import (
 	"fmt"
-	"regexp"
 	"strings"
 	"time"
 
@@ -24,9 +23,14 @@ type UnscheduledPod struct {
 	GPUs     int
 	// From and To bound the wait: [From, To).
 	From, To time.Duration
+	// PriorityClass is one of the scenario's PriorityClasses, empty for
+	// none; Queue the Kueue LocalQueue in the pod's namespace that its
+	// kueue.x-k8s.io/queue-name label names, empty for none.
+	PriorityClass string
+	Queue         string
 }
 
-var unscheduledKeys = []string{"namespace", "name", "container", "owner", "resource", "gpus", "from", "to"}
+var unscheduledKeys = []string{"namespace", "name", "container", "owner", "resource", "gpus", "from", "to", "priority_class", "queue"}
 
 func (d *decoder) unscheduled(n *yaml.Node, s *Scenario) error {
 	items, err := d.seq(n, "unscheduled")
@@ -95,6 +99,16 @@ func (d *decoder) unscheduled(n *yaml.Node, s *Scenario) error {
 				return err
 			}
 		}
+		if n := m["priority_class"]; n != nil {
+			if u.PriorityClass, err = d.priorityClass(n, p+".priority_class", s); err != nil {
+				return err
+			}
+		}
+		if n := m["queue"]; n != nil {
+			if u.Queue, err = d.str(n, p+".queue"); err != nil {
+				return err
+			}
+		}
 		if u.From >= u.To {
 			n := m["to"]
 			if n == nil {
@@ -107,73 +121,12 @@ func (d *decoder) unscheduled(n *yaml.Node, s *Scenario) error {
 	return nil
 }
 
-// kube-state-metrics' pod series, with its label names.
-var (
-	ksmPodInfo = prometheus.NewDesc("kube_pod_info", "[STABLE] Information about pod.",
-		[]string{"namespace", "pod", "uid", "host_ip", "pod_ip", "node", "created_by_kind", "created_by_name", "priority_class", "host_network"}, nil)
-	ksmPodPhase = prometheus.NewDesc("kube_pod_status_phase", "[STABLE] The pods current phase.",
-		[]string{"namespace", "pod", "uid", "phase"}, nil)
-	ksmPodRequests = prometheus.NewDesc("kube_pod_container_resource_requests",
-		"[STABLE] The number of requested request resource by a container. It is recommended to use the kube_pod_resource_requests metric exposed by kube-scheduler instead, as it is more precise.",
-		[]string{"namespace", "pod", "uid", "container", "node", "resource", "unit"}, nil)
-)
-
-// ksmPhases are the phases kube-state-metrics writes a series for, each pod.
-var ksmPhases = []string{"Pending", "Succeeded", "Failed", "Unknown", "Running"}
-
-// ksmUnsafe is what kube-state-metrics replaces with "_" in a resource name
-// to make it a label value: nvidia.com/gpu is nvidia_com_gpu.
-var ksmUnsafe = regexp.MustCompile(`[^a-zA-Z0-9_]`)
-
-// KubeState returns the series kube-state-metrics would serve for the
-// scenario's pods at the clock's now, with its metric names, label names
-// and values: kube_pod_info, kube_pod_status_phase (a series per phase, 1
-// for the pod's) and kube_pod_container_resource_requests of the GPU
-// resource (unit="integer"). The node's pods are bound to the node, and
-// Pending before from, Running, then Succeeded, as Pod says; an unscheduled
-// pod is there only within its [from, to), Pending and bound to no node
-// (node=""). gpuxray's rules join these with the agent's series
-// (GPUPodsPendingWhileGPUsIdle). The agent never serves them: only
-// `agent --simulate` does, on a path of its own.
-func (n *Node) KubeState() prometheus.Collector { return kubeState{n} }
-
-type kubeState struct{ n *Node }
-
-func (k kubeState) Describe(ch chan<- *prometheus.Desc) {
-	ch <- ksmPodInfo
-	ch <- ksmPodPhase
-	ch <- ksmPodRequests
-}
-
-func (k kubeState) Collect(ch chan<- prometheus.Metric) {
-	sc := k.n.sc
-	for i, sp := range sc.Pods {
-		p := k.n.pod(i)
-		k.pod(ch, sp.Namespace, sp.Name, p.UID, sp.Container, sc.Node, p.Phase, sp.Owner, sp.Resource, len(sp.Devices))
-	}
-	t, _ := k.n.now()
-	for _, u := range sc.Unscheduled {
-		if t < u.From || t >= u.To {
-			continue
-		}
-		k.pod(ch, u.Namespace, u.Name, PodUID(sc.Node, u.Namespace, u.Name), u.Container, "", "Pending", u.Owner, u.Resource, u.GPUs)
-	}
-}
-
-func (kubeState) pod(ch chan<- prometheus.Metric, namespace, name, uid, container, node, phase string, owner Owner, resource string, gpus int) {
-	kind, ownerName := owner.Kind, owner.Name
-	if kind == "" {
-		kind, ownerName = "<none>", "<none>"
-	}
-	ch <- prometheus.MustNewConstMetric(ksmPodInfo, prometheus.GaugeValue, 1,
-		namespace, name, uid, "", "", node, kind, ownerName, "", "false")
-	for _, ph := range ksmPhases {
-		v := 0.0
-		if ph == phase {
-			v = 1
-		}
-		ch <- prometheus.MustNewConstMetric(ksmPodPhase, prometheus.GaugeValue, v, namespace, name, uid, ph)
-	}
-	ch <- prometheus.MustNewConstMetric(ksmPodRequests, prometheus.GaugeValue, float64(gpus),
-		namespace, name, uid, container, node, ksmUnsafe.ReplaceAllString(resource, "_"), "integer")
+// KubeState returns the series kube-state-metrics (and Kueue, when the
+// scenario has ClusterQueues) would serve for the scenario's pods at the
+// clock's now: see Cluster.At. gpuxray's rules join these with the agent's
+// series (GPUPodsPendingWhileGPUsIdle, GPUPendingWhileLowerPriorityIdle).
+// The agent never serves them: only `agent --simulate` does, on a path of
+// its own.
+func (n *Node) KubeState() prometheus.Collector {
+	return clusterState{c: &Cluster{scs: []*Scenario{n.sc}, queues: n.sc.Kueue}, now: n.clock.Now}
 }

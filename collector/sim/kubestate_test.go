@@ -19,7 +19,7 @@ func TestParseLeadInAndUnscheduledErrors(t *testing.T) {
 			"t.yaml:7: faults[0].at: 29m is within the lead_in (30m), which agent --simulate plays at once on a virtual clock; a fault must start at or after it"},
 		{"unscheduled without name", head + "unscheduled:\n  - {namespace: a}\n", "t.yaml:6: unscheduled[0].name: missing"},
 		{"unscheduled unknown key", head + "unscheduled:\n  - {namespace: a, name: w, node: x}\n",
-			"t.yaml:6: unscheduled[0].node: unknown key; want one of namespace, name, container, owner, resource, gpus, from, to"},
+			"t.yaml:6: unscheduled[0].node: unknown key; want one of namespace, name, container, owner, resource, gpus, from, to, priority_class, queue"},
 		{"unscheduled is a pod too", head + pod + "unscheduled:\n  - {namespace: a, name: p}\n", "t.yaml:10: unscheduled[0].name: a/p is already pods[0]"},
 		{"unscheduled twice", head + "unscheduled:\n  - {namespace: a, name: w}\n  - {namespace: a, name: w}\n",
 			"t.yaml:7: unscheduled[1].name: a/w is already unscheduled[0]"},
@@ -80,6 +80,7 @@ func TestKubeState(t *testing.T) {
 	}
 	header := map[string]string{
 		"kube_pod_info":                        "# HELP kube_pod_info [STABLE] Information about pod.\n# TYPE kube_pod_info gauge\n",
+		"kube_pod_labels":                      "# HELP kube_pod_labels [STABLE] Kubernetes labels converted to Prometheus labels.\n# TYPE kube_pod_labels gauge\n",
 		"kube_pod_status_phase":                "# HELP kube_pod_status_phase [STABLE] The pods current phase.\n# TYPE kube_pod_status_phase gauge\n",
 		"kube_pod_container_resource_requests": "# HELP kube_pod_container_resource_requests [STABLE] The number of requested request resource by a container. It is recommended to use the kube_pod_resource_requests metric exposed by kube-scheduler instead, as it is more precise.\n# TYPE kube_pod_container_resource_requests gauge\n",
 	}
@@ -98,16 +99,20 @@ func TestKubeState(t *testing.T) {
 		info := header["kube_pod_info"] +
 			`kube_pod_info{created_by_kind="<none>",created_by_name="<none>",host_ip="",host_network="false",namespace="ml",node="n1",pod="dev-0",pod_ip="",priority_class="",uid="` + dev + `"} 1` + "\n" +
 			`kube_pod_info{created_by_kind="Job",created_by_name="train",host_ip="",host_network="false",namespace="ml",node="n1",pod="train-0",pod_ip="",priority_class="",uid="` + train + `"} 1` + "\n"
+		labels := header["kube_pod_labels"] +
+			`kube_pod_labels{label_kueue_x_k8s_io_queue_name="",namespace="ml",pod="dev-0",uid="` + dev + `"} 1` + "\n" +
+			`kube_pod_labels{label_kueue_x_k8s_io_queue_name="",namespace="ml",pod="train-0",uid="` + train + `"} 1` + "\n"
 		phase := header["kube_pod_status_phase"] + phases("ml", "dev-0", dev, "Running") + phases("ml", "train-0", train, tt.trainPhase)
 		req := header["kube_pod_container_resource_requests"] +
 			`kube_pod_container_resource_requests{container="main",namespace="ml",node="n1",pod="dev-0",resource="nvidia_com_gpu_shared",uid="` + dev + `",unit="integer"} 1` + "\n" +
 			`kube_pod_container_resource_requests{container="trainer",namespace="ml",node="n1",pod="train-0",resource="nvidia_com_gpu",uid="` + train + `",unit="integer"} 1` + "\n"
 		if tt.waiting {
 			info += `kube_pod_info{created_by_kind="Job",created_by_name="eval",host_ip="",host_network="false",namespace="research",node="",pod="eval-0",pod_ip="",priority_class="",uid="` + eval + `"} 1` + "\n"
+			labels += `kube_pod_labels{label_kueue_x_k8s_io_queue_name="",namespace="research",pod="eval-0",uid="` + eval + `"} 1` + "\n"
 			phase += phases("research", "eval-0", eval, "Pending")
 			req += `kube_pod_container_resource_requests{container="eval",namespace="research",node="",pod="eval-0",resource="nvidia_com_gpu",uid="` + eval + `",unit="integer"} 2` + "\n"
 		}
-		if err := testutil.CollectAndCompare(n.KubeState(), strings.NewReader(info+phase+req)); err != nil {
+		if err := testutil.CollectAndCompare(n.KubeState(), strings.NewReader(info+labels+phase+req)); err != nil {
 			t.Errorf("at %s: %v", tt.at, err)
 		}
 	}

@@ -209,6 +209,8 @@ func TestPodSource(t *testing.T) {
 		// A pod with no owner is its own workload.
 		WorkloadKind: "Pod", Workload: "slice-0",
 		ContainerIDs: map[string]string{"main": ContainerID("proc-node", "dev", "slice-0", "main")},
+		// No class: priority 0, as the admission controller gives it.
+		Scheduling: collector.Scheduling{HasPriority: true},
 	}
 	for _, tt := range []struct {
 		at    time.Duration

@@ -63,6 +63,12 @@ type Scenario struct {
 	// Unscheduled are pods that request GPUs and that no node has taken;
 	// only KubeState shows them.
 	Unscheduled []UnscheduledPod
+	// PriorityClasses are the cluster's PriorityClasses, name → value, as
+	// the agent exports them (gpuxray_priority_class_value).
+	PriorityClasses map[string]int32
+	// Kueue are the cluster's Kueue ClusterQueues, whose metrics KubeState
+	// serves with kube-state-metrics'.
+	Kueue []ClusterQueue
 }
 
 // Pod is one simulated pod with a single container holding GPUs.
@@ -98,6 +104,9 @@ type Pod struct {
 	// Util is the busy ratio: 0 before the first step, each value until the
 	// next. Step times are scenario times, like From and To.
 	Util []Step
+	// PriorityClass is the pod's priority class, one of the scenario's
+	// PriorityClasses; empty for none. Its Kueue queues are labels.
+	PriorityClass string
 }
 
 // Owner is the controller that owns a pod (ReplicaSet, Job, StatefulSet, …).
@@ -563,7 +572,7 @@ func (d *decoder) step(n *yaml.Node, m map[string]*yaml.Node, path string, total
 }
 
 func (d *decoder) scenario(root *yaml.Node) (*Scenario, error) {
-	m, err := d.mapping(root, "", "start", "duration", "lead_in", "node", "system", "gpus", "allocation", "mig", "pods", "unallocated", "cgroup", "unattributed", "faults", "unscheduled")
+	m, err := d.mapping(root, "", "start", "duration", "lead_in", "node", "system", "gpus", "allocation", "mig", "pods", "unallocated", "cgroup", "unattributed", "faults", "unscheduled", "priority_classes", "kueue")
 	if err != nil {
 		return nil, err
 	}
@@ -622,6 +631,16 @@ func (d *decoder) scenario(root *yaml.Node) (*Scenario, error) {
 			return nil, err
 		}
 	}
+	if n := m["priority_classes"]; n != nil {
+		if err := d.priorityClasses(n, s); err != nil {
+			return nil, err
+		}
+	}
+	if n := m["kueue"]; n != nil {
+		if err := d.kueue(n, s); err != nil {
+			return nil, err
+		}
+	}
 	if n := m["pods"]; n != nil {
 		if err := d.pods(n, s); err != nil {
 			return nil, err
@@ -657,7 +676,7 @@ func (d *decoder) scenario(root *yaml.Node) (*Scenario, error) {
 	return s, nil
 }
 
-var podKeys = []string{"namespace", "name", "container", "owner", "labels", "cmdline", "parent_cmdline", "allocation", "claim", "resource", "pid", "devices", "from", "to", "memory", "util"}
+var podKeys = []string{"namespace", "name", "container", "owner", "labels", "cmdline", "parent_cmdline", "allocation", "claim", "resource", "pid", "devices", "from", "to", "memory", "util", "priority_class"}
 
 func (d *decoder) pods(n *yaml.Node, s *Scenario) error {
 	items, err := d.seq(n, "pods")
@@ -733,6 +752,11 @@ func (d *decoder) pods(n *yaml.Node, s *Scenario) error {
 					return err
 				}
 				*k.dst = append(*k.dst, v)
+			}
+		}
+		if n := m["priority_class"]; n != nil {
+			if pod.PriorityClass, err = d.priorityClass(n, p+".priority_class", s); err != nil {
+				return err
 			}
 		}
 		if err := d.draPod(p, m, &pod, s); err != nil {

@@ -1,0 +1,333 @@
+package sim
+
+import (
+	"bufio"
+	"fmt"
+	"io"
+	"math"
+	"regexp"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	dto "github.com/prometheus/client_model/go"
+
+	"github.com/gpuxray/gpuxray/collector/workload"
+)
+
+// Cluster is what the cluster around one or more simulated nodes shows
+// beyond the nodes' own agents: kube-state-metrics' pod series and Kueue's
+// ClusterQueue series, as functions of time. A ClusterQueue's usage is the
+// GPUs of all the nodes' running pods it admitted, so a cluster of several
+// nodes is one Cluster, not one per node.
+type Cluster struct {
+	scs    []*Scenario
+	queues []ClusterQueue
+}
+
+// NewCluster returns the cluster of scenarios scs (one per node). Their
+// ClusterQueues are merged: a queue given by several scenarios must be
+// given alike, and a pod name is the cluster's once.
+func NewCluster(scs ...*Scenario) (*Cluster, error) {
+	c := &Cluster{scs: scs}
+	pods := map[string]string{}
+	for _, sc := range scs {
+		for _, cq := range sc.Kueue {
+			i := slices.IndexFunc(c.queues, func(o ClusterQueue) bool { return o.Name == cq.Name })
+			switch {
+			case i < 0:
+				c.queues = append(c.queues, cq)
+			case !equalQueues(c.queues[i], cq):
+				return nil, fmt.Errorf("%s: ClusterQueue %s differs from the one another scenario gives", sc.Name, cq.Name)
+			}
+		}
+		names := make([]string, 0, len(sc.Pods)+len(sc.Unscheduled))
+		for _, p := range sc.Pods {
+			names = append(names, p.Namespace+"/"+p.Name)
+		}
+		for _, u := range sc.Unscheduled {
+			names = append(names, u.Namespace+"/"+u.Name)
+		}
+		for _, n := range names {
+			if prev, dup := pods[n]; dup {
+				return nil, fmt.Errorf("%s: pod %s is %s's too", sc.Name, n, prev)
+			}
+			pods[n] = sc.Name
+		}
+	}
+	return c, nil
+}
+
+func equalQueues(a, b ClusterQueue) bool {
+	return a.Name == b.Name && a.Cohort == b.Cohort && a.NominalQuota == b.NominalQuota &&
+		a.BorrowingLimit == b.BorrowingLimit && slices.Equal(a.LocalQueues, b.LocalQueues)
+}
+
+// kube-state-metrics' pod series, with its label names.
+var (
+	ksmPodInfo = prometheus.NewDesc("kube_pod_info", "[STABLE] Information about pod.",
+		[]string{"namespace", "pod", "uid", "host_ip", "pod_ip", "node", "created_by_kind", "created_by_name", "priority_class", "host_network"}, nil)
+	ksmPodPhase = prometheus.NewDesc("kube_pod_status_phase", "[STABLE] The pods current phase.",
+		[]string{"namespace", "pod", "uid", "phase"}, nil)
+	ksmPodRequests = prometheus.NewDesc("kube_pod_container_resource_requests",
+		"[STABLE] The number of requested request resource by a container. It is recommended to use the kube_pod_resource_requests metric exposed by kube-scheduler instead, as it is more precise.",
+		[]string{"namespace", "pod", "uid", "container", "node", "resource", "unit"}, nil)
+	// ksmPodLabels is kube_pod_labels with kube-state-metrics run with
+	// --metric-labels-allowlist=pods=[kueue.x-k8s.io/queue-name]: a label
+	// the pod does not have is empty, which Prometheus reads as absent.
+	ksmPodLabels = prometheus.NewDesc("kube_pod_labels", "[STABLE] Kubernetes labels converted to Prometheus labels.",
+		[]string{"namespace", "pod", "uid", "label_kueue_x_k8s_io_queue_name"}, nil)
+)
+
+// Kueue's ClusterQueue series, with its label names (Kueue 0.18; the
+// resource is Kubernetes' name, nvidia.com/gpu, and a scenario's queues
+// have one flavor, "default").
+var (
+	kueueNominalQuota = prometheus.NewDesc("kueue_cluster_queue_nominal_quota", "Reports the cluster_queue's resource nominal quota within all the flavors",
+		[]string{"cohort", "cluster_queue", "flavor", "resource", "replica_role"}, nil)
+	kueueBorrowingLimit = prometheus.NewDesc("kueue_cluster_queue_borrowing_limit", "Reports the cluster_queue's resource borrowing limit within all the flavors. If borrowingLimit is unset, this metric reports +Inf.",
+		[]string{"cohort", "cluster_queue", "flavor", "resource", "replica_role"}, nil)
+	kueueUsage = prometheus.NewDesc("kueue_cluster_queue_resource_usage", "Reports the cluster_queue's total resource usage within all the flavors",
+		[]string{"cohort", "cluster_queue", "flavor", "resource", "replica_role"}, nil)
+	kueuePendingResource = prometheus.NewDesc("kueue_cluster_queue_resource_pending", "Reports the cluster_queue's total pending resource requests. Unlike resource_reservation, pending workloads have not yet been assigned to flavors.",
+		[]string{"cluster_queue", "resource", "replica_role"}, nil)
+	kueuePending = prometheus.NewDesc("kueue_pending_workloads", "The number of pending workloads, per 'cluster_queue' and 'status'.",
+		[]string{"cluster_queue", "status", "replica_role"}, nil)
+	kueueAdmitted = prometheus.NewDesc("kueue_admitted_active_workloads", "The number of admitted Workloads that are active, per 'cluster_queue'",
+		[]string{"cluster_queue", "replica_role"}, nil)
+)
+
+// ksmPhases are the phases kube-state-metrics writes a series for, each pod.
+var ksmPhases = []string{"Pending", "Succeeded", "Failed", "Unknown", "Running"}
+
+// ksmUnsafe is what kube-state-metrics replaces with "_" in a resource name
+// to make it a label value: nvidia.com/gpu is nvidia_com_gpu.
+var ksmUnsafe = regexp.MustCompile(`[^a-zA-Z0-9_]`)
+
+// At returns the series of the cluster at time t. kube-state-metrics': for
+// every pod of every node kube_pod_info (with its priority class),
+// kube_pod_labels (its Kueue queue-name label), kube_pod_status_phase (a
+// series per phase, 1 for the pod's) and kube_pod_container_resource_requests
+// of its GPU resource (unit="integer"); a node's pod is bound to the node,
+// and Pending before from, Running, then Succeeded; an unscheduled pod is
+// there only within its [from, to), Pending and bound to no node (node="").
+// Kueue's, for each ClusterQueue: its nominal quota and borrowing limit; its
+// usage, the GPUs (nvidia.com/gpu) of the running pods labelled with its
+// name; its pending workloads, the unscheduled pods whose LocalQueue feeds
+// it (status "active"), and their GPUs; its admitted workloads, one per
+// running pod.
+func (c *Cluster) At(t time.Time) prometheus.Collector {
+	return clusterState{c: c, now: func() time.Time { return t }}
+}
+
+type clusterState struct {
+	c   *Cluster
+	now func() time.Time
+}
+
+func (k clusterState) Describe(ch chan<- *prometheus.Desc) {
+	for _, d := range []*prometheus.Desc{ksmPodInfo, ksmPodPhase, ksmPodRequests, ksmPodLabels} {
+		ch <- d
+	}
+	if len(k.c.queues) > 0 {
+		for _, d := range []*prometheus.Desc{kueueNominalQuota, kueueBorrowingLimit, kueueUsage, kueuePendingResource, kueuePending, kueueAdmitted} {
+			ch <- d
+		}
+	}
+}
+
+func (k clusterState) Collect(ch chan<- prometheus.Metric) {
+	now := k.now()
+	usage, admitted := map[string]float64{}, map[string]float64{}
+	pending, pendingGPUs := map[string]float64{}, map[string]float64{}
+	for _, sc := range k.c.scs {
+		t := now.Sub(sc.Start)
+		for _, p := range sc.Pods {
+			phase := "Running"
+			switch {
+			case t < p.From:
+				phase = "Pending"
+			case t >= p.To:
+				phase = "Succeeded"
+			}
+			queue, cq := workload.KueueQueues(p.Labels)
+			podSeries(ch, p.Namespace, p.Name, PodUID(sc.Node, p.Namespace, p.Name), p.Container, sc.Node, phase, p.Owner, p.Resource, len(p.Devices), p.PriorityClass, queue)
+			if phase == "Running" && cq != "" && p.Resource == ResourceGPU {
+				usage[cq] += float64(len(p.Devices))
+				admitted[cq]++
+			}
+		}
+		for _, u := range sc.Unscheduled {
+			if t < u.From || t >= u.To {
+				continue
+			}
+			podSeries(ch, u.Namespace, u.Name, PodUID(sc.Node, u.Namespace, u.Name), u.Container, "", "Pending", u.Owner, u.Resource, u.GPUs, u.PriorityClass, u.Queue)
+			if cq := k.clusterQueueOf(u.Namespace, u.Queue); cq != "" && u.Resource == ResourceGPU {
+				pending[cq]++
+				pendingGPUs[cq] += float64(u.GPUs)
+			}
+		}
+	}
+	for _, cq := range k.c.queues {
+		gauge := func(d *prometheus.Desc, v float64, lv ...string) {
+			ch <- prometheus.MustNewConstMetric(d, prometheus.GaugeValue, v, lv...)
+		}
+		limit := math.Inf(1)
+		if cq.BorrowingLimit >= 0 {
+			limit = float64(cq.BorrowingLimit)
+		}
+		quota := []string{cq.Cohort, cq.Name, "default", ResourceGPU, "standalone"}
+		gauge(kueueNominalQuota, float64(cq.NominalQuota), quota...)
+		gauge(kueueBorrowingLimit, limit, quota...)
+		gauge(kueueUsage, usage[cq.Name], quota...)
+		gauge(kueuePendingResource, pendingGPUs[cq.Name], cq.Name, ResourceGPU, "standalone")
+		gauge(kueuePending, pending[cq.Name], cq.Name, "active", "standalone")
+		gauge(kueuePending, 0, cq.Name, "inadmissible", "standalone")
+		gauge(kueueAdmitted, admitted[cq.Name], cq.Name, "standalone")
+	}
+}
+
+// clusterQueueOf returns the ClusterQueue LocalQueue namespace/queue
+// feeds, "" for none.
+func (k clusterState) clusterQueueOf(namespace, queue string) string {
+	if queue == "" {
+		return ""
+	}
+	for _, cq := range k.c.queues {
+		if slices.Contains(cq.LocalQueues, namespace+"/"+queue) {
+			return cq.Name
+		}
+	}
+	return ""
+}
+
+func podSeries(ch chan<- prometheus.Metric, namespace, name, uid, container, node, phase string, owner Owner, resource string, gpus int, class, queue string) {
+	kind, ownerName := owner.Kind, owner.Name
+	if kind == "" {
+		kind, ownerName = "<none>", "<none>"
+	}
+	ch <- prometheus.MustNewConstMetric(ksmPodInfo, prometheus.GaugeValue, 1,
+		namespace, name, uid, "", "", node, kind, ownerName, class, "false")
+	ch <- prometheus.MustNewConstMetric(ksmPodLabels, prometheus.GaugeValue, 1, namespace, name, uid, queue)
+	for _, ph := range ksmPhases {
+		v := 0.0
+		if ph == phase {
+			v = 1
+		}
+		ch <- prometheus.MustNewConstMetric(ksmPodPhase, prometheus.GaugeValue, v, namespace, name, uid, ph)
+	}
+	if resource == "" {
+		// A DRA pod requests its GPUs through claims, not resources.
+		return
+	}
+	ch <- prometheus.MustNewConstMetric(ksmPodRequests, prometheus.GaugeValue, float64(gpus),
+		namespace, name, uid, container, node, ksmUnsafe.ReplaceAllString(resource, "_"), "integer")
+}
+
+// WriteOpenMetrics writes the cluster's series as scrapes of one target
+// every `every` over [from, to], with timestamps, in the OpenMetrics text
+// format promtool's `tsdb create-blocks-from openmetrics` reads: each
+// family once, each series' samples together and in order, "# EOF" last.
+// target are labels every series gets (job, instance).
+func (c *Cluster) WriteOpenMetrics(w io.Writer, from, to time.Time, every time.Duration, target map[string]string) error {
+	if every <= 0 {
+		return fmt.Errorf("scrape interval %s is not positive", every)
+	}
+	type family struct {
+		help   string
+		series map[string]*strings.Builder
+		order  []string
+	}
+	fams := map[string]*family{}
+	var names []string
+	for t := from; !t.After(to); t = t.Add(every) {
+		reg := prometheus.NewPedanticRegistry()
+		if err := reg.Register(c.At(t)); err != nil {
+			return err
+		}
+		mfs, err := reg.Gather()
+		if err != nil {
+			return err
+		}
+		ts := strconv.FormatInt(t.Unix(), 10)
+		for _, mf := range mfs {
+			f := fams[mf.GetName()]
+			if f == nil {
+				f = &family{help: mf.GetHelp(), series: map[string]*strings.Builder{}}
+				fams[mf.GetName()] = f
+				names = append(names, mf.GetName())
+			}
+			for _, m := range mf.GetMetric() {
+				key := seriesText(mf.GetName(), m.GetLabel(), target)
+				b := f.series[key]
+				if b == nil {
+					b = &strings.Builder{}
+					f.series[key] = b
+					f.order = append(f.order, key)
+				}
+				fmt.Fprintf(b, "%s %s %s\n", key, omValue(m.GetGauge().GetValue()), ts)
+			}
+		}
+	}
+	slices.Sort(names)
+	bw := bufio.NewWriter(w)
+	for _, n := range names {
+		f := fams[n]
+		fmt.Fprintf(bw, "# TYPE %s gauge\n# HELP %s %s\n", n, n, escapeHelp(f.help))
+		slices.Sort(f.order)
+		for _, k := range f.order {
+			bw.WriteString(f.series[k].String())
+		}
+	}
+	bw.WriteString("# EOF\n")
+	return bw.Flush()
+}
+
+// seriesText is name{labels} with the target's labels, sorted by name; empty
+// values are left out, as Prometheus stores them.
+func seriesText(name string, pairs []*dto.LabelPair, target map[string]string) string {
+	all := map[string]string{}
+	for k, v := range target {
+		all[k] = v
+	}
+	for _, p := range pairs {
+		all[p.GetName()] = p.GetValue()
+	}
+	keys := make([]string, 0, len(all))
+	for k, v := range all {
+		if v != "" {
+			keys = append(keys, k)
+		}
+	}
+	slices.Sort(keys)
+	var b strings.Builder
+	b.WriteString(name)
+	b.WriteByte('{')
+	for i, k := range keys {
+		if i > 0 {
+			b.WriteByte(',')
+		}
+		b.WriteString(k)
+		b.WriteString(`="`)
+		b.WriteString(strings.NewReplacer(`\`, `\\`, `"`, `\"`, "\n", `\n`).Replace(all[k]))
+		b.WriteByte('"')
+	}
+	b.WriteByte('}')
+	return b.String()
+}
+
+func escapeHelp(s string) string {
+	return strings.NewReplacer(`\`, `\\`, `"`, `\"`, "\n", `\n`).Replace(s)
+}
+
+func omValue(v float64) string {
+	switch {
+	case math.IsInf(v, 1):
+		return "+Inf"
+	case math.IsInf(v, -1):
+		return "-Inf"
+	}
+	return strconv.FormatFloat(v, 'g', -1, 64)
+}
