@@ -110,6 +110,7 @@ type Report struct {
 	} `json:"funnel"`
 	Verdict      Verdict         `json:"verdict"`
 	Demand       Demand          `json:"demand"`
+	Queue        Queue           `json:"queue"`
 	TopWorkloads []Workload      `json:"top_workloads"`
 	TopModels    []Model         `json:"top_models"`
 	Hints        []Hint          `json:"hints"`
@@ -225,7 +226,10 @@ func Build(ctx context.Context, api API, c Config) (*Report, error) {
 	jobs := []*job{{expr: qNodes}, {expr: qObserved}, {expr: qAllocated}, {expr: qActive}, {expr: qIdle}, {expr: qUnallocated}, {expr: qUnallocatedActive},
 		{expr: qWLAllocated}, {expr: qWLActive}, {expr: qWLIdle}, {expr: qWLStreak}, {expr: qWLMemory}, {expr: qWLMemoryTotal},
 		// A gauge is read at the middle of each step.
-		{expr: qPending, offset: -c.Step / 2}, {expr: qKSM}, {expr: qCovered}, {expr: qWLGPU}}
+		{expr: qPending, offset: -c.Step / 2}, {expr: qKSM}, {expr: qCovered}, {expr: qWLGPU},
+		// The queue X-ray (queue.go).
+		{expr: qQueuePods, offset: -c.Step / 2}, {expr: qQueueClasses, offset: -c.Step / 2}, {expr: qQueueHolders}, {expr: qQueueFree},
+		{expr: qKueueUsage, offset: -c.Step / 2}, {expr: qKueueNominal, offset: -c.Step / 2}, {expr: qKueuePending, offset: -c.Step / 2}, {expr: qKueuePendingGPUs, offset: -c.Step / 2}}
 	q := &querier{api: api, timeout: c.Timeout, maxPoints: c.MaxPoints, g: g, progress: c.Progress, total: len(jobs) * g.n}
 	// The first query alone: an unreachable server is one error, not one per query.
 	eg, ectx := errgroup.WithContext(ctx)
@@ -248,7 +252,9 @@ func Build(ctx context.Context, api API, c Config) (*Report, error) {
 		observed: byWindow(jobs[1].out, g.n), allocated: byWindow(jobs[2].out, g.n), active: byWindow(jobs[3].out, g.n),
 		idle: byWindow(jobs[4].out, g.n), unallocated: byWindow(jobs[5].out, g.n), unallocatedActive: byWindow(jobs[6].out, g.n),
 		wlAllocated: jobs[7].out, wlActive: jobs[8].out, wlIdle: jobs[9].out, wlStreak: jobs[10].out, wlMemory: jobs[11].out, wlMemoryTotal: jobs[12].out,
-		pending: jobs[13].out, ksm: jobs[14].out, covered: coveredSeconds(jobs[15].out, byWindow(jobs[1].out, g.n), g), wlGPU: jobs[16].out}
+		pending: jobs[13].out, ksm: jobs[14].out, covered: coveredSeconds(jobs[15].out, byWindow(jobs[1].out, g.n), g), wlGPU: jobs[16].out,
+		queue: queueInput{pods: jobs[17].out, classes: jobs[18].out, holders: jobs[19].out, free: jobs[20].out,
+			kueueUsage: jobs[21].out, kueueNominal: jobs[22].out, kueuePending: jobs[23].out, kueuePendingGPUs: jobs[24].out}}
 	if len(in.nodes) == 0 {
 		return nil, fmt.Errorf("%w (%s to %s): is the agent scraped by this Prometheus, and is the range right?", ErrNoData,
 			g.start.Format(time.RFC3339), end.Format(time.RFC3339))
@@ -296,6 +302,7 @@ type input struct {
 	// covered is the seconds of each step the agents' data covers.
 	covered []float64
 	wlGPU   []series
+	queue   queueInput
 }
 
 // coveredSeconds is, per step, the time the agents' data covers: what
@@ -401,6 +408,11 @@ func compute(in input, c Config) *Report {
 	}
 	r.Demand = SetAgainst(steps, c.Quantile, len(in.ksm) > 0)
 	r.Verdict = Decide(r.Demand)
+	r.Queue = computeQueue(in, in.queue, peak, c.Top, len(in.ksm) > 0)
+	r.Verdict.Queue = r.Queue.Sentence
+	if !r.Queue.PrioritiesKnown && r.Queue.All.PendingGPUHours > 0 {
+		r.Warnings = append(r.Warnings, "no gpuxray_priority_class_value series (agents before the queue X-ray, or RBAC that denies them priorityclasses): every pod ranks 0, so no waiter could preempt a holder")
+	}
 
 	// Workloads and models.
 	ws := workloads(in)

@@ -36,6 +36,8 @@ func WriteText(w io.Writer, r *Report) error {
 		fmt.Fprintf(&b, "  · %s\n", l)
 	}
 
+	writeQueueText(&b, r.Queue)
+
 	b.WriteString("\nGPU TIME\n")
 	tw := tabwriter.NewWriter(&b, 0, 0, 2, ' ', tabwriter.AlignRight)
 	a, p := r.Funnel.All, r.Funnel.Peak
@@ -153,4 +155,52 @@ func humanDuration(hours float64) string {
 		}
 	}
 	return b.String()
+}
+
+// writeQueueText writes the queue X-ray: who waited, and what could have
+// run the waiting (docs/report.md).
+func writeQueueText(b *strings.Builder, q Queue) {
+	b.WriteString("\nQUEUE  " + q.Sentence + "\n")
+	if !q.Available || q.All.PendingGPUHours == 0 {
+		return
+	}
+	tw := tabwriter.NewWriter(b, 0, 0, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintf(tw, "\tall hours\tat peak\t\n")
+	for _, row := range queueRows {
+		fmt.Fprintf(tw, "  %s\t%s\t%s\t\n", row.name, gpuHours(row.of(q.All)), gpuHours(row.of(q.Peak)))
+	}
+	tw.Flush()
+	if len(q.Classes) > 0 {
+		tw = tabwriter.NewWriter(b, 0, 0, 2, ' ', 0)
+		fmt.Fprintf(tw, "  priority class\tpriority\tqueue\tpending at peak\tpending\tshortfall\n")
+		for _, c := range q.Classes {
+			fmt.Fprintf(tw, "  %s\t%.0f\t%s\t%s\t%s\t%s\n", dash(c.PriorityClass), c.Priority, dash(c.Queue),
+				gpuHours(c.Peak.PendingGPUHours), gpuHours(c.All.PendingGPUHours), gpuHours(c.All.ShortfallGPUHours))
+		}
+		tw.Flush()
+	}
+	if len(q.TopHolders) > 0 {
+		b.WriteString("  idle holders that blocked waiters:\n")
+		tw = tabwriter.NewWriter(b, 0, 0, 2, ' ', 0)
+		fmt.Fprintf(tw, "  workload\tkind\tpriority class\tcould have run at peak\tcould have run\tidle\n")
+		for _, h := range q.TopHolders {
+			fmt.Fprintf(tw, "  %s\t%s\t%s\t%s\t%s\t%s\n", h.ID(), dash(h.Kind), dash(h.PriorityClass),
+				gpuHours(h.Blocked(BasisPeak)), gpuHours(h.Blocked(BasisAll)), gpuHours(h.IdleGPUHours))
+		}
+		tw.Flush()
+	}
+}
+
+// queueRows are the parts the waiting is split into, in the order they are
+// served, as the text and HTML reports name them.
+var queueRows = []struct {
+	name, color string
+	of          func(QueueFigures) float64
+}{
+	{"pending", "", func(f QueueFigures) float64 { return f.PendingGPUHours }},
+	{"on free GPUs", "#2e9d5b", func(f QueueFigures) float64 { return f.FreeGPUHours }},
+	{"by reclaiming borrowed quota", "#3b82c4", func(f QueueFigures) float64 { return f.QuotaGPUHours }},
+	{"by preempting lower priority", "#6c5ce7", func(f QueueFigures) float64 { return f.PreemptionGPUHours }},
+	{"only on idle GPUs of higher priority", "#e9a23b", func(f QueueFigures) float64 { return f.OutrankedGPUHours }},
+	{"on no idle GPU (capacity shortfall)", "#d1495b", func(f QueueFigures) float64 { return f.ShortfallGPUHours }},
 }

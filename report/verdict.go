@@ -189,6 +189,9 @@ type Verdict struct {
 	Sentence        string  `json:"sentence"`
 	// Arithmetic is the verdict's working, one line a step.
 	Arithmetic []string `json:"arithmetic"`
+	// Queue is the queue X-ray's sentence: whether the waiting came from
+	// scheduling or from capacity, and what to look at (Queue.Sentence).
+	Queue string `json:"queue_sentence"`
 }
 
 // nothingIdle is less reclaimable capacity than the sentences' precision
