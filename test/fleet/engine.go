@@ -19,17 +19,17 @@ import (
 // query limits at their defaults. Retention is a century so that a replayed
 // week is kept, and the response cache is off because history is imported
 // behind the live data (VictoriaMetrics' own advice for backfilling).
-func startVM(ctx context.Context, ps *procs, t Tools, name, dir string) (addr string, p *proc, err error) {
+func startVM(ctx context.Context, ps *procs, t Tools, name, dir string, extra ...string) (addr string, p *proc, err error) {
 	if addr, err = freeAddr(); err != nil {
 		return "", nil, err
 	}
-	p, err = ps.start(name, t.VictoriaMetrics,
-		"-storageDataPath="+dir,
-		"-httpListenAddr="+addr,
+	p, err = ps.start(name, t.VictoriaMetrics, append([]string{
+		"-storageDataPath=" + dir,
+		"-httpListenAddr=" + addr,
 		"-retentionPeriod=100y",
 		"-search.disableCache",
 		"-loggerLevel=WARN",
-	)
+	}, extra...)...)
 	if err != nil {
 		return "", nil, err
 	}
@@ -330,9 +330,11 @@ func sampleTime(v any) time.Time {
 	return time.UnixMilli(int64(f*1000 + 0.5)).UTC()
 }
 
-// queryPath is /api/v1/query for q at t.
+// queryPath is /api/v1/query for q at t. nocache=1 asks VictoriaMetrics
+// to answer at t even within its -search.latencyOffset of now (it moves
+// such a query 30 s back otherwise); Prometheus ignores it.
 func queryPath(q string, t time.Time) string {
-	v := "/api/v1/query?query=" + url.QueryEscape(q)
+	v := "/api/v1/query?nocache=1&query=" + url.QueryEscape(q)
 	if !t.IsZero() {
 		v += fmt.Sprintf("&time=%.3f", float64(t.UnixMilli())/1000)
 	}
@@ -340,6 +342,6 @@ func queryPath(q string, t time.Time) string {
 }
 
 func queryRangePath(q string, start, end time.Time, step time.Duration) string {
-	return fmt.Sprintf("/api/v1/query_range?query=%s&start=%d&end=%d&step=%d",
+	return fmt.Sprintf("/api/v1/query_range?nocache=1&query=%s&start=%d&end=%d&step=%d",
 		url.QueryEscape(q), start.Unix(), end.Unix(), int(step.Seconds()))
 }

@@ -34,7 +34,7 @@ func (r *run) engines(ctx context.Context) error {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return err
 	}
-	vmAddr, _, err := startVM(ctx, r.ps, r.t, "victoria-metrics-engines", filepath.Join(dir, "vm"))
+	vmAddr, vmProc, err := startVM(ctx, r.ps, r.t, "victoria-metrics-engines", filepath.Join(dir, "vm"))
 	if err != nil {
 		return err
 	}
@@ -182,6 +182,9 @@ func (r *run) engines(ctx context.Context) error {
 			r.res.addWorst(w)
 		}
 	}
+	if err := r.splitUnderLimit(ctx, vmProc, filepath.Join(dir, "vm"), end, rng, &vr.r); err != nil {
+		return err
+	}
 	r.res.measure("engines: rule points where VictoriaMetrics and Prometheus differ by over 1%", 100*float64(diffPoints)/float64(max(points, 1)), "%")
 	r.res.measure("engines: largest difference of a rule point, VictoriaMetrics vs Prometheus", 100*worstDiff, "%")
 	r.log("engines: %d of %d rule points differ by over 1%% between the engines, the most %.1f%% (%s)", diffPoints, points, 100*worstDiff, worstWhere)
@@ -253,5 +256,26 @@ func moveBlocks(from, to string) error {
 			return err
 		}
 	}
+	return nil
+}
+
+// splitUnderLimit restarts VictoriaMetrics on the same data with a limit of
+// points per series far under the report's queries
+// (-search.maxPointsPerTimeseries, 30,000 by default): the report must
+// split its queries where the engine refuses them, and answer the same.
+func (r *run) splitUnderLimit(ctx context.Context, vm *proc, data string, end time.Time, rng time.Duration, want *report.Report) error {
+	vm.stop(10 * time.Second)
+	const limit = 5
+	addr, _, err := startVM(ctx, r.ps, r.t, "victoria-metrics-limited", data, fmt.Sprintf("-search.maxPointsPerTimeseries=%d", limit))
+	if err != nil {
+		return err
+	}
+	got, err := runReport(ctx, r.t.Gpuxray, addr, end, rng, r.c.ReportStep)
+	if err != nil {
+		r.res.pass("engines", fmt.Sprintf("report under -search.maxPointsPerTimeseries=%d: answered", limit), false, err.Error())
+		return nil
+	}
+	compareReports(r.res, "engines", fmt.Sprintf("report split under -search.maxPointsPerTimeseries=%d vs whole: ", limit), &got.r, want)
+	r.log("engines: report split under -search.maxPointsPerTimeseries=%d in %s", limit, got.took.Round(time.Millisecond))
 	return nil
 }

@@ -10,9 +10,11 @@ import (
 	"net/url"
 	"sort"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/gpuxray/gpuxray/agent"
+	promrules "github.com/gpuxray/gpuxray/deploy/prometheus"
 )
 
 // liveRun is what the live phase's checks need.
@@ -32,6 +34,9 @@ type liveRun struct {
 	hook   *webhook
 	// nodeOf is each target's node, by address.
 	nodeOf map[string]string
+
+	mu    sync.Mutex
+	spans map[[2]time.Time][2]*totals
 }
 
 // alertKey is an alert's subject: the node, and the pod and GPU or
@@ -133,30 +138,26 @@ func (l *liveRun) checkAlerts(ctx context.Context, res *Result) {
 	res.pass("live", "Alertmanager: no other alert fires within minutes", len(others) == 0, "fired "+firstOf(others))
 	res.summary(fmt.Sprintf("%d/%d idle allocations alerted at Alertmanager", len(must)-len(missing), len(must)))
 
-	// The slower alerts, pending in vmalert.
-	var alerts struct {
-		Alerts []struct {
-			Name   string            `json:"name"`
-			State  string            `json:"state"`
-			Labels map[string]string `json:"labels"`
-		} `json:"alerts"`
-	}
-	if err := apiGet(ctx, l.alert, "/api/v1/alerts", &alerts); err != nil {
+	// The slower alerts, pending in vmalert: its ALERTS series over the run.
+	span := l.end.Sub(l.targetsAt).Truncate(time.Second)
+	q := fmt.Sprintf(`max by (alertname, node, instance, namespace, pod, gpu) (max_over_time(ALERTS[%ds]))`, int(span.Seconds()))
+	var v vector
+	if err := query(ctx, l.vm, queryPath(q, l.end), &v); err != nil {
 		res.pass("live", "vmalert: alerts", false, err.Error())
 		return
 	}
 	active := map[alertKey]string{}
-	for _, a := range alerts.Alerts {
-		lb := a.Labels
-		k := alertKey{alert: a.Name, node: lb["node"], namespace: lb["namespace"], pod: lb["pod"], gpu: lb["gpu"]}
+	for _, a := range v {
+		lb := a.Metric
+		k := alertKey{alert: lb["alertname"], node: lb["node"], namespace: lb["namespace"], pod: lb["pod"], gpu: lb["gpu"]}
 		if k.node == "" {
 			// GPUUnattributedActivity keeps the target's instance, not node.
 			k.node = l.nodeOf[lb["instance"]]
 		}
-		if a.Name == "GPUIdleAtPeak" {
+		if k.alert == "GPUIdleAtPeak" {
 			k.node, k.pod, k.gpu = "", "", ""
 		}
-		active[k] = a.State
+		active[k] = "pending or firing"
 	}
 	unattributed := l.unattributed()
 	var miss, extra []string
@@ -383,6 +384,7 @@ func (l *liveRun) checkRules(ctx context.Context, res *Result) {
 	for i, a := range l.agents {
 		trs[i] = newTruther(asPolled(a.scenario, l.poll))
 	}
+	derived := derivedRules()
 	byRule := map[string]*worst{}
 	skipped := map[string]int{}
 	var names []string
@@ -394,14 +396,20 @@ func (l *liveRun) checkRules(ctx context.Context, res *Result) {
 			byRule[r.name] = w
 			names = append(names, r.name)
 		}
-		// Too early: the first samples are not yet in every window.
-		if r.at.Before(l.targetsAt.Add(l.scrape + 45*time.Second)) {
+		// Too early: the first samples are not yet in every window; a rule
+		// built on recorded series reads them an evaluation and a latency
+		// later.
+		first, lagMax := l.targetsAt.Add(l.scrape+45*time.Second), maxLag
+		if derived[r.name] {
+			first, lagMax = first.Add(45*time.Second), maxLag+45*time.Second
+		}
+		if r.at.Before(first) {
 			continue
 		}
 		lo, hi := math.Inf(1), math.Inf(-1)
 		var mean float64
 		n := 0
-		for lag := time.Duration(0); lag <= maxLag; lag += l.scrape {
+		for lag := time.Duration(0); lag <= lagMax; lag += l.scrape {
 			for _, before := range []time.Duration{0, l.scrape} {
 				for _, first := range []time.Duration{0, l.scrape} {
 					end := r.at.Add(-lag)
@@ -454,17 +462,40 @@ func (l *liveRun) truthOf(trs []*truther, r recorded, start, end time.Time) floa
 		return v
 	}
 	window := r.labels["window"]
+	pk, op := l.fleetSpan(trs, start, end)
 	var v float64
-	for i, a := range l.agents {
-		pk, op := trs[i].span(start.Sub(a.scenario.Start), end.Sub(a.scenario.Start), l.sched)
-		for _, t := range []*totals{pk, op} {
-			if window != "" && (window == "peak") != (t == pk) {
-				continue
-			}
-			v += totalsFor(name, r.labels, t)
+	for _, t := range []*totals{pk, op} {
+		if window != "" && (window == "peak") != (t == pk) {
+			continue
 		}
+		v += totalsFor(name, r.labels, t)
 	}
 	return v / secs
+}
+
+// fleetSpan is the fleet's truth over [start, end), by window, cached:
+// every rule evaluated at one time reads the same spans.
+func (l *liveRun) fleetSpan(trs []*truther, start, end time.Time) (peak, offpeak *totals) {
+	k := [2]time.Time{start, end}
+	l.mu.Lock()
+	c, ok := l.spans[k]
+	l.mu.Unlock()
+	if ok {
+		return c[0], c[1]
+	}
+	peak, offpeak = newTotals(), newTotals()
+	for i, a := range l.agents {
+		pk, op := trs[i].span(start.Sub(a.scenario.Start), end.Sub(a.scenario.Start), l.sched)
+		peak.add(pk, 1, nil)
+		offpeak.add(op, 1, nil)
+	}
+	l.mu.Lock()
+	if l.spans == nil {
+		l.spans = map[[2]time.Time][2]*totals{}
+	}
+	l.spans[k] = [2]*totals{peak, offpeak}
+	l.mu.Unlock()
+	return peak, offpeak
 }
 
 // totalsFor is the seconds rule name sums, for the labels it keeps.
@@ -502,4 +533,22 @@ func podField(metric string, p podSeconds) float64 {
 		return p.Active
 	}
 	return p.Allocated
+}
+
+// derivedRules are the recording rules that read other recorded series.
+func derivedRules() map[string]bool {
+	f, err := promrules.Parse(promrules.Rules)
+	if err != nil {
+		return nil
+	}
+	out := map[string]bool{}
+	inlined := inlineRecorded(f)
+	for _, g := range f.Groups {
+		for _, r := range g.Rules {
+			if r.Record != "" && strings.TrimSpace(r.Expr) != inlined[r.Record] {
+				out[r.Record] = true
+			}
+		}
+	}
+	return out
 }

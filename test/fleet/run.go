@@ -214,7 +214,9 @@ func (r *run) live(ctx context.Context, vmAddr string) error {
 	// Wait for the idle allocations' alerts, and at least two rate windows'
 	// worth of recorded rules.
 	deadline := l.targetsAt.Add(c.LiveTimeout)
-	minimum := l.targetsAt.Add(100 * time.Second)
+	// Two minutes and a half: vmalert's rules see a scrape 30 s late, and a
+	// rate needs two scrapes; from then on, a recorded sample every 15 s.
+	minimum := l.targetsAt.Add(150 * time.Second)
 	for {
 		l.end = time.Now()
 		must, _ := l.idleAllocations()
@@ -271,9 +273,10 @@ func (r *run) history(ctx context.Context, vmAddr string) error {
 	for i := 0; i < k; i++ {
 		src := nodes[i]
 		var ids []identity
+		tr := newTruther(asPolled(src.Scenario, c.HistoryPoll))
 		for j := i; j < len(nodes); j += k {
 			ids = append(ids, identity{from: src.Name, to: nodes[j].Name})
-			members = append(members, member{tr: newTruther(asPolled(src.Scenario, c.HistoryPoll)), rename: renameNode(src.Name, nodes[j].Name)})
+			members = append(members, member{tr: tr, rename: renameNode(src.Name, nodes[j].Name)})
 		}
 		g.Go(func() error {
 			st, err := replayImport(gctx, r.t, r.dir, src, ids, vmAddr, hc, "")

@@ -34,8 +34,12 @@ func run(args []string, stdout, stderr io.Writer) int {
 	fs.StringVar(&c.Dir, "dir", "", "directory for the run's engine data and logs (a temporary one when empty)")
 	fs.BoolVar(&c.Keep, "keep", false, "keep the run's directory")
 	quiet := fs.Bool("quiet", false, "no progress lines")
+	// A bad flag is one sentence (the flag package's own); -help lists them.
+	fs.Usage = func() {}
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
+			fmt.Fprintf(stderr, "Usage: fleet [flags] (make fleet NODES=N; docs/fleet.md)\n\nFlags:\n")
+			fs.PrintDefaults()
 			return 0
 		}
 		return 2
