@@ -22,6 +22,8 @@ type expect struct {
 	podMonitor     bool
 	rule           bool // a PrometheusRule
 	dashboards     int  // ConfigMaps for Grafana's sidecar
+	// The VictoriaMetrics operator's: a VMServiceScrape, a VMPodScrape, a VMRule.
+	vmServiceScrape, vmPodScrape, vmRule bool
 }
 
 // checkManifest asserts what every gpuxray deployment keeps: the agent's
@@ -169,6 +171,7 @@ func checkManifest(t *testing.T, m *manifest, want expect) {
 			t.Error("the PrometheusRule has no group")
 		}
 	}
+	checkVMObjects(t, m, want, svc.Labels, ds.Spec.Template.Labels)
 	n := 0
 	for _, cm := range all[corev1.ConfigMap](m) {
 		if cm.Labels["grafana_dashboard"] != "1" {
