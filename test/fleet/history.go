@@ -54,9 +54,15 @@ func replayImport(ctx context.Context, t Tools, dir string, src *Node, copies []
 	// A GPU in MIG mode on Hopper reads its instances' activity from GPM
 	// once a poll: each reading covers the poll, which --sample.max-gap
 	// must allow (the default, 2 s, is for NVML's 1/6 s samples).
-	cmd := exec.CommandContext(ctx, t.Gpuxray, "replay", "--format=openmetrics",
-		"--poll.interval="+c.Poll.String(), "--sample.max-gap="+(c.Poll+5*time.Second).String(),
-		"--scrape.interval="+c.Scrape.String(), "--retention="+c.Retention.String(), file)
+	args := []string{t.Gpuxray, "replay", "--format=openmetrics",
+		"--poll.interval=" + c.Poll.String(), "--sample.max-gap=" + (c.Poll + 5*time.Second).String(),
+		"--scrape.interval=" + c.Scrape.String(), "--retention=" + c.Retention.String(), file}
+	// Replays take what CPU the live agents leave: an agent whose polls
+	// lag reads its rates off by the lag.
+	if nice, err := exec.LookPath("nice"); err == nil {
+		args = append([]string{nice, "-n", "19"}, args...)
+	}
+	cmd := exec.CommandContext(ctx, args[0], args[1:]...)
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
 	var stderr strings.Builder
 	cmd.Stderr = &stderr

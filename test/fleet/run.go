@@ -214,9 +214,9 @@ func (r *run) live(ctx context.Context, vmAddr string) error {
 	// Wait for the idle allocations' alerts, and at least two rate windows'
 	// worth of recorded rules.
 	deadline := l.targetsAt.Add(c.LiveTimeout)
-	// Two minutes and a half: vmalert's rules see a scrape 30 s late, and a
-	// rate needs two scrapes; from then on, a recorded sample every 15 s.
-	minimum := l.targetsAt.Add(150 * time.Second)
+	// Two minutes: vmalert's rules see a scrape 30 s late, and a rate needs
+	// two scrapes; from then on, a recorded sample every 15 s.
+	minimum := l.targetsAt.Add(120 * time.Second)
 	for {
 		l.end = time.Now()
 		must, _ := l.idleAllocations()
