@@ -82,9 +82,11 @@ FLEETFLAGS ?=
 fleet: build
 	go run ./test/fleet/cmd/fleet -nodes $(NODES) -gpuxray bin/gpuxray $(FLEETFLAGS)
 
-## demo: the agent on the embedded simulated node, on :9471
+## demo: the agent on the embedded simulated node, on :9471; ARGS go to the
+## agent: make demo ARGS=--web.listen-address=:9472, or a scenario FILE
+ARGS ?=
 demo:
-	go run ./cmd/gpuxray agent --simulate
+	go run ./cmd/gpuxray agent --simulate $(ARGS)
 
 clean:
 	rm -rf bin

@@ -30,6 +30,18 @@ type Option func(*Engine)
 // attributed per process.
 func WithPods(p PodSource) Option { return func(e *Engine) { e.pods = p } }
 
+// DRAHealth is the health of the source that resolves DRA devices
+// (collector/dra's ResourceSlice source), reported as source "dra": whether
+// it is up, and the failures it met since the last call.
+type DRAHealth interface {
+	Health() (up bool, errs []error)
+}
+
+// WithDRA registers source "dra", whose health h reports; the problems of
+// an allocation list that name source "dra" (devices that could not be
+// resolved) are counted under it. Without it they count under "kubelet".
+func WithDRA(h DRAHealth) Option { return func(e *Engine) { e.dra = h } }
+
 // WithProcesses gives the engine a PID resolver for per-process attribution
 // on shared GPUs.
 func WithProcesses(r ProcessResolver) Option { return func(e *Engine) { e.procs = r } }
@@ -76,8 +88,12 @@ func (e *Engine) owners(snap collector.DeviceSnapshot) map[uint32]procOwner {
 		if pod.Model == "" && e.cmdModels[pod.UID] == "" {
 			// Only the model name derived from the command line is kept;
 			// the command line itself can hold secrets.
-			if m := workload.ModelFromCmdline(info.Cmdline); m != "" {
-				e.cmdModels[pod.UID] = m
+			// A worker that titles itself carries the model on a parent's.
+			for _, c := range append([][]string{info.Cmdline}, info.Ancestors...) {
+				if m := workload.ModelFromCmdline(c); m != "" {
+					e.cmdModels[pod.UID] = m
+					break
+				}
 			}
 		}
 		o := procOwner{namespace: pod.Namespace, pod: pod.Name}
@@ -232,4 +248,30 @@ func (e *Engine) observePods() {
 		down = errPodsDown
 	}
 	e.observeSource(collector.SourcePods, down, errs)
+}
+
+var errDRADown = errors.New("ResourceSlice source is down")
+
+// observeDRA records the DRA source's health with the problems of the
+// allocation list that are its own, and returns the others.
+func (e *Engine) observeDRA(problems []error) []error {
+	if e.dra == nil {
+		return problems
+	}
+	up, errs := e.dra.Health()
+	var rest []error
+	for _, p := range problems {
+		var se *collector.SourceError
+		if errors.As(p, &se) && se.Source == collector.SourceDRA {
+			errs = append(errs, p)
+			continue
+		}
+		rest = append(rest, p)
+	}
+	var down error
+	if !up {
+		down = errDRADown
+	}
+	e.observeSource(collector.SourceDRA, down, errs)
+	return rest
 }

@@ -55,6 +55,7 @@ type Engine struct {
 	log     *zap.Logger
 	pods    PodSource       // optional
 	procs   ProcessResolver // optional
+	dra     DRAHealth       // optional
 
 	mu      sync.Mutex // serialises Poll
 	dev     map[string]*deviceState
@@ -86,8 +87,20 @@ type holdings struct {
 	at time.Time
 	// known is false until the allocation source has answered once: time
 	// before that is neither allocated nor unallocated.
-	known    bool
-	byDevice map[string][]allocKey
+	known bool
+	// unresolved is set while the list holds DRA devices that could not be
+	// mapped to a device: any device no resolved allocation holds may be
+	// one of them, so who holds it is unknown (see holders).
+	unresolved bool
+	byDevice   map[string][]allocKey
+}
+
+// holders returns who holds device uuid in h, and whether that is known:
+// not before the first answer, nor, while DRA devices are unresolved, for
+// a device no resolved allocation holds.
+func (h *holdings) holders(uuid string) ([]allocKey, bool) {
+	keys := h.byDevice[uuid]
+	return keys, h.known && (len(keys) > 0 || !h.unresolved)
 }
 
 type deviceState struct {
@@ -104,6 +117,9 @@ type deviceState struct {
 	// only with process attribution.
 	hasUnattributed bool
 	unattributedMem uint64
+	// goneAt is when a reading of every device first left this one out;
+	// zero while it is read (see forget).
+	goneAt time.Time
 }
 
 type allocState struct {
@@ -111,6 +127,7 @@ type allocState struct {
 	gpu       int
 	resource  string
 	shared    bool
+	dra       collector.DRADevice // zero for a device plugin's allocation
 	live      bool
 	stale     bool
 	ended     time.Time
@@ -162,6 +179,9 @@ func New(cfg Config, devices DeviceSource, allocs AllocationSource, clock Clock,
 	if e.procs != nil && e.pods != nil {
 		sources = append(sources, collector.SourceProc)
 	}
+	if e.dra != nil {
+		sources = append(sources, collector.SourceDRA)
+	}
 	for _, s := range sources {
 		e.sources[s] = &sourceState{errors: map[string]uint64{}}
 	}
@@ -203,6 +223,7 @@ func (e *Engine) Poll(ctx context.Context) {
 	if listErr == nil {
 		problems = list.Problems // a stale list's were counted when it was fresh
 	}
+	problems = e.observeDRA(problems)
 	e.observeSource(collector.SourceKubelet, listErr, problems)
 	e.observePods()
 	now := e.clock.Now()
@@ -222,10 +243,14 @@ func (e *Engine) Poll(ctx context.Context) {
 				e.dev[rd.Device.UUID] = ds
 			}
 			ds.info, ds.present, ds.reading = rd.Device, true, rd
+			ds.goneAt = time.Time{}
 		}
 		for uuid, ds := range e.dev {
 			if !seen[uuid] {
 				ds.present = false
+				if ds.goneAt.IsZero() {
+					ds.goneAt = now
+				}
 			}
 		}
 	}
@@ -240,6 +265,7 @@ func (e *Engine) Poll(ctx context.Context) {
 		}
 	}
 	e.expire(now)
+	e.forget(now)
 	e.polls++
 	e.snap.Store(e.buildSnapshot(now))
 }
@@ -278,6 +304,9 @@ func (e *Engine) observeSource(name string, err error, partial []error) {
 func (e *Engine) updateAllocations(list collector.AllocationList, fresh bool, now time.Time) {
 	expired := !fresh && !list.At.IsZero() && now.Sub(list.At) > e.cfg.StaleGrace
 	h := holdings{at: now, known: !list.At.IsZero() && !expired, byDevice: map[string][]allocKey{}}
+	// A DRA device that could not be resolved is held, by whom is unknown:
+	// no device's time may be called unallocated meanwhile (holders).
+	unresolved := list.Unresolved
 	current := make(map[allocKey]bool, len(list.Allocations))
 	folded := map[allocKey]bool{}
 	nvmlUp := e.sources[collector.SourceNVML].up && len(e.dev) > 0
@@ -285,13 +314,20 @@ func (e *Engine) updateAllocations(list collector.AllocationList, fresh bool, no
 		uuid, gpu, ok := e.resolve(a.Device)
 		if !ok {
 			e.sources[collector.SourceKubelet].errors["unresolved_device"]++
+			if a.Device.Kind == collector.RefDRA {
+				unresolved++ // no resolver (collector/dra) in front of the kubelet
+			}
 			continue
 		}
 		if gpu < 0 && nvmlUp {
 			// A UUID that NVML, which has listed this node's devices, does
-			// not know: the device plugin names a device of another node.
+			// not know: the device plugin names a device of another node,
+			// or a DRA slice names a MIG device NVML has not listed yet.
 			if fresh {
 				e.sources[collector.SourceKubelet].errors["unknown_device"]++
+			}
+			if !a.DRA.IsZero() {
+				unresolved++
 			}
 			continue
 		}
@@ -325,9 +361,10 @@ func (e *Engine) updateAllocations(list collector.AllocationList, fresh bool, no
 			as = &allocState{key: k}
 			e.alloc[k] = as
 		}
-		as.gpu, as.resource, as.shared, as.pod = gpu, a.Resource, a.Shared, pod
+		as.gpu, as.resource, as.shared, as.pod, as.dra = gpu, a.Resource, a.Shared, pod, a.DRA
 		as.live, as.stale, as.ended = true, list.Stale || !fresh, time.Time{}
 	}
+	h.unresolved = unresolved > 0
 	// Several pods on one device share it whatever the resource says,
 	// except a device the NVIDIA device plugin hands out whole: see
 	// resolveConflict.
@@ -358,11 +395,13 @@ func (e *Engine) updateAllocations(list collector.AllocationList, fresh bool, no
 
 // exclusive reports whether every holder in keys was allocated the device
 // whole, by a resource that never shares one (nvidia.com/gpu without a
-// replica suffix, a MIG device).
+// replica suffix, a MIG device, a DRA claim of one container without a
+// share ID).
 func (e *Engine) exclusive(keys []allocKey) bool {
 	for _, k := range keys {
 		as := e.alloc[k]
-		if as.shared || (as.resource != "nvidia.com/gpu" && !strings.HasPrefix(as.resource, "nvidia.com/mig-")) {
+		whole := as.resource == "nvidia.com/gpu" || strings.HasPrefix(as.resource, "nvidia.com/mig-") || !as.dra.IsZero()
+		if as.shared || !whole {
 			return false
 		}
 	}
@@ -435,7 +474,7 @@ func (e *Engine) latestHolders(uuid string) ([]allocKey, bool) {
 		return nil, false
 	}
 	h := &e.history[len(e.history)-1]
-	return h.byDevice[uuid], h.known
+	return h.holders(uuid)
 }
 
 // holdersAt returns who held device uuid at time t, and whether that is known.
@@ -450,18 +489,19 @@ func (e *Engine) holdersAt(uuid string, t time.Time) ([]allocKey, bool) {
 	i, _ := slices.BinarySearchFunc(e.history, t, func(h holdings, t time.Time) int { return h.at.Compare(t) })
 	switch {
 	case i >= n:
-		return e.history[n-1].byDevice[uuid], e.history[n-1].known
+		return e.history[n-1].holders(uuid)
 	case i == 0:
-		return e.history[0].byDevice[uuid], e.history[0].known
+		return e.history[0].holders(uuid)
+	}
+	pk, pKnown := e.history[i-1].holders(uuid)
+	ck, cKnown := e.history[i].holders(uuid)
+	if !pKnown || !cKnown {
+		if cKnown {
+			return ck, true
+		}
+		return pk, pKnown
 	}
 	prev, cur := &e.history[i-1], &e.history[i]
-	if !prev.known || !cur.known {
-		if cur.known {
-			return cur.byDevice[uuid], true
-		}
-		return prev.byDevice[uuid], prev.known
-	}
-	pk, ck := prev.byDevice[uuid], cur.byDevice[uuid]
 	if slices.Equal(pk, ck) {
 		return ck, true
 	}
@@ -669,9 +709,10 @@ func (e *Engine) credit(ds *deviceState, from, to time.Time, v float64, known bo
 			if known {
 				c.UnallocatedActive = sec * v
 			}
-		case known:
-			c.UnallocatedActive = sec * unattributed
 		}
+		// While the holders are unknown (the kubelet unreachable, a DRA
+		// claim unresolved), processes no known holder owns are not work
+		// nobody owns: no unallocated activity is counted for them.
 		ds.c[w].add(&c, 1)
 		if parent != nil {
 			parent.c[w].add(&c, frac)
@@ -729,6 +770,22 @@ func (e *Engine) expire(now time.Time) {
 	}
 }
 
+// forget drops a MIG device that readings have left out for longer than
+// Retention while its parent GPU was read: a DRA driver destroyed it (a
+// fresh one has a UUID of its own), and its last counters have been
+// exported for as long as an ended allocation's. A whole GPU that is not
+// read is down (lost, hung), not gone: it is kept.
+func (e *Engine) forget(now time.Time) {
+	for uuid, ds := range e.dev {
+		if ds.present || ds.goneAt.IsZero() || ds.info.ParentUUID == "" || now.Sub(ds.goneAt) <= e.cfg.Retention {
+			continue
+		}
+		if parent := e.dev[ds.info.ParentUUID]; parent != nil && parent.present {
+			delete(e.dev, uuid)
+		}
+	}
+}
+
 func (e *Engine) buildSnapshot(now time.Time) *Snapshot {
 	s := &Snapshot{
 		At:          now,
@@ -776,6 +833,7 @@ func (e *Engine) buildSnapshot(now time.Time) *Snapshot {
 			Workload:        as.pod.Workload,
 			Model:           cmp.Or(as.pod.Model, e.cmdModels[as.pod.UID]),
 			ExtraLabels:     as.pod.ExtraLabels,
+			DRA:             as.dra,
 			Live:            as.live,
 			Stale:           as.stale,
 			Counters:        as.c,

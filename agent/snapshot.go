@@ -115,6 +115,9 @@ type AllocationSnapshot struct {
 	Model        string
 	// ExtraLabels are the pod's extra Prometheus labels (name → value).
 	ExtraLabels map[string]string
+	// DRA names the claim and the DRA device of an allocation made through
+	// Dynamic Resource Allocation; zero for a device plugin's.
+	DRA collector.DRADevice
 	// Live is true while the allocation is in the kubelet's latest list;
 	// false during retention after it ended.
 	Live bool

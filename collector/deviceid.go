@@ -19,6 +19,10 @@ const (
 	// RefIndex names the device by its GPU index, as GKE's device plugin does
 	// ("nvidia<N>", or "nvidia<N>/gi<M>" for a MIG instance).
 	RefIndex
+	// RefDRA names a device allocated through Dynamic Resource Allocation by
+	// its driver, pool and device name (Allocation.DRA), which the node's
+	// ResourceSlices map to a UUID; ID is "<driver>/<pool>/<device>".
+	RefDRA
 )
 
 // DeviceRef is a parsed kubelet device ID.

@@ -9,6 +9,9 @@ const (
 	SourceKubelet = "kubelet"
 	SourcePods    = "pods"
 	SourceProc    = "proc"
+	// SourceDRA is the node's ResourceSlices, which map devices allocated
+	// through Dynamic Resource Allocation to device UUIDs.
+	SourceDRA = "dra"
 )
 
 // Utilization sources, as they appear in gpuxray_device_info{utilization_source}.
@@ -180,6 +183,11 @@ type ProcessInfo struct {
 	// Cmdline is the process's argument vector. It can hold secrets: only a
 	// model name derived from it may ever be exported.
 	Cmdline []string
+	// Ancestors are the command lines of the process's parents in the same
+	// container, nearest first: a worker that titles itself (vLLM's
+	// VLLM::EngineCore, SGLang's sglang::scheduler) leaves the model on its
+	// server's. The same care as Cmdline applies.
+	Ancestors [][]string
 }
 
 // Allocation is one device assigned to one container, as the kubelet lists it.
@@ -194,7 +202,29 @@ type Allocation struct {
 	// Shared is true when the device is a time-slicing/MPS replica or the
 	// resource is a shared one: other pods may hold the same GPU.
 	Shared bool
+	// DRA is set for a device allocated through Dynamic Resource
+	// Allocation (Device.Kind is RefDRA until it is resolved to a UUID);
+	// zero for a device plugin's.
+	DRA DRADevice
 }
+
+// DRADevice is a device allocated through Dynamic Resource Allocation, as
+// the kubelet lists it in dynamic_resources: the claim that holds it and the
+// device's name in its driver's ResourceSlices.
+type DRADevice struct {
+	ClaimNamespace string
+	Claim          string
+	Driver         string
+	Pool           string
+	Device         string
+	// ShareID is set when the device allows several allocations at once
+	// (consumable capacity): the claim holds a share of it, not all of it.
+	ShareID string
+}
+
+// IsZero reports whether d names no DRA device: the allocation is a device
+// plugin's.
+func (d DRADevice) IsZero() bool { return d.Driver == "" }
 
 // AllocationList is one answer of the allocation source.
 type AllocationList struct {
@@ -205,7 +235,14 @@ type AllocationList struct {
 	// Stale is true when the latest call failed and this is the last good answer.
 	Stale bool
 	// Problems are the entries of this answer that were skipped (a device
-	// ID that names no device form, a name that is not valid UTF-8), each a
-	// *SourceError; the rest of the answer is valid.
+	// ID that names no device form, a name that is not valid UTF-8, a DRA
+	// device that could not be resolved), each a *SourceError; the rest of
+	// the answer is valid.
 	Problems []error
+	// Unresolved is the number of DRA devices of this answer that are held
+	// but could not be mapped to a device UUID (their ResourceSlices are not
+	// known yet, or name no UUID), and are not in Allocations. While it is
+	// positive, a device that no allocation holds may be one of them: its
+	// time is neither unallocated nor idle-allocated, but unattributed.
+	Unresolved int
 }

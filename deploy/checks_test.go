@@ -24,6 +24,7 @@ type expect struct {
 	dashboards     int  // ConfigMaps for Grafana's sidecar
 	// The VictoriaMetrics operator's: a VMServiceScrape, a VMPodScrape, a VMRule.
 	vmServiceScrape, vmPodScrape, vmRule bool
+	noDRA                                bool // --dra.enabled=false: no resourceslices access
 }
 
 // checkManifest asserts what every gpuxray deployment keeps: the agent's
@@ -125,9 +126,19 @@ func checkManifest(t *testing.T, m *manifest, want expect) {
 		t.Errorf("pod's service account %q, ServiceAccount %s/%s", pod.ServiceAccountName, sa.Namespace, sa.Name)
 	}
 	role := one[rbacv1.ClusterRole](t, m)
-	wantRule := rbacv1.PolicyRule{APIGroups: []string{""}, Resources: []string{"pods"}, Verbs: []string{"get", "list", "watch"}}
-	if len(role.Rules) != 1 || !slices.Equal(role.Rules[0].APIGroups, wantRule.APIGroups) || !slices.Equal(role.Rules[0].Resources, wantRule.Resources) || !slices.Equal(role.Rules[0].Verbs, wantRule.Verbs) {
-		t.Errorf("ClusterRole rules %+v, want only pods get/list/watch", role.Rules)
+	read := []string{"get", "list", "watch"}
+	wantRules := []rbacv1.PolicyRule{{APIGroups: []string{""}, Resources: []string{"pods"}, Verbs: read}}
+	if !want.noDRA {
+		wantRules = append(wantRules, rbacv1.PolicyRule{APIGroups: []string{"resource.k8s.io"}, Resources: []string{"resourceslices"}, Verbs: read})
+	}
+	if !slices.EqualFunc(role.Rules, wantRules, func(a, b rbacv1.PolicyRule) bool {
+		return slices.Equal(a.APIGroups, b.APIGroups) && slices.Equal(a.Resources, b.Resources) && slices.Equal(a.Verbs, b.Verbs) &&
+			len(a.ResourceNames) == 0 && len(a.NonResourceURLs) == 0
+	}) {
+		t.Errorf("ClusterRole rules %+v, want only %+v", role.Rules, wantRules)
+	}
+	if dra := flagValue(c.Args, "dra.enabled"); (dra == "false") != want.noDRA {
+		t.Errorf("--dra.enabled=%q with resourceslices access %v: the flag and the ClusterRole disagree", dra, !want.noDRA)
 	}
 	rb := one[rbacv1.ClusterRoleBinding](t, m)
 	if rb.RoleRef.Name != role.Name || rb.RoleRef.Kind != "ClusterRole" || len(rb.Subjects) != 1 ||

@@ -68,6 +68,7 @@ agent:
     enabled: false
     extraLabels: {team: team, cost_center: billing/cost-center}
     modelKeys: [example.com/model, model]
+  dra: {enabled: false}
   kubeconfig: /etc/gpuxray/kubeconfig
   procRoot: /host/proc
   peak:
@@ -124,11 +125,12 @@ func TestHelmTemplate(t *testing.T) {
 		// The defaults are the agent's own, spelt out.
 		for _, f := range []string{
 			"--web.listen-address=:9471", "--web.health-listen-address=:9472", "--web.telemetry-path=/metrics",
-			"--poll.interval=1s", "--idle.threshold=0.05", "--retention=10m",
+			"--web.max-requests=40", "--poll.interval=1s", "--idle.threshold=0.05", "--retention=10m",
 			"--idle.source=samples", "--limits.max-allocations=2000",
 			"--kubelet.pod-resources-socket=/var/lib/kubelet/pod-resources/kubelet.sock",
 			"--peak.schedule=Mon-Fri 09:00-18:00", "--peak.timezone=UTC", "--log.format=json",
 			"--pods.enabled=true", "--node.name=$(NODE_NAME)", "--proc.root=/proc",
+			"--dra.enabled=true", "--dra.drivers=gpu.nvidia.com", "--dra.uuid-attribute=uuid",
 		} {
 			if !slices.Contains(c.Args, f) {
 				t.Errorf("args %q lack %s", c.Args, f)
@@ -143,11 +145,22 @@ func TestHelmTemplate(t *testing.T) {
 			t.Error("a Secret without a web configuration")
 		}
 	})
+	t.Run("DRA values", func(t *testing.T) {
+		t.Parallel()
+		m := helmManifest(t, chart, "monitoring", writeValues(t, "agent: {dra: {drivers: [gpu.nvidia.com, gpu.example.com], uuidAttribute: gpu.nvidia.com/uuid}}\n"))
+		checkManifest(t, m, expect{namespace: "monitoring"})
+		c := one[appsv1.DaemonSet](t, m).Spec.Template.Spec.Containers[0]
+		for _, f := range []string{"--dra.enabled=true", "--dra.drivers=gpu.nvidia.com,gpu.example.com", "--dra.uuid-attribute=gpu.nvidia.com/uuid"} {
+			if !slices.Contains(c.Args, f) {
+				t.Errorf("args %q lack %s", c.Args, f)
+			}
+		}
+	})
 	t.Run("non-default values", func(t *testing.T) {
 		t.Parallel()
 		values := writeValues(t, strings.Replace(nonDefault, "%RULE%", map[bool]string{true: "true", false: "false"}[rule != ""], 1))
 		m := helmManifest(t, chart, "gpu-monitoring", values)
-		checkManifest(t, m, expect{namespace: "gpu-monitoring", hostPID: true, serviceMonitor: true, rule: rule != "", dashboards: len(dashboards)})
+		checkManifest(t, m, expect{namespace: "gpu-monitoring", hostPID: true, serviceMonitor: true, rule: rule != "", dashboards: len(dashboards), noDRA: true})
 		ds := one[appsv1.DaemonSet](t, m)
 		pod := ds.Spec.Template.Spec
 		c := pod.Containers[0]
@@ -161,10 +174,16 @@ func TestHelmTemplate(t *testing.T) {
 			"--log.level=debug", "--log.format=console",
 			"--pods.enabled=false", "--pods.extra-labels=cost_center=billing/cost-center,team=team",
 			"--pods.model-keys=example.com/model,model", "--kubeconfig=/etc/gpuxray/kubeconfig", "--proc.root=/host/proc",
+			"--dra.enabled=false",
 		} {
 			if !slices.Contains(c.Args, f) {
 				t.Errorf("args %q lack %s", c.Args, f)
 			}
+		}
+		if slices.ContainsFunc(c.Args, func(a string) bool {
+			return strings.HasPrefix(a, "--dra.drivers") || strings.HasPrefix(a, "--dra.uuid-attribute")
+		}) {
+			t.Errorf("args %q name DRA drivers with DRA off", c.Args)
 		}
 		checks := []struct {
 			what string
@@ -350,6 +369,9 @@ func TestHelmValuesSchema(t *testing.T) {
 		{"not a count", "agent: {limits: {maxAllocations: 1.5}}\n", "maxAllocations"},
 		{"unknown idle source", "agent: {idleSource: dcgm}\n", "idleSource"},
 		{"unknown web config key", "web: {config: {basic_auth_user: {a: b}}}\n", "basic_auth_user"},
+		{"bad DRA driver", "agent: {dra: {drivers: [GPU NVIDIA]}}\n", "drivers"},
+		{"no DRA driver", "agent: {dra: {drivers: []}}\n", "drivers"},
+		{"bad DRA UUID attribute", "agent: {dra: {uuidAttribute: the uuid}}\n", "uuidAttribute"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

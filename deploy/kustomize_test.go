@@ -3,6 +3,7 @@ package deploy
 import (
 	"os"
 	"path/filepath"
+	"slices"
 	"testing"
 
 	appsv1 "k8s.io/api/apps/v1"
@@ -37,6 +38,7 @@ func TestKustomizeOverlays(t *testing.T) {
 		{"overlays/podmonitor", expect{namespace: "gpuxray", podMonitor: true, rule: rule != "", dashboards: len(dashboards)}},
 		{"overlays/process-attribution", expect{namespace: "gpuxray", hostPID: true, serviceMonitor: true, rule: rule != "", dashboards: len(dashboards)}},
 		{"overlays/victoriametrics", expect{namespace: "gpuxray", vmServiceScrape: true, vmRule: true}},
+		{"overlays/dra", expect{namespace: "gpuxray", hostPID: true, serviceMonitor: true, rule: rule != "", dashboards: len(dashboards)}},
 	}
 	for _, tc := range tests {
 		t.Run(tc.overlay, func(t *testing.T) {
@@ -53,6 +55,13 @@ func TestKustomizeOverlays(t *testing.T) {
 			c := one[appsv1.DaemonSet](t, m).Spec.Template.Spec.Containers[0]
 			if want := "ghcr.io/gpuxray/gpuxray:" + appVersion; c.Image != want {
 				t.Errorf("image %s, want %s (the chart's appVersion)", c.Image, want)
+			}
+			if tc.overlay == "overlays/dra" {
+				for _, f := range []string{"--dra.drivers=gpu.nvidia.com", "--dra.uuid-attribute=uuid"} {
+					if !slices.Contains(c.Args, f) {
+						t.Errorf("args %q lack %s", c.Args, f)
+					}
+				}
 			}
 			for name, want := range map[string]string{"NVIDIA_VISIBLE_DEVICES": "all", "NVIDIA_DRIVER_CAPABILITIES": "utility"} {
 				if got := envValue(c.Env, name); got != want {

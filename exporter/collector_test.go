@@ -65,9 +65,9 @@ gpuxray_allocated_idle_seconds_total{container="main",gpu="",model="",namespace=
 gpuxray_allocated_idle_seconds_total{container="main",gpu="",model="",namespace="ml",pod="ended",uuid="GPU-11111111-0000-0000-0000-000000000000",window="peak",workload="",workload_kind=""} 7
 gpuxray_allocated_idle_seconds_total{container="main",gpu="0",model="",namespace="ml",pod="train-0",uuid="GPU-00000000-0000-0000-0000-000000000000",window="offpeak",workload="",workload_kind=""} 55
 gpuxray_allocated_idle_seconds_total{container="main",gpu="0",model="",namespace="ml",pod="train-0",uuid="GPU-00000000-0000-0000-0000-000000000000",window="peak",workload="",workload_kind=""} 0
-# HELP gpuxray_allocation_info A device allocated to a container, as the kubelet lists it; stale="true" while the kubelet cannot be read.
+# HELP gpuxray_allocation_info A device allocated to a container, as the kubelet lists it; stale="true" while the kubelet cannot be read; claim_namespace, claim, driver, pool and dra_device name a DRA claim's device.
 # TYPE gpuxray_allocation_info gauge
-gpuxray_allocation_info{attribution="device",container="main",gpu="0",model="",namespace="ml",pod="train-0",resource="nvidia.com/gpu",shared="false",stale="false",uuid="GPU-00000000-0000-0000-0000-000000000000",workload="",workload_kind=""} 1
+gpuxray_allocation_info{attribution="device",claim="",claim_namespace="",container="main",dra_device="",driver="",gpu="0",model="",namespace="ml",pod="train-0",pool="",resource="nvidia.com/gpu",shared="false",stale="false",uuid="GPU-00000000-0000-0000-0000-000000000000",workload="",workload_kind=""} 1
 # HELP gpuxray_allocation_idle_streak_seconds How long the allocation has been idle without a break.
 # TYPE gpuxray_allocation_idle_streak_seconds gauge
 gpuxray_allocation_idle_streak_seconds{container="main",gpu="0",model="",namespace="ml",pod="train-0",uuid="GPU-00000000-0000-0000-0000-000000000000",workload="",workload_kind=""} 42
@@ -190,5 +190,31 @@ func TestCollectorBadLabelValues(t *testing.T) {
 	}
 	if !seen {
 		t.Error("the pod with invalid UTF-8 is not exported with its bytes replaced")
+	}
+}
+
+// TestAllocationInfoDRA: a DRA allocation's info series names its claim,
+// driver, pool and device; its counters carry the same labels as a device
+// plugin's.
+func TestAllocationInfoDRA(t *testing.T) {
+	t.Parallel()
+	s := &agent.Snapshot{Allocations: []agent.AllocationSnapshot{{
+		UUID: uuid0, GPU: 0, Namespace: "ml", Pod: "train-0", Container: "main", Resource: "gpu.nvidia.com",
+		Attribution: "device", Live: true,
+		DRA: collector.DRADevice{ClaimNamespace: "ml", Claim: "train-0-gpu", Driver: "gpu.nvidia.com", Pool: "node-1", Device: "gpu-0"},
+	}}}
+	s.Allocations[0].Counters[agent.Offpeak] = agent.AllocationCounters{Allocated: 3}
+	c := NewCollector(fixed{s}, nil)
+	want := `
+# HELP gpuxray_allocation_info A device allocated to a container, as the kubelet lists it; stale="true" while the kubelet cannot be read; claim_namespace, claim, driver, pool and dra_device name a DRA claim's device.
+# TYPE gpuxray_allocation_info gauge
+gpuxray_allocation_info{attribution="device",claim="train-0-gpu",claim_namespace="ml",container="main",dra_device="gpu-0",driver="gpu.nvidia.com",gpu="0",model="",namespace="ml",pod="train-0",pool="node-1",resource="gpu.nvidia.com",shared="false",stale="false",uuid="GPU-00000000-0000-0000-0000-000000000000",workload="",workload_kind=""} 1
+# HELP gpuxray_allocated_seconds_total Observed time the device was allocated to the container.
+# TYPE gpuxray_allocated_seconds_total counter
+gpuxray_allocated_seconds_total{container="main",gpu="0",model="",namespace="ml",pod="train-0",uuid="GPU-00000000-0000-0000-0000-000000000000",window="offpeak",workload="",workload_kind=""} 3
+gpuxray_allocated_seconds_total{container="main",gpu="0",model="",namespace="ml",pod="train-0",uuid="GPU-00000000-0000-0000-0000-000000000000",window="peak",workload="",workload_kind=""} 0
+`
+	if err := testutil.CollectAndCompare(c, strings.NewReader(want), "gpuxray_allocation_info", "gpuxray_allocated_seconds_total"); err != nil {
+		t.Error(err)
 	}
 }

@@ -50,7 +50,8 @@ func newDescs(extra []string) *descs {
 	}
 	allocLabels := append(slices.Clip(allocBaseLabels), extra...)
 	allocWinLabels := append(slices.Clip(allocLabels), "window")
-	allocInfoLabels := append(slices.Clip(allocLabels), "resource", "shared", "attribution", "stale")
+	allocInfoLabels := append(slices.Clip(allocLabels), "resource", "shared", "attribution", "stale",
+		"claim_namespace", "claim", "driver", "pool", "dra_device")
 	return &descs{
 		deviceInfo:            d("device_info", "GPU or MIG device identity; mig_mode is enabled or disabled on a whole GPU, empty on a MIG instance; utilization_source says where busy ratios come from (samples, gpm, none).", deviceInfoLabels),
 		deviceUtil:            d("device_utilization_ratio", "Mean busy ratio of the device's samples read in the last poll.", deviceLabels),
@@ -72,7 +73,7 @@ func newDescs(extra []string) *descs {
 		deviceAllocated:       d("device_allocated_seconds_total", "Observed time while at least one pod held the device, counted once however many pods share it (on a GPU in MIG mode: its instances', weighted by their share of it).", deviceWinLabels),
 		deviceAllocIdle:       d("device_allocated_idle_seconds_total", "Allocated time of the device in which every pod holding it was idle.", deviceWinLabels),
 		deviceAllocActive:     d("device_allocated_active_seconds_total", "Utilization-weighted allocated time of the device: its holders' busy ratio together, at most 1.", deviceWinLabels),
-		allocInfo:             d("allocation_info", "A device allocated to a container, as the kubelet lists it; stale=\"true\" while the kubelet cannot be read.", allocInfoLabels),
+		allocInfo:             d("allocation_info", "A device allocated to a container, as the kubelet lists it; stale=\"true\" while the kubelet cannot be read; claim_namespace, claim, driver, pool and dra_device name a DRA claim's device.", allocInfoLabels),
 		allocSeconds:          d("allocated_seconds_total", "Observed time the device was allocated to the container.", allocWinLabels),
 		allocIdle:             d("allocated_idle_seconds_total", "Allocated time whose samples were below the idle threshold.", allocWinLabels),
 		allocActive:           d("allocated_active_seconds_total", "Utilization-weighted allocated time (effective GPU-seconds).", allocWinLabels),

@@ -109,6 +109,7 @@ type allocID struct {
 	gpu                                                  int
 	workloadKind, workload, model, resource, attribution string
 	shared, stale                                        bool
+	dra                                                  collector.DRADevice
 }
 
 type allocEntry struct {
@@ -183,7 +184,7 @@ func (c *labelCache) device(dev *agent.DeviceSnapshot, d *descs) *deviceEntry {
 
 func (c *labelCache) alloc(a *agent.AllocationSnapshot, d *descs, extra []string) *allocEntry {
 	key := allocKey{a.UUID, a.Namespace, a.Pod, a.Container}
-	id := allocID{a.GPU, a.WorkloadKind, a.Workload, a.Model, a.Resource, a.Attribution, a.Shared, a.Stale}
+	id := allocID{a.GPU, a.WorkloadKind, a.Workload, a.Model, a.Resource, a.Attribution, a.Shared, a.Stale, a.DRA}
 	e := c.allocs[key]
 	if e == nil || e.id != id || !sameExtra(e.extra, a.ExtraLabels, extra) {
 		e = &allocEntry{id: id, extra: make([]string, len(extra))}
@@ -193,7 +194,8 @@ func (c *labelCache) alloc(a *agent.AllocationSnapshot, d *descs, extra []string
 			lv = append(lv, e.extra[i])
 		}
 		e.base = makeLabels(d.allocStreak, lv...)
-		info := append(slices.Clip(lv), a.Resource, strconv.FormatBool(a.Shared), a.Attribution, strconv.FormatBool(a.Stale))
+		info := append(slices.Clip(lv), a.Resource, strconv.FormatBool(a.Shared), a.Attribution, strconv.FormatBool(a.Stale),
+			a.DRA.ClaimNamespace, a.DRA.Claim, a.DRA.Driver, a.DRA.Pool, a.DRA.Device)
 		e.info = makeLabels(d.allocInfo, info...)
 		e.setWindows()
 		c.allocs[key] = e

@@ -14,6 +14,7 @@ import (
 	"github.com/prometheus/common/expfmt"
 
 	"github.com/gpuxray/gpuxray/agent"
+	"github.com/gpuxray/gpuxray/collector"
 )
 
 // constCollector renders a snapshot as the collector did before it cached
@@ -81,7 +82,8 @@ func (c constCollector) Collect(ch chan<- prometheus.Metric) {
 			lv = append(lv, a.ExtraLabels[name])
 		}
 		if a.Live {
-			gauge(d.allocInfo, 1, append(slices.Clip(lv), a.Resource, strconv.FormatBool(a.Shared), a.Attribution, strconv.FormatBool(a.Stale))...)
+			gauge(d.allocInfo, 1, append(slices.Clip(lv), a.Resource, strconv.FormatBool(a.Shared), a.Attribution, strconv.FormatBool(a.Stale),
+				a.DRA.ClaimNamespace, a.DRA.Claim, a.DRA.Driver, a.DRA.Pool, a.DRA.Device)...)
 		}
 		for w := agent.Window(0); w < agent.NumWindows; w++ {
 			ac, wlv := a.Counters[w], append(slices.Clip(lv), w.String())
@@ -150,6 +152,10 @@ func richSnapshot() *agent.Snapshot {
 	s.Allocations = append(s.Allocations, agent.AllocationSnapshot{
 		UUID: "MIG-1", GPU: 0, Namespace: "ml", Pod: "infer-0", Container: "srv", Resource: "nvidia.com/mig-3g.40gb",
 		Attribution: "process", Live: true, ExtraLabels: map[string]string{"team": "nlp"},
+	}, agent.AllocationSnapshot{
+		UUID: uuid0, GPU: 0, Namespace: "ml", Pod: "dra-0", Container: "main", Resource: "gpu.nvidia.com",
+		Attribution: "device", Live: true,
+		DRA: collector.DRADevice{ClaimNamespace: "ml", Claim: "dra-0-gpu", Driver: "gpu.nvidia.com", Pool: "node-1", Device: "gpu-0"},
 	})
 	s.Overflowed = 3
 	return s

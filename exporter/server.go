@@ -1,13 +1,18 @@
 package exporter
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
+	"html"
 	"log/slog"
 	"net"
 	"net/http"
 	"net/http/pprof"
+	"path"
+	"strconv"
+	"strings"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -35,11 +40,14 @@ type Config struct {
 	// EnablePprof serves net/http/pprof under /debug/pprof/ on the main
 	// listener, behind its TLS and authentication.
 	EnablePprof bool
+	// MaxRequests is how many scrapes are rendered at once (see
+	// WithMaxRequests); 0 is no limit.
+	MaxRequests int
 }
 
 // DefaultConfig returns the defaults of the web flags.
 func DefaultConfig() Config {
-	return Config{ListenAddress: ":9471", MetricsPath: "/metrics"}
+	return Config{ListenAddress: ":9471", MetricsPath: "/metrics", MaxRequests: DefaultMaxRequests}
 }
 
 // Validate returns one sentence naming the first bad value. It reads the web
@@ -49,8 +57,11 @@ func (c Config) Validate() error {
 	if _, _, err := net.SplitHostPort(c.ListenAddress); err != nil {
 		return fmt.Errorf("listen address %q is not host:port: %w", c.ListenAddress, err)
 	}
-	if len(c.MetricsPath) < 2 || c.MetricsPath[0] != '/' {
-		return fmt.Errorf("metrics path %q must start with / and name a path", c.MetricsPath)
+	if err := validMetricsPath(c.MetricsPath); err != nil {
+		return err
+	}
+	if c.MaxRequests < 0 {
+		return fmt.Errorf("max requests %d must not be negative (0 is no limit)", c.MaxRequests)
 	}
 	if c.HealthListenAddress != "" {
 		if _, _, err := net.SplitHostPort(c.HealthListenAddress); err != nil {
@@ -66,8 +77,138 @@ func (c Config) Validate() error {
 	return nil
 }
 
+// validMetricsPath checks that p is a literal path that http.ServeMux
+// registers as itself (no {wildcard}, no method or host before it, nothing
+// it would clean or redirect), and that no other route of the server
+// answers it: ServeMux panics on a malformed pattern or a duplicate.
+func validMetricsPath(p string) error {
+	if len(p) < 2 || p[0] != '/' {
+		return fmt.Errorf("metrics path %q must start with / and name a path", p)
+	}
+	for _, r := range p {
+		if !pathRune(r) {
+			return fmt.Errorf("metrics path %q: %q is not allowed; give a literal path of letters, digits and -._~!$&'()*+,;=:@/", p, r)
+		}
+	}
+	if path.Clean(p) != p {
+		return fmt.Errorf("metrics path %q is not a clean path (no //, /./, /../ or trailing /)", p)
+	}
+	for _, own := range []string{"/healthz", "/readyz"} {
+		if p == own {
+			return fmt.Errorf("metrics path %q is the server's own %s", p, own)
+		}
+	}
+	if p == "/debug/pprof" || strings.HasPrefix(p, "/debug/pprof/") {
+		return fmt.Errorf("metrics path %q is the server's own /debug/pprof/ (--web.enable-pprof)", p)
+	}
+	return nil
+}
+
+// pathRune reports whether r may appear in a metrics path: RFC 3986's
+// unreserved characters, sub-delimiters, ':', '@' and '/'. Left out are
+// what ServeMux reads as pattern syntax ({ }), a space (it separates a
+// method), '%' (escapes are matched decoded), '?' and '#', and anything
+// outside ASCII.
+func pathRune(r rune) bool {
+	switch {
+	case 'a' <= r && r <= 'z', 'A' <= r && r <= 'Z', '0' <= r && r <= '9':
+		return true
+	}
+	return strings.ContainsRune("-._~!$&'()*+,;=:@/", r)
+}
+
 // scrapeTimeout bounds a scrape: after it the scraper gets a 503.
 const scrapeTimeout = 10 * time.Second
+
+// DefaultMaxRequests is the default in-flight limit of scrapes, as
+// node_exporter's --web.max-requests.
+//
+// The limit bounds the memory of scrapes rendered at once (a buffer and a
+// gzip writer each). It was 4, with a 503 for the rest at once: six clients
+// polling /metrics without pause took the slots so often that a
+// once-a-second scraper failed 40% of its scrapes, twelve 60%. A
+// sequential client holds at most one slot, so forty slots leave room for
+// Prometheus beside dozens of such clients, and a scrape that still finds
+// none waits for one in line (see limitInFlight) rather than failing. No
+// slot is reserved for authenticated scrapers: with basic auth configured,
+// exporter-toolkit answers unauthenticated requests with 401 before they
+// reach the limit.
+const DefaultMaxRequests = 40
+
+// maxQueueWait is the longest a scrape waits for a slot; see queueWait.
+const maxQueueWait = scrapeTimeout / 2
+
+// handlerOptions are NewHandler's options.
+type handlerOptions struct {
+	maxRequests int
+}
+
+// HandlerOption is an option of NewHandler.
+type HandlerOption func(*handlerOptions)
+
+// WithMaxRequests sets how many scrapes are rendered at once (default
+// DefaultMaxRequests; 0 is no limit). A scrape beyond them waits in line
+// for half its scrape timeout, then gets a 503.
+func WithMaxRequests(n int) HandlerOption {
+	return func(o *handlerOptions) { o.maxRequests = n }
+}
+
+// limitInFlight lets max requests into h at once. One that finds every
+// slot taken waits for one, first come first served (blocked channel
+// senders are woken in order), for queueWait, then gets a 503: an instant
+// 503 let clients that retry at once crowd out a scraper that asks once a
+// second, and the wait slows such clients down instead. Waiting costs no
+// more than the connection already does: nothing is rendered for it.
+func limitInFlight(h http.Handler, max int) http.Handler {
+	if max <= 0 {
+		return h
+	}
+	slots := make(chan struct{}, max)
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		select {
+		case slots <- struct{}{}:
+		default:
+			t := time.NewTimer(queueWait(r))
+			defer t.Stop()
+			select {
+			case slots <- struct{}{}:
+			case <-t.C:
+				http.Error(w, fmt.Sprintf("Limit of concurrent requests reached (%d), try again later.", max), http.StatusServiceUnavailable)
+				return
+			case <-r.Context().Done():
+				return // the client left
+			}
+		}
+		defer func() { <-slots }()
+		h.ServeHTTP(w, r)
+	})
+}
+
+// queueWait is how long r waits for a slot: half the scrape timeout its
+// scraper announces in X-Prometheus-Scrape-Timeout-Seconds, leaving it the
+// other half to be rendered, and at most maxQueueWait (the header's 10 s
+// default halved, and what a request without it waits).
+func queueWait(r *http.Request) time.Duration {
+	v := r.Header.Get("X-Prometheus-Scrape-Timeout-Seconds")
+	s, err := strconv.ParseFloat(v, 64)
+	if v == "" || err != nil || !(s > 0) || s/2 >= maxQueueWait.Seconds() {
+		return maxQueueWait
+	}
+	return time.Duration(s / 2 * float64(time.Second))
+}
+
+// onlyGetHead answers 405 to any method but GET and HEAD: the endpoints
+// change nothing, and a 200 to PUT or DELETE says they did.
+func onlyGetHead(h http.HandlerFunc) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		if r.Method != http.MethodGet && r.Method != http.MethodHead {
+			w.Header().Set("Allow", "GET, HEAD")
+			http.Error(w, fmt.Sprintf("Method %s is not allowed; use GET or HEAD.", r.Method), http.StatusMethodNotAllowed)
+			return
+		}
+		h(w, r)
+	}
+}
 
 // NewHandler serves metrics from g at metricsPath, /healthz (the process is
 // serving) and /readyz (ready reports true: a poll has completed). Metrics
@@ -75,12 +216,17 @@ const scrapeTimeout = 10 * time.Second
 // *Registry's text and OpenMetrics scrapes are written by the fast path (see
 // Registry). In OpenMetrics a counter foo_total beside a family foo is
 // served as unknown (see openMetricsFamilies).
-func NewHandler(g prometheus.Gatherer, metricsPath string, ready func() bool, logger *zap.Logger) http.Handler {
+func NewHandler(g prometheus.Gatherer, metricsPath string, ready func() bool, logger *zap.Logger, options ...HandlerOption) http.Handler {
+	o := handlerOptions{maxRequests: DefaultMaxRequests}
+	for _, opt := range options {
+		opt(&o)
+	}
 	mux := http.NewServeMux()
 	opts := promhttp.HandlerOpts{
-		ErrorLog:            zap.NewStdLog(logger),
-		ErrorHandling:       promhttp.ContinueOnError,
-		MaxRequestsInFlight: 4,
+		ErrorLog:      zap.NewStdLog(logger),
+		ErrorHandling: promhttp.ContinueOnError,
+		// limitInFlight limits, with a wait in line.
+		MaxRequestsInFlight: 0,
 		EnableOpenMetrics:   true,
 		// withGzip compresses, at a cheaper level than promhttp's.
 		DisableCompression: true,
@@ -93,13 +239,14 @@ func NewHandler(g prometheus.Gatherer, metricsPath string, ready func() bool, lo
 	// buffers the whole body, which costs about as much again as gzip at
 	// BestSpeed for 266 KB of text, and little for the 15 KB it compresses
 	// to.
-	mux.Handle(metricsPath, http.TimeoutHandler(withGzip(metrics), scrapeTimeout,
-		fmt.Sprintf("Exceeded configured timeout of %v.\n", scrapeTimeout)))
-	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) {
+	// The wait for a slot is outside the timeout, which bounds rendering.
+	mux.HandleFunc(metricsPath, onlyGetHead(limitInFlight(http.TimeoutHandler(withGzip(metrics), scrapeTimeout,
+		fmt.Sprintf("Exceeded configured timeout of %v.\n", scrapeTimeout)), o.maxRequests).ServeHTTP))
+	mux.HandleFunc("/healthz", onlyGetHead(func(w http.ResponseWriter, _ *http.Request) {
 		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
 		_, _ = w.Write([]byte("ok\n"))
-	})
-	mux.HandleFunc("/readyz", func(w http.ResponseWriter, _ *http.Request) {
+	}))
+	mux.HandleFunc("/readyz", onlyGetHead(func(w http.ResponseWriter, _ *http.Request) {
 		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
 		if !ready() {
 			w.WriteHeader(http.StatusServiceUnavailable)
@@ -107,28 +254,84 @@ func NewHandler(g prometheus.Gatherer, metricsPath string, ready func() bool, lo
 			return
 		}
 		_, _ = w.Write([]byte("ok\n"))
-	})
+	}))
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		if r.URL.Path != "/" {
 			http.NotFound(w, r)
 			return
 		}
-		w.Header().Set("Content-Type", "text/html; charset=utf-8")
-		fmt.Fprintf(w, `<html><head><title>gpuxray</title></head><body><h1>gpuxray</h1><p><a href="%s">Metrics</a> · <a href="/healthz">Health</a> · <a href="/readyz">Readiness</a></p></body></html>`, metricsPath)
+		onlyGetHead(func(w http.ResponseWriter, _ *http.Request) {
+			w.Header().Set("Content-Type", "text/html; charset=utf-8")
+			fmt.Fprintf(w, `<html><head><title>gpuxray</title></head><body><h1>gpuxray</h1><p><a href="%s">Metrics</a> · <a href="/healthz">Health</a> · <a href="/readyz">Readiness</a></p></body></html>`, html.EscapeString(metricsPath))
+		})(w, r)
 	})
 	return mux
 }
 
 // withPprof adds net/http/pprof's handlers in front of h; not
-// /debug/pprof/cmdline: no command line leaves the process.
+// /debug/pprof/cmdline: no command line leaves the process. Profiles that
+// run for ?seconds= are bounded by boundSeconds.
 func withPprof(h http.Handler) http.Handler {
 	mux := http.NewServeMux()
-	mux.HandleFunc("/debug/pprof/", pprof.Index)
-	mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
+	// The named profiles (heap, allocs, block, mutex, goroutine, ...)
+	// take ?seconds= for a delta profile.
+	mux.HandleFunc("/debug/pprof/", boundSeconds(pprof.Index, false, false))
+	mux.HandleFunc("/debug/pprof/profile", boundSeconds(pprof.Profile, false, true))
 	mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
-	mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
+	mux.HandleFunc("/debug/pprof/trace", boundSeconds(pprof.Trace, true, false))
 	mux.Handle("/", h)
 	return mux
+}
+
+// writeTimeout bounds writing a response (http.Server.WriteTimeout).
+const writeTimeout = 30 * time.Second
+
+// pprofMaxSeconds is the longest profile served: one that ends within the
+// write timeout, with 5 s to send it. net/http/pprof extends the write
+// deadline by the seconds asked, so without this bound trace?seconds=1000
+// streamed for 17 minutes and profile?seconds=60 was served.
+const pprofMaxSeconds = int((writeTimeout - 5*time.Second) / time.Second)
+
+// boundSeconds refuses, with 400 and one sentence, a ?seconds= (in the
+// query or a POSTed form, as pprof reads it) beyond pprofMaxSeconds, or
+// one pprof would not read as asked: the CPU profile and the delta
+// profiles take whole seconds, and the CPU profile falls back to 30 s on
+// anything else. fractional allows parts of a second (the trace);
+// defaultBound gives the CPU profile, whose own default is 30 s, the bound
+// when no seconds are asked.
+func boundSeconds(h http.HandlerFunc, fractional, defaultBound bool) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		v := r.FormValue("seconds") // parses r.Form, which pprof reads
+		if v == "" {
+			if defaultBound {
+				r.Form.Set("seconds", strconv.Itoa(pprofMaxSeconds))
+			}
+			h(w, r)
+			return
+		}
+		var ok bool
+		if fractional {
+			s, err := strconv.ParseFloat(v, 64)
+			ok = err == nil && s > 0 && s <= float64(pprofMaxSeconds)
+		} else {
+			s, err := strconv.Atoi(v)
+			ok = err == nil && s >= 1 && s <= pprofMaxSeconds
+		}
+		if !ok {
+			want := fmt.Sprintf("a whole number of seconds from 1 to %d", pprofMaxSeconds)
+			if fractional {
+				want = fmt.Sprintf("a number of seconds up to %d", pprofMaxSeconds)
+			}
+			quoted := v
+			if _, err := strconv.ParseFloat(v, 64); err != nil {
+				quoted = strconv.Quote(v)
+			}
+			http.Error(w, fmt.Sprintf("seconds=%s: give %s, so that the profile ends within the server's %s write timeout.", quoted, want, writeTimeout),
+				http.StatusBadRequest)
+			return
+		}
+		h(w, r)
+	}
 }
 
 // healthOnly passes /healthz and /readyz to h and answers 404 to the rest,
@@ -152,7 +355,12 @@ type Server struct {
 	health   *http.Server
 	healthLn net.Listener
 	log      *zap.Logger
+	// grace is how long shutdown waits for requests in flight.
+	grace time.Duration
 }
+
+// shutdownGrace is how long a stopping server lets requests in flight end.
+const shutdownGrace = 5 * time.Second
 
 // newHTTPServer sets the timeouts and header limit every listener keeps,
 // whatever the web configuration.
@@ -161,7 +369,7 @@ func newHTTPServer(h http.Handler, logger *zap.Logger) *http.Server {
 		Handler:           h,
 		ReadHeaderTimeout: 5 * time.Second,
 		ReadTimeout:       10 * time.Second,
-		WriteTimeout:      30 * time.Second,
+		WriteTimeout:      writeTimeout,
 		IdleTimeout:       2 * time.Minute,
 		MaxHeaderBytes:    64 << 10,
 		ErrorLog:          zap.NewStdLog(logger),
@@ -226,14 +434,23 @@ func (s *Server) Serve(ctx context.Context) error {
 		return fmt.Errorf("http server: %w", err)
 	case <-ctx.Done():
 	}
-	shutdownCtx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	grace := cmp.Or(s.grace, shutdownGrace)
+	shutdownCtx, cancel := context.WithTimeout(context.Background(), grace)
 	defer cancel()
 	var errs []error
 	for _, srv := range []*http.Server{s.srv, s.health} {
 		if srv == nil {
 			continue
 		}
-		if err := srv.Shutdown(shutdownCtx); err != nil {
+		err := srv.Shutdown(shutdownCtx)
+		if errors.Is(err, context.DeadlineExceeded) {
+			// A client that opened a connection and sent nothing, or a
+			// request that outlasts the grace, must not turn a clean stop
+			// into a failure: close what is left.
+			s.log.Warn("connections still open at shutdown; closing them", zap.Duration("grace", grace))
+			err = srv.Close()
+		}
+		if err != nil {
 			errs = append(errs, fmt.Errorf("http shutdown: %w", err))
 		}
 	}

@@ -35,10 +35,11 @@ func WriteHTML(w io.Writer, r *Report) error {
 }
 
 var page = template.Must(template.New("report").Funcs(template.FuncMap{
-	"pct":  func(f float64) string { return fmt.Sprintf("%.0f%%", 100*f) },
-	"f1":   func(f float64) string { return fmt.Sprintf("%.1f", f) },
-	"dur":  humanSeconds,
-	"dash": dash,
+	"pct":   func(f float64) string { return fmt.Sprintf("%.0f%%", 100*f) },
+	"gpuh":  gpuHours,
+	"dur":   humanSeconds,
+	"hours": humanDuration,
+	"dash":  dash,
 	"when": func(t time.Time, tz string) string {
 		loc, err := time.LoadLocation(tz)
 		if err != nil {
@@ -69,7 +70,7 @@ svg text{font-family:system-ui,sans-serif;fill:#1d2330}
 .warn{color:#8a5a00}
 </style></head><body><main>
 <h1>Do we need more GPUs?</h1>
-<div class="sub">gpuxray capacity report · {{.Period}} · {{f1 .R.Range.PeakHours}} peak hours · {{.R.Prometheus}}</div>
+<div class="sub">gpuxray capacity report · {{.Period}} · {{hours .R.Range.Hours}} range, {{hours .R.Funnel.All.Hours}} covered by gpuxray data, {{hours .R.Range.PeakHours}} of it peak · {{.R.Prometheus}}</div>
 <div class="card verdict{{if .Short}} short{{end}}" id="verdict"><p>{{.R.Verdict.Sentence}}</p>
 <ol>{{range .R.Verdict.Arithmetic}}<li>{{.}}</li>{{end}}</ol></div>
 <div class="grid">
@@ -80,11 +81,11 @@ svg text{font-family:system-ui,sans-serif;fill:#1d2330}
 <div class="card"><h2>Pending demand and reclaimable capacity</h2>{{.Timeline}}</div>
 <div class="card"><h2>Top workloads</h2><table>
 <tr><th>workload</th><th>kind</th><th>model</th><th>idle at peak</th><th>idle</th><th>efficiency</th><th>longest idle streak</th></tr>
-{{range .R.TopWorkloads}}<tr><td>{{.ID}}</td><td>{{dash .Kind}}</td><td>{{dash .Model}}</td><td class="n">{{f1 .PeakIdle}} GPU-h</td><td class="n">{{f1 .Idle}} GPU-h</td><td class="n">{{pct .Efficiency}}</td><td class="n">{{dur .LongestIdleStreakSeconds}}</td></tr>
+{{range .R.TopWorkloads}}<tr><td>{{.ID}}</td><td>{{dash .Kind}}</td><td>{{dash .Model}}</td><td class="n">{{gpuh .PeakIdle}}</td><td class="n">{{gpuh .Idle}}</td><td class="n">{{pct .Efficiency}}</td><td class="n">{{dur .LongestIdleStreakSeconds}}</td></tr>
 {{end}}</table></div>
 <div class="card"><h2>Top models</h2><table>
 <tr><th>model</th><th>workloads</th><th>idle at peak</th><th>idle</th><th>efficiency</th><th>longest idle streak</th></tr>
-{{range .R.TopModels}}<tr><td>{{.Model}}</td><td class="n">{{.Workloads}}</td><td class="n">{{f1 .PeakIdle}} GPU-h</td><td class="n">{{f1 .Idle}} GPU-h</td><td class="n">{{pct .Efficiency}}</td><td class="n">{{dur .LongestIdleStreakSeconds}}</td></tr>
+{{range .R.TopModels}}<tr><td>{{.Model}}</td><td class="n">{{.Workloads}}</td><td class="n">{{gpuh .PeakIdle}}</td><td class="n">{{gpuh .Idle}}</td><td class="n">{{pct .Efficiency}}</td><td class="n">{{dur .LongestIdleStreakSeconds}}</td></tr>
 {{end}}</table></div>
 {{if .R.Hints}}<div class="card"><h2>Right-sizing</h2><table><tr><th>workload</th><th>hint</th><th></th></tr>
 {{range .R.Hints}}<tr><td>{{.Namespace}}/{{dash .Name}}</td><td>{{.Hint}}</td><td>{{.Message}}</td></tr>
@@ -119,7 +120,7 @@ func funnelSVG(r *Report) template.HTML {
 		bw := (w - left - 130) * ratio(row.v, f.Owned)
 		fmt.Fprintf(&b, `<text x="0" y="%g" font-size="13">%s</text>`, y+barH*0.65, esc(row.name))
 		fmt.Fprintf(&b, `<rect x="%g" y="%g" width="%g" height="%g" rx="4" fill="%s"/>`, left, y, math.Max(bw, 1), barH, row.color)
-		fmt.Fprintf(&b, `<text x="%g" y="%g" font-size="12">%.0f GPU-h · %.0f%%</text>`, left+math.Max(bw, 1)+6, y+barH*0.65, row.v, 100*ratio(row.v, f.Owned))
+		fmt.Fprintf(&b, `<text x="%g" y="%g" font-size="12">%s · %.0f%%</text>`, left+math.Max(bw, 1)+6, y+barH*0.65, gpuHours(row.v), 100*ratio(row.v, f.Owned))
 	}
 	b.WriteString(`</svg>`)
 	return template.HTML(b.String())
@@ -202,7 +203,7 @@ func wastersSVG(r *Report) template.HTML {
 		}
 		fmt.Fprintf(&b, `<text x="0" y="%g" font-size="12">%s</text>`, y+barH*0.7, esc(label))
 		fmt.Fprintf(&b, `<rect class="bar" x="%g" y="%g" width="%g" height="%g" rx="3" fill="#d1495b"/>`, left, y, math.Max(bw, 1), barH)
-		fmt.Fprintf(&b, `<text x="%g" y="%g" font-size="11">%.1f GPU-h</text>`, left+math.Max(bw, 1)+5, y+barH*0.7, x.PeakIdle)
+		fmt.Fprintf(&b, `<text x="%g" y="%g" font-size="11">%s</text>`, left+math.Max(bw, 1)+5, y+barH*0.7, gpuHours(x.PeakIdle))
 	}
 	b.WriteString(`</svg>`)
 	return template.HTML(b.String())
@@ -227,23 +228,43 @@ func timelineSVG(r *Report, loc *time.Location) template.HTML {
 			fmt.Fprintf(&b, `<rect x="%g" y="%g" width="%g" height="%g" fill="#eef2fb" opacity="%.2f"/>`, x(i), top, x(i+1)-x(i), h-bottom-top, p.Peak)
 		}
 	}
+	// A line per run of buckets with data: no data is a break, not a 0.
 	line := func(get func(TimelinePoint) float64, color, id string) {
+		fmt.Fprintf(&b, `<g id="%s" fill="none" stroke="%s" stroke-width="2">`, id, color)
 		var pts []string
+		flush := func() {
+			if len(pts) > 0 {
+				fmt.Fprintf(&b, `<polyline points="%s"/>`, strings.Join(pts, " "))
+			}
+			pts = pts[:0]
+		}
 		for i, p := range tl {
+			if p.Covered <= 0 {
+				flush()
+				continue
+			}
 			pts = append(pts, fmt.Sprintf("%.1f,%.1f %.1f,%.1f", x(i), y(get(p)), x(i+1), y(get(p))))
 		}
-		fmt.Fprintf(&b, `<polyline id="%s" fill="none" stroke="%s" stroke-width="2" points="%s"/>`, id, color, strings.Join(pts, " "))
+		flush()
+		b.WriteString(`</g>`)
 	}
 	line(func(p TimelinePoint) float64 { return p.OwnedGPUs }, "#a0a7b4", "owned")
 	line(func(p TimelinePoint) float64 { return p.ReclaimableGPUs }, "#2e9d5b", "reclaimable")
-	line(func(p TimelinePoint) float64 { return p.PendingGPUs }, "#d1495b", "pending")
+	// Unknown demand is no line: a 0 line would say nothing waited.
+	if r.Demand.Available {
+		line(func(p TimelinePoint) float64 { return p.PendingGPUs }, "#d1495b", "pending")
+	}
 	for _, v := range []float64{0, hi / 2, hi} {
 		fmt.Fprintf(&b, `<text x="0" y="%g" font-size="11">%.0f</text>`, y(v)+4, v)
 	}
 	for i := 0; i < n; i += max(1, n/8) {
 		fmt.Fprintf(&b, `<text x="%g" y="%g" font-size="11">%s</text>`, x(i), h-6, tl[i].Start.In(loc).Format("Mon 15:04"))
 	}
-	fmt.Fprintf(&b, `<text x="%g" y="14" font-size="12" text-anchor="end"><tspan fill="#d1495b">━ pending</tspan>  <tspan fill="#2e9d5b">━ reclaimable</tspan>  <tspan fill="#a0a7b4">━ owned</tspan>  (shaded: peak)</text>`, w-10)
+	pending := `<tspan fill="#d1495b">━ pending</tspan>`
+	if !r.Demand.Available {
+		pending = `<tspan fill="#8a5a00">pending demand unknown (no kube-state-metrics series)</tspan>`
+	}
+	fmt.Fprintf(&b, `<text x="%g" y="14" font-size="12" text-anchor="end">%s  <tspan fill="#2e9d5b">━ reclaimable</tspan>  <tspan fill="#a0a7b4">━ owned</tspan>  (shaded: peak)</text>`, w-10, pending)
 	b.WriteString(`</svg>`)
 	return template.HTML(b.String())
 }

@@ -113,7 +113,7 @@ func TestBuildSplitsAndFindsGaps(t *testing.T) {
 	f := &fakeProm{maxPoints: 10, gap: [2]time.Time{end.Add(-14 * time.Hour), end.Add(-12 * time.Hour)}}
 	srv := httptest.NewServer(f)
 	defer srv.Close()
-	c := testConfig(end.Add(17 * time.Minute)) // rounded down to the step
+	c := testConfig(end)
 	c.MaxPoints = 48
 	var last [2]int
 	c.Progress = func(done, total int) { last = [2]int{done, total} }
@@ -121,11 +121,11 @@ func TestBuildSplitsAndFindsGaps(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if f.refused == 0 || f.answered < 5*15 {
+	if f.refused == 0 || f.answered < 5*17 {
 		t.Errorf("refused %d, answered %d: want the 48-point queries split into chunks of at most 10", f.refused, f.answered)
 	}
-	if last != [2]int{15 * 48, 15 * 48} {
-		t.Errorf("progress ended at %v, want every step of the 15 queries", last)
+	if last != [2]int{17 * 48, 17 * 48} {
+		t.Errorf("progress ended at %v, want every step of the 17 queries", last)
 	}
 	if !r.Range.End.Equal(end) || !r.Range.Start.Equal(end.Add(-48*time.Hour)) {
 		t.Errorf("range %s to %s, want the 48 hours to %s", r.Range.Start, r.Range.End, end)

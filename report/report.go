@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"slices"
 	"strings"
 	"time"
 
@@ -19,7 +20,8 @@ const SchemaVersion = 1
 type Config struct {
 	// Prometheus is the server's URL, shown in the report.
 	Prometheus string
-	// End is the end of the range (now when zero), rounded down to Step.
+	// End is the end of the range (now when zero), to the second; the steps
+	// are counted back from it.
 	End time.Time
 	// Range is the length of the range; a whole number of Steps.
 	Range time.Duration
@@ -136,7 +138,8 @@ type Heatmap struct {
 	IdleAllocatedGPUs [7][24]*float64 `json:"idle_allocated_gpus"`
 }
 
-// TimelinePoint is a bucket of the range: means over its steps.
+// TimelinePoint is a bucket of the range: means over the time of its steps
+// that the agents' data covers.
 type TimelinePoint struct {
 	Start           time.Time `json:"start"`
 	OwnedGPUs       float64   `json:"owned_gpus"`
@@ -145,6 +148,9 @@ type TimelinePoint struct {
 	ReclaimableGPUs float64   `json:"reclaimable_gpus"`
 	PendingGPUs     float64   `json:"pending_gpus"`
 	Peak            float64   `json:"peak"`
+	// Covered is the share of the bucket the agents' data covers; the means
+	// are over that part, and all 0 where it is 0.
+	Covered float64 `json:"covered"`
 }
 
 // Missing is a span without data from one source and instance.
@@ -179,8 +185,19 @@ const (
 	// of the rules, summed over clusters.
 	qPending = `sum(sum by (cluster, namespace) (max by (cluster, namespace, pod, container) (kube_pod_container_resource_requests{resource="nvidia_com_gpu", node=""}) * on (cluster, namespace, pod) group_left () (max by (cluster, namespace, pod) (kube_pod_status_phase{phase="Pending"}) == 1)))`
 	qKSM     = `count by (instance) (count_over_time(kube_pod_status_phase[S]))`
-	qNodes   = `count by (instance) (count_over_time(gpuxray_device_observed_seconds_total[S]))`
+	qNodes   = `max by (instance) (count_over_time(gpuxray_device_observed_seconds_total[S]))`
 )
+
+// qCovered is the time of each step the agents' data covers: the longest
+// any device was watched in it (observed + gap = the agent's running time).
+// Taken with increase() like the counters it divides, so a step the data
+// covers in part still yields the right mean number of GPUs.
+const qCovered = `max(sum by (cluster, job, instance, uuid) (increase(gpuxray_device_observed_seconds_total[S]) + increase(gpuxray_device_sample_gap_seconds_total[S])))`
+
+// qWLGPU says, per workload, whether it held a shared GPU and which whole
+// GPUs (by product name) it held: the `or` keeps allocations whose device
+// has no name (MIG instances), with name "".
+const qWLGPU = `max by (` + wl + `, shared, name) ((max_over_time(gpuxray_allocation_info[S]) * on (cluster, job, instance, uuid) group_left (name) max by (cluster, job, instance, uuid, name) (gpuxray_device_info{parent_uuid=""})) or max_over_time(gpuxray_allocation_info[S]))`
 
 // Build reads the range from Prometheus and computes the report.
 func Build(ctx context.Context, api API, c Config) (*Report, error) {
@@ -195,7 +212,9 @@ func Build(ctx context.Context, api API, c Config) (*Report, error) {
 	if end.IsZero() {
 		end = now()
 	}
-	end = end.Truncate(c.Step)
+	// Not rounded to the step: data that began after the last step boundary
+	// (minutes after Prometheus started) would fall outside the range.
+	end = end.Truncate(time.Second)
 	g := grid{start: end.Add(-c.Range), step: c.Step, n: int(c.Range / c.Step)}
 	type job struct {
 		expr   string
@@ -206,9 +225,9 @@ func Build(ctx context.Context, api API, c Config) (*Report, error) {
 	jobs := []*job{{expr: qNodes}, {expr: qObserved}, {expr: qAllocated}, {expr: qActive}, {expr: qIdle}, {expr: qUnallocated}, {expr: qUnallocatedActive},
 		{expr: qWLAllocated}, {expr: qWLActive}, {expr: qWLIdle}, {expr: qWLStreak}, {expr: qWLMemory}, {expr: qWLMemoryTotal},
 		// A gauge is read at the middle of each step.
-		{expr: qPending, offset: -c.Step / 2}, {expr: qKSM}}
+		{expr: qPending, offset: -c.Step / 2}, {expr: qKSM}, {expr: qCovered}, {expr: qWLGPU}}
 	q := &querier{api: api, timeout: c.Timeout, maxPoints: c.MaxPoints, g: g, progress: c.Progress, total: len(jobs) * g.n}
-	// The first query alone: an unreachable server is one error, not fifteen.
+	// The first query alone: an unreachable server is one error, not one per query.
 	eg, ectx := errgroup.WithContext(ctx)
 	eg.SetLimit(max(1, c.Concurrency))
 	var err error
@@ -229,10 +248,14 @@ func Build(ctx context.Context, api API, c Config) (*Report, error) {
 		observed: byWindow(jobs[1].out, g.n), allocated: byWindow(jobs[2].out, g.n), active: byWindow(jobs[3].out, g.n),
 		idle: byWindow(jobs[4].out, g.n), unallocated: byWindow(jobs[5].out, g.n), unallocatedActive: byWindow(jobs[6].out, g.n),
 		wlAllocated: jobs[7].out, wlActive: jobs[8].out, wlIdle: jobs[9].out, wlStreak: jobs[10].out, wlMemory: jobs[11].out, wlMemoryTotal: jobs[12].out,
-		pending: jobs[13].out, ksm: jobs[14].out}
+		pending: jobs[13].out, ksm: jobs[14].out, covered: coveredSeconds(jobs[15].out, byWindow(jobs[1].out, g.n), g), wlGPU: jobs[16].out}
 	if len(in.nodes) == 0 {
 		return nil, fmt.Errorf("%w (%s to %s): is the agent scraped by this Prometheus, and is the range right?", ErrNoData,
 			g.start.Format(time.RFC3339), end.Format(time.RFC3339))
+	}
+	if sum(in.covered) == 0 {
+		return nil, fmt.Errorf("%w (%s to %s): the agents' series hold too few samples for a rate over a %s step; wait for more scrapes or take a longer --step", ErrNoData,
+			g.start.Format(time.RFC3339), end.Format(time.RFC3339), c.Step)
 	}
 	r := compute(in, c)
 	r.GeneratedAt = now().UTC()
@@ -270,6 +293,45 @@ type input struct {
 	observed, allocated, active, idle, unallocated, unallocatedActive windowed
 	wlAllocated, wlActive, wlIdle, wlStreak, wlMemory, wlMemoryTotal  []series
 	pending, ksm                                                      []series
+	// covered is the seconds of each step the agents' data covers.
+	covered []float64
+	wlGPU   []series
+}
+
+// coveredSeconds is, per step, the time the agents' data covers: what
+// qCovered says, at most the step; the whole step where it says nothing but
+// GPU time was observed (a server whose increase() cannot see the gap
+// counter still gets a report).
+func coveredSeconds(ss []series, observed windowed, g grid) []float64 {
+	out := sumSeries(ss, g.n)
+	for i := range out {
+		out[i] = min(out[i], g.step.Seconds())
+		if out[i] <= 0 && observed.all(i) > 0 {
+			out[i] = g.step.Seconds()
+		}
+	}
+	return out
+}
+
+// coveredHours is the hours the data covers, all of them and at peak.
+func coveredHours(peak, covered []float64) (all, atPeak float64) {
+	for i, c := range covered {
+		all += c / 3600
+		atPeak += peak[i] * c / 3600
+	}
+	return all, atPeak
+}
+
+// perCovered is seconds of GPU time over the covered seconds of the same
+// step: a mean number of GPUs, 0 where nothing is covered.
+func perCovered(seconds, covered float64) float64 { return ratio(seconds, covered) }
+
+func sum(xs []float64) float64 {
+	var s float64
+	for _, x := range xs {
+		s += x
+	}
+	return s
 }
 
 func compute(in input, c Config) *Report {
@@ -317,9 +379,8 @@ func compute(in input, c Config) *Report {
 		f.Peak.Idle += in.idle.peak[i]
 		f.Peak.Unallocated += in.unallocated.peak[i]
 		f.Peak.UnallocatedActive += in.unallocatedActive.peak[i]
-		f.Peak.Hours += peak[i] * stepH
 	}
-	f.All.Hours = r.Range.Hours
+	f.All.Hours, f.Peak.Hours = coveredHours(peak, in.covered)
 	for _, fu := range []*Funnel{&f.All, &f.Peak} {
 		fu.Owned /= 3600
 		fu.Allocated /= 3600
@@ -334,10 +395,11 @@ func compute(in input, c Config) *Report {
 	pending := sumSeries(in.pending, g.n)
 	steps := make([]DemandStep, g.n)
 	for i := range steps {
-		steps[i] = DemandStep{Peak: peak[i], Pending: pending[i],
-			IdleAllocated: in.idle.all(i) / stepS, Unallocated: in.unallocated.all(i) / stepS, UnallocatedActive: in.unallocatedActive.all(i) / stepS}
+		cov := in.covered[i]
+		steps[i] = DemandStep{Hours: cov / 3600, Peak: peak[i], Pending: pending[i],
+			IdleAllocated: perCovered(in.idle.all(i), cov), Unallocated: perCovered(in.unallocated.all(i), cov), UnallocatedActive: perCovered(in.unallocatedActive.all(i), cov)}
 	}
-	r.Demand = SetAgainst(steps, stepH, c.Quantile, len(in.ksm) > 0)
+	r.Demand = SetAgainst(steps, c.Quantile, len(in.ksm) > 0)
 	r.Verdict = Decide(r.Demand)
 
 	// Workloads and models.
@@ -347,20 +409,20 @@ func compute(in input, c Config) *Report {
 	r.Hints = Hints(TopByPeakIdle(ws, len(ws)), c.Hints)
 
 	// The heatmap and the timeline.
-	var idleSum, obsSteps [7][24]float64
+	var idleSum, covSum [7][24]float64
 	r.Heatmap.Timezone = c.Location.String()
 	for i := 0; i < g.n; i++ {
-		if in.observed.all(i) <= 0 {
+		if in.covered[i] <= 0 {
 			continue
 		}
 		mid := g.at(i).Add(-g.step / 2).In(c.Location)
-		idleSum[mid.Weekday()][mid.Hour()] += in.idle.all(i) / stepS
-		obsSteps[mid.Weekday()][mid.Hour()]++
+		idleSum[mid.Weekday()][mid.Hour()] += in.idle.all(i)
+		covSum[mid.Weekday()][mid.Hour()] += in.covered[i]
 	}
 	for d := range idleSum {
 		for h := range idleSum[d] {
-			if obsSteps[d][h] > 0 {
-				v := idleSum[d][h] / obsSteps[d][h]
+			if covSum[d][h] > 0 {
+				v := idleSum[d][h] / covSum[d][h]
 				r.Heatmap.IdleAllocatedGPUs[d][h] = &v
 			}
 		}
@@ -370,21 +432,11 @@ func compute(in input, c Config) *Report {
 		per++
 	}
 	for i := 0; i < g.n; i += per {
-		p := TimelinePoint{Start: g.at(i).Add(-g.step)}
-		k := 0
-		for j := i; j < min(i+per, g.n); j++ {
-			p.OwnedGPUs += in.observed.all(j) / stepS
-			p.AllocatedGPUs += in.allocated.all(j) / stepS
-			p.ActiveGPUs += in.active.all(j) / stepS
-			p.ReclaimableGPUs += steps[j].Reclaimable()
-			p.PendingGPUs += pending[j]
-			p.Peak += peak[j]
-			k++
-		}
-		n := float64(k)
-		p.OwnedGPUs, p.AllocatedGPUs, p.ActiveGPUs, p.ReclaimableGPUs, p.PendingGPUs, p.Peak =
-			p.OwnedGPUs/n, p.AllocatedGPUs/n, p.ActiveGPUs/n, p.ReclaimableGPUs/n, p.PendingGPUs/n, p.Peak/n
-		r.Timeline = append(r.Timeline, p)
+		r.Timeline = append(r.Timeline, timelinePoint(in, steps, i, min(i+per, g.n)))
+	}
+
+	if w := stepWarning(in.nodes, g); w != "" {
+		r.Warnings = append(r.Warnings, w)
 	}
 
 	// What is missing.
@@ -399,6 +451,61 @@ func compute(in input, c Config) *Report {
 		r.Hints = []Hint{}
 	}
 	return r
+}
+
+// stepWarning says when the step is under twice the scrape interval seen
+// in qNodes (samples of a series per step): increase() needs two samples
+// in a step, so such steps lose data. The interval is the steps with data
+// over their samples; "" when the step is long enough.
+func stepWarning(nodes []series, g grid) string {
+	var steps, samples float64
+	for _, s := range nodes {
+		for _, v := range s.vals {
+			if !math.IsNaN(v) && v > 0 {
+				steps++
+				samples += v
+			}
+		}
+	}
+	if samples == 0 {
+		return ""
+	}
+	interval := time.Duration(float64(g.step) * steps / samples).Round(time.Second)
+	// 5% for scrapes that drift against the step boundaries.
+	if float64(g.step) >= 2*float64(interval)*0.95 {
+		return ""
+	}
+	suggest := time.Hour
+	for _, d := range []time.Duration{1, 2, 3, 4, 5, 6, 10, 12, 15, 20, 30} {
+		if d*time.Minute >= 2*interval {
+			suggest = d * time.Minute
+			break
+		}
+	}
+	return fmt.Sprintf("the %s step holds fewer than two samples of each series (a scrape every %s): rates over it miss data; take --step %s or more",
+		model.Duration(g.step), model.Duration(interval), model.Duration(suggest))
+}
+
+// timelinePoint is steps [from, to) as one bucket: means over the time the
+// agents' data covers in it, so a bucket partly without data does not read
+// as fewer GPUs.
+func timelinePoint(in input, steps []DemandStep, from, to int) TimelinePoint {
+	p := TimelinePoint{Start: in.g.at(from).Add(-in.g.step)}
+	var cov float64
+	for j := from; j < to; j++ {
+		c := in.covered[j]
+		cov += c
+		p.OwnedGPUs += in.observed.all(j)
+		p.AllocatedGPUs += in.allocated.all(j)
+		p.ActiveGPUs += in.active.all(j)
+		p.ReclaimableGPUs += steps[j].Reclaimable() * c
+		p.PendingGPUs += steps[j].Pending * c
+		p.Peak += steps[j].Peak * c
+	}
+	p.OwnedGPUs, p.AllocatedGPUs, p.ActiveGPUs = ratio(p.OwnedGPUs, cov), ratio(p.AllocatedGPUs, cov), ratio(p.ActiveGPUs, cov)
+	p.ReclaimableGPUs, p.PendingGPUs, p.Peak = ratio(p.ReclaimableGPUs, cov), ratio(p.PendingGPUs, cov), ratio(p.Peak, cov)
+	p.Covered = cov / (float64(to-from) * in.g.step.Seconds())
+	return p
 }
 
 // scheduleShare is the share of [from, from+d) inside the schedule,
@@ -447,6 +554,22 @@ func missing(source string, ss []series, g grid) []Missing {
 	return out
 }
 
+// gpus marks each workload of qWLGPU's series that held a shared GPU, and
+// collects the names of its GPUs.
+func gpus(ss []series, get func(wlKey) *Workload) {
+	for _, s := range ss {
+		if !slices.ContainsFunc(s.vals, func(v float64) bool { return !math.IsNaN(v) }) {
+			continue
+		}
+		w := get(keyOf(s.labels))
+		w.SharedGPU = w.SharedGPU || s.labels["shared"] == "true"
+		if n := string(s.labels["name"]); n != "" && !slices.Contains(w.GPUNames, n) {
+			w.GPUNames = append(w.GPUNames, n)
+			slices.Sort(w.GPUNames)
+		}
+	}
+}
+
 type wlKey struct{ ns, kind, name, model string }
 
 func keyOf(m model.Metric) wlKey {
@@ -462,7 +585,7 @@ func workloads(in input) []Workload {
 	get := func(k wlKey) *Workload {
 		w := by[k]
 		if w == nil {
-			w = &Workload{Namespace: k.ns, Kind: k.kind, Name: k.name, Model: k.model}
+			w = &Workload{Namespace: k.ns, Kind: k.kind, Name: k.name, Model: k.model, GPUNames: []string{}}
 			by[k] = w
 			alloc[k], act[k] = make([]float64, g.n), make([]float64, g.n)
 		}
@@ -503,6 +626,7 @@ func workloads(in input) []Workload {
 	maxOf(in.wlStreak, func(w *Workload) *float64 { return &w.LongestIdleStreakSeconds })
 	maxOf(in.wlMemory, func(w *Workload) *float64 { return &w.PeakMemoryBytes })
 	maxOf(in.wlMemoryTotal, func(w *Workload) *float64 { return &w.MemoryTotalBytes })
+	gpus(in.wlGPU, get)
 	out := make([]Workload, 0, len(by))
 	for k, w := range by {
 		for i := range alloc[k] {

@@ -26,8 +26,9 @@ func WriteText(w io.Writer, r *Report) error {
 		loc = time.UTC
 	}
 	var b strings.Builder
-	fmt.Fprintf(&b, "gpuxray capacity report: %s → %s %s (%s, %.1f peak hours)\n",
-		r.Range.Start.In(loc).Format(timeFmt), r.Range.End.In(loc).Format(timeFmt), r.Range.Timezone, humanHours(r.Range.Hours), r.Range.PeakHours)
+	fmt.Fprintf(&b, "gpuxray capacity report: %s → %s %s (%s range, %s covered by gpuxray data, %s of it peak)\n",
+		r.Range.Start.In(loc).Format(timeFmt), r.Range.End.In(loc).Format(timeFmt), r.Range.Timezone,
+		humanDuration(r.Range.Hours), humanDuration(r.Funnel.All.Hours), humanDuration(r.Range.PeakHours))
 	fmt.Fprintf(&b, "from %s\n\n", r.Prometheus)
 
 	fmt.Fprintf(&b, "VERDICT  %s\n", r.Verdict.Sentence)
@@ -40,7 +41,7 @@ func WriteText(w io.Writer, r *Report) error {
 	a, p := r.Funnel.All, r.Funnel.Peak
 	fmt.Fprintf(tw, "\tall hours\t\tat peak\t\t\n")
 	row := func(name string, all, peak float64) {
-		fmt.Fprintf(tw, "  %s\t%.1f GPU-h\t%.2f GPUs\t%.1f GPU-h\t%.2f GPUs\t\n", name, all, a.GPUs(all), peak, p.GPUs(peak))
+		fmt.Fprintf(tw, "  %s\t%s\t%.2f GPUs\t%s\t%.2f GPUs\t\n", name, gpuHours(all), a.GPUs(all), gpuHours(peak), p.GPUs(peak))
 	}
 	row("owned", a.Owned, p.Owned)
 	row("allocated", a.Allocated, p.Allocated)
@@ -54,7 +55,7 @@ func WriteText(w io.Writer, r *Report) error {
 	tw = tabwriter.NewWriter(&b, 0, 0, 2, ' ', 0)
 	fmt.Fprintf(tw, "  workload\tkind\tmodel\tidle at peak\tidle\tefficiency\tlongest idle streak\n")
 	for _, x := range r.TopWorkloads {
-		fmt.Fprintf(tw, "  %s\t%s\t%s\t%.1f GPU-h\t%.1f GPU-h\t%.0f%%\t%s\n", x.ID(), dash(x.Kind), dash(x.Model), x.PeakIdle, x.Idle, 100*x.Efficiency, humanSeconds(x.LongestIdleStreakSeconds))
+		fmt.Fprintf(tw, "  %s\t%s\t%s\t%s\t%s\t%.0f%%\t%s\n", x.ID(), dash(x.Kind), dash(x.Model), gpuHours(x.PeakIdle), gpuHours(x.Idle), 100*x.Efficiency, humanSeconds(x.LongestIdleStreakSeconds))
 	}
 	tw.Flush()
 
@@ -62,7 +63,7 @@ func WriteText(w io.Writer, r *Report) error {
 	tw = tabwriter.NewWriter(&b, 0, 0, 2, ' ', 0)
 	fmt.Fprintf(tw, "  model\tworkloads\tidle at peak\tidle\tefficiency\tlongest idle streak\n")
 	for _, x := range r.TopModels {
-		fmt.Fprintf(tw, "  %s\t%d\t%.1f GPU-h\t%.1f GPU-h\t%.0f%%\t%s\n", x.Model, x.Workloads, x.PeakIdle, x.Idle, 100*x.Efficiency, humanSeconds(x.LongestIdleStreakSeconds))
+		fmt.Fprintf(tw, "  %s\t%d\t%s\t%s\t%.0f%%\t%s\n", x.Model, x.Workloads, gpuHours(x.PeakIdle), gpuHours(x.Idle), 100*x.Efficiency, humanSeconds(x.LongestIdleStreakSeconds))
 	}
 	tw.Flush()
 
@@ -92,18 +93,53 @@ func dash(s string) string {
 	return s
 }
 
-func humanHours(h float64) string {
-	if h >= 48 && h == float64(int(h/24))*24 {
-		return fmt.Sprintf("%dd", int(h/24))
+// gpuHours writes GPU-hours with the precision their magnitude needs
+// (0.42, 4.2, 42, 1,234 GPU-h): the text and HTML reports use it for every
+// GPU-hour figure, so a fraction of a GPU-hour never reads as 0.
+func gpuHours(v float64) string { return gpuHoursNum(v) + " GPU-h" }
+
+// gpuHoursNum is gpuHours without the unit.
+func gpuHoursNum(v float64) string {
+	a := math.Abs(v)
+	switch {
+	case a == 0:
+		return "0"
+	case a < 0.005:
+		return "<0.01"
+	case a < 0.995:
+		return fmt.Sprintf("%.2f", v)
+	case a < 9.95:
+		return fmt.Sprintf("%.1f", v)
 	}
-	return fmt.Sprintf("%gh", h)
+	digits := fmt.Sprintf("%.0f", a)
+	var b strings.Builder
+	if v < 0 {
+		b.WriteByte('-')
+	}
+	for i, c := range digits {
+		if i > 0 && (len(digits)-i)%3 == 0 {
+			b.WriteByte(',')
+		}
+		b.WriteRune(c)
+	}
+	return b.String()
 }
 
+// humanSeconds is a streak's length, "-" for none.
 func humanSeconds(s float64) string {
 	if s <= 0 {
 		return "-"
 	}
-	m := int(math.Round(s / 60))
+	return humanDuration(s / 3600)
+}
+
+// humanDuration writes hours to the minute as days, hours and minutes
+// (10m, 1h30m, 2d): every duration of the report reads the same way.
+func humanDuration(hours float64) string {
+	if hours <= 0 {
+		return "0m"
+	}
+	m := int(math.Round(hours * 60))
 	if m == 0 {
 		return "<1m"
 	}

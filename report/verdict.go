@@ -9,7 +9,8 @@ import (
 
 // Funnel is where a range's GPU time went, in GPU-hours.
 type Funnel struct {
-	// Hours is the wall-clock time the figures cover.
+	// Hours is the time the agents' data covers (all of it, or its peak
+	// part): the hours its GPU-hours are averaged over.
 	Hours float64 `json:"hours"`
 	// Owned is the GPU time of whole GPUs observed (MIG instances are part of their GPU).
 	Owned float64 `json:"owned_gpu_hours"`
@@ -41,6 +42,9 @@ func ratio(a, b float64) float64 {
 // DemandStep is one step of the range, set side by side: what waited and
 // what could have taken it at that time.
 type DemandStep struct {
+	// Hours is the part of the step the agents' data covers: the weight of
+	// its figures.
+	Hours float64
 	// Peak is the share of the step inside the peak window, 0..1.
 	Peak float64
 	// Pending is the GPUs requested by Pending, unscheduled pods.
@@ -57,13 +61,28 @@ func (s DemandStep) Reclaimable() float64 {
 	return max(0, s.IdleAllocated+s.Unallocated-s.UnallocatedActive)
 }
 
+// Bases of the demand figures.
+const (
+	// BasisPeak: the figures are at peak, each step weighted by its share of peak.
+	BasisPeak = "peak"
+	// BasisAll: the range has no peak time; the figures are over all hours.
+	BasisAll = "all"
+)
+
 // Demand is pending demand at peak set against reclaimable capacity at the
-// same times. GPU-hours are weighted by each step's share of peak.
+// same times. GPU-hours are weighted by each step's share of peak (or,
+// when the range has no peak time, over all hours: Basis).
 type Demand struct {
 	// Available is false when no kube-state-metrics series were found: demand is unknown.
 	Available bool `json:"available"`
 	// PeakHours is the peak time the figures cover.
 	PeakHours float64 `json:"peak_hours"`
+	// Basis is BasisPeak, or BasisAll when the range has no peak time: the
+	// figures are then over all hours, each step weighted in full.
+	Basis string `json:"basis"`
+	// Hours is the time the figures cover: PeakHours, or every hour the
+	// data covers when Basis is BasisAll.
+	Hours float64 `json:"hours"`
 	// PendingGPUHours is GPU time requested by pending pods at peak.
 	PendingGPUHours float64 `json:"pending_gpu_hours"`
 	// IdleAllocatedGPUHours, UnallocatedGPUHours and UnallocatedActiveGPUHours
@@ -88,19 +107,34 @@ type Demand struct {
 	ShortfallGPUs float64 `json:"shortfall_gpus"`
 }
 
-// SetAgainst computes Demand from steps of stepHours each; q is the quantile
-// of the per-step shortfall that decides the verdict (0.95: a shortfall that
-// lasts under 5% of peak time is left to queueing).
-func SetAgainst(steps []DemandStep, stepHours, q float64, available bool) Demand {
+// SetAgainst computes Demand from steps, each weighted by its covered
+// Hours and its share of peak; q is the quantile of the per-step shortfall
+// that decides the verdict (0.95: a shortfall that lasts under 5% of peak
+// time is left to queueing). A range with no peak time is taken over all
+// its hours instead, so the verdict still rests on something.
+func SetAgainst(steps []DemandStep, q float64, available bool) Demand {
+	d := against(steps, q, available, func(s DemandStep) float64 { return s.Peak })
+	d.Basis, d.PeakHours = BasisPeak, d.Hours
+	if d.Hours == 0 {
+		d = against(steps, q, available, func(DemandStep) float64 { return 1 })
+		d.Basis = BasisAll
+	}
+	return d
+}
+
+// against sets demand against reclaimable capacity with each step weighted
+// by share(step) × its covered hours.
+func against(steps []DemandStep, q float64, available bool, share func(DemandStep) float64) Demand {
 	d := Demand{Available: available, Quantile: q}
 	var short []float64
 	for _, s := range steps {
-		if s.Peak <= 0 {
+		sh := share(s)
+		if sh <= 0 || s.Hours <= 0 {
 			continue
 		}
-		w := s.Peak * stepHours
+		w := sh * s.Hours
 		r := s.Reclaimable()
-		d.PeakHours += w
+		d.Hours += w
 		d.PendingGPUHours += s.Pending * w
 		d.IdleAllocatedGPUHours += s.IdleAllocated * w
 		d.UnallocatedGPUHours += s.Unallocated * w
@@ -108,13 +142,13 @@ func SetAgainst(steps []DemandStep, stepHours, q float64, available bool) Demand
 		d.ReclaimableGPUHours += r * w
 		d.CoveredGPUHours += min(s.Pending, r) * w
 		d.ShortfallGPUHours += max(0, s.Pending-r) * w
-		if s.Peak >= 0.5 {
+		if sh >= 0.5 {
 			short = append(short, max(0, s.Pending-r))
 			d.MaxPendingGPUs = max(d.MaxPendingGPUs, s.Pending)
 		}
 	}
-	d.PendingGPUs = ratio(d.PendingGPUHours, d.PeakHours)
-	d.ReclaimableGPUs = ratio(d.ReclaimableGPUHours, d.PeakHours)
+	d.PendingGPUs = ratio(d.PendingGPUHours, d.Hours)
+	d.ReclaimableGPUs = ratio(d.ReclaimableGPUHours, d.Hours)
 	d.ShortfallGPUs = Quantile(short, q)
 	return d
 }
@@ -157,36 +191,59 @@ type Verdict struct {
 	Arithmetic []string `json:"arithmetic"`
 }
 
-// Decide turns the demand at peak into the verdict.
+// nothingIdle is less reclaimable capacity than the sentences' precision
+// shows: there is no idle allocation to fix.
+const nothingIdle = 0.05
+
+// Decide turns the demand at peak (or over all hours, when the range has
+// no peak time) into the verdict.
 func Decide(d Demand) Verdict {
 	v := Verdict{ReclaimableGPUs: d.ReclaimableGPUs, PendingGPUs: d.PendingGPUs}
+	// at names when the figures hold; lead says why they are not at peak.
+	at, lead, of, span, peakDemand := " at peak", "", "of peak time", "peak time", "peak "
+	if d.Basis == BasisAll {
+		at, lead, of, span, peakDemand = "", "The range has no peak time; over all hours, ", "covered (the range has no peak time)", "all hours", ""
+	}
+	say := func(format string, a ...any) string {
+		s := lead + fmt.Sprintf(format, a...)
+		return strings.ToUpper(s[:1]) + s[1:]
+	}
+	idle := d.ReclaimableGPUs >= nothingIdle
 	v.Arithmetic = []string{
-		fmt.Sprintf("reclaimable at peak: idle allocated %.1f + unallocated %.1f − busy unallocated %.1f = %.1f GPU-hours over %.1f peak hours = %.2f GPUs",
-			d.IdleAllocatedGPUHours, d.UnallocatedGPUHours, d.UnallocatedActiveGPUHours, d.ReclaimableGPUHours, d.PeakHours, d.ReclaimableGPUs),
+		fmt.Sprintf("reclaimable%s: idle allocated %s + unallocated %s − busy unallocated %s = %s over %s %s = %.2f GPUs",
+			at, gpuHoursNum(d.IdleAllocatedGPUHours), gpuHoursNum(d.UnallocatedGPUHours), gpuHoursNum(d.UnallocatedActiveGPUHours), gpuHours(d.ReclaimableGPUHours), humanDuration(d.Hours), of, d.ReclaimableGPUs),
 	}
 	if !d.Available {
 		v.Kind = VerdictNoDemandData
-		v.Sentence = fmt.Sprintf("Reclaimable capacity at peak is %.1f GPUs; pending demand is unknown (no kube-state-metrics series): fix idle allocation first, then measure demand.", d.ReclaimableGPUs)
+		if !idle {
+			v.Sentence = say("reclaimable capacity%s is %.2f GPUs, nothing idle to reclaim; pending demand is unknown (no kube-state-metrics series): measure demand.", at, d.ReclaimableGPUs)
+			return v
+		}
+		v.Sentence = say("reclaimable capacity%s is %.1f GPUs; pending demand is unknown (no kube-state-metrics series): fix idle allocation first, then measure demand.", at, d.ReclaimableGPUs)
 		return v
 	}
 	v.GPUsShort = int(math.Max(0, math.Ceil(d.ShortfallGPUs-measurementSlack)))
 	v.Arithmetic = append(v.Arithmetic,
-		fmt.Sprintf("pending demand at peak: %.1f GPU-hours over %.1f peak hours = %.2f GPUs (at most %.0f at once)",
-			d.PendingGPUHours, d.PeakHours, d.PendingGPUs, d.MaxPendingGPUs),
-		fmt.Sprintf("at the same times: %.1f GPU-hours of that demand fit in reclaimable GPUs, %.1f did not",
-			d.CoveredGPUHours, d.ShortfallGPUHours),
-		fmt.Sprintf("pending − reclaimable at the %s of peak time: %.2f GPUs → %d GPUs short",
-			percentile(d.Quantile), d.ShortfallGPUs, v.GPUsShort),
+		fmt.Sprintf("pending demand%s: %s over %s %s = %.2f GPUs (at most %.0f at once)",
+			at, gpuHours(d.PendingGPUHours), humanDuration(d.Hours), of, d.PendingGPUs, d.MaxPendingGPUs),
+		fmt.Sprintf("at the same times: %s of that demand fit in reclaimable GPUs, %s did not",
+			gpuHours(d.CoveredGPUHours), gpuHours(d.ShortfallGPUHours)),
+		fmt.Sprintf("pending − reclaimable at the %s of %s: %.2f GPUs → %d GPUs short",
+			percentile(d.Quantile), span, d.ShortfallGPUs, v.GPUsShort),
 	)
 	if v.GPUsShort == 0 {
 		v.Kind = VerdictFixFirst
-		v.Sentence = fmt.Sprintf("Reclaimable capacity at peak (%.1f GPUs) covers pending demand (%.1f GPUs): fix idle allocation and scheduling first.",
-			d.ReclaimableGPUs, d.PendingGPUs)
+		if !idle {
+			v.Sentence = say("nothing was idle to reclaim%s (%.2f GPUs) and pending demand (%.1f GPUs) stayed within capacity: no GPUs are missing.", at, d.ReclaimableGPUs, d.PendingGPUs)
+			return v
+		}
+		v.Sentence = say("reclaimable capacity%s (%.1f GPUs) covers pending demand (%.1f GPUs): fix idle allocation and scheduling first.",
+			at, d.ReclaimableGPUs, d.PendingGPUs)
 		return v
 	}
 	v.Kind = VerdictShort
-	v.Sentence = fmt.Sprintf("After reclaiming %.1f GPUs at peak, peak demand (%.1f GPUs pending) still exceeds capacity by %d %s.",
-		d.ReclaimableGPUs, d.PendingGPUs, v.GPUsShort, plural(v.GPUsShort, "GPU", "GPUs"))
+	v.Sentence = say("after reclaiming %.1f GPUs%s, %sdemand (%.1f GPUs pending) still exceeds capacity by %d %s.",
+		d.ReclaimableGPUs, at, peakDemand, d.PendingGPUs, v.GPUsShort, plural(v.GPUsShort, "GPU", "GPUs"))
 	return v
 }
 

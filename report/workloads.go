@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math"
 	"slices"
+	"strings"
 )
 
 // Usage is the GPU time of one workload or model, in GPU-hours, over the
@@ -54,6 +55,11 @@ type Workload struct {
 	// and shared GPUs' unknowns).
 	PeakMemoryBytes  float64 `json:"peak_memory_bytes"`
 	MemoryTotalBytes float64 `json:"memory_total_bytes"`
+	// SharedGPU is whether it held a shared GPU (time-slicing or MPS,
+	// gpuxray_allocation_info{shared="true"}) in the range.
+	SharedGPU bool `json:"shared_gpu"`
+	// GPUNames are the product names of the whole GPUs it held, sorted.
+	GPUNames []string `json:"gpu_names"`
 }
 
 // ID is namespace/workload, or namespace/(none) for pods with no owner.
@@ -149,41 +155,70 @@ type Hint struct {
 // slices (A100, H100, H200, B200), smallest first, without the whole GPU.
 var migProfiles = []struct{ compute, memory int }{{1, 1}, {2, 2}, {3, 4}, {4, 4}}
 
-// Hints gives right-sizing hints from each workload's peak memory and activity.
+// migFamilies are the GPUs whose MIG has the 7 compute and 8 memory slices
+// of migProfiles, by a part of their product name (GH200 and GB200 contain
+// H200 and B200). A30 (4 slices) and GPUs without MIG (L4, L40S, A10, T4)
+// are not among them.
+var migFamilies = []string{"A100", "A800", "H100", "H800", "H200", "H20", "B200", "B300"}
+
+// migCapable is whether every one of the GPUs named has migProfiles' MIG;
+// false when none is known.
+func migCapable(names []string) bool {
+	if len(names) == 0 {
+		return false
+	}
+	for _, n := range names {
+		if !slices.ContainsFunc(migFamilies, func(f string) bool { return strings.Contains(n, f) }) {
+			return false
+		}
+	}
+	return true
+}
+
+// Hints gives each workload at most one right-sizing hint from its peak
+// memory and activity: the first that applies of a MIG slice it fits (on a
+// GPU with MIG), memory-bound, share the GPU (not to one that already
+// shares a GPU), low activity. They overlap (a workload that fits a 1g
+// slice could also share a GPU and is idle): the first is the one to act on.
 func Hints(ws []Workload, c HintConfig) []Hint {
 	var out []Hint
 	for _, w := range ws {
-		if w.Allocated <= 0 {
-			continue
-		}
-		h := func(kind, profile, format string, a ...any) {
-			out = append(out, Hint{Namespace: w.Namespace, Kind: w.Kind, Name: w.Name, Model: w.Model, Hint: kind, Profile: profile, Message: fmt.Sprintf(format, a...)})
-		}
-		act, mem := w.PeakActivity*c.Headroom, w.PeakMemoryBytes*c.Headroom
-		if total := w.MemoryTotalBytes; total > 0 {
-			fitted := false
-			for _, p := range migProfiles {
-				if act <= float64(p.compute)/7 && mem <= total*float64(p.memory)/8 {
-					name := migName(p.compute, p.memory, total)
-					h(HintMIG, name, "peak memory %s of %s and activity at most %.0f%% fit a MIG %s slice (%d/7 of the compute)",
-						bytesString(w.PeakMemoryBytes), bytesString(total), 100*w.PeakActivity, name, p.compute)
-					fitted = true
-					break
-				}
-			}
-			if act <= 0.5 && mem <= total/2 {
-				h(HintShared, "", "peak memory %s and activity at most %.0f%% leave room for a second workload: share the GPU (time-slicing or MPS)",
-					bytesString(w.PeakMemoryBytes), 100*w.PeakActivity)
-			} else if !fitted && w.PeakMemoryBytes >= c.MemoryBound*total && w.Efficiency < c.ActivityThreshold {
-				h(HintMemoryBound, "", "uses %s of %s memory but %.0f%% of the compute: memory-bound and compute-idle; a quantized or smaller model would free the GPU",
-					bytesString(w.PeakMemoryBytes), bytesString(total), 100*w.Efficiency)
-			}
-		}
-		if w.PeakActivity < c.ActivityThreshold {
-			h(HintLowActivity, "", "activity never exceeded %.0f%% (at most %.0f%%)", 100*c.ActivityThreshold, 100*w.PeakActivity)
+		if h, ok := hintFor(w, c); ok {
+			out = append(out, h)
 		}
 	}
 	return out
+}
+
+func hintFor(w Workload, c HintConfig) (Hint, bool) {
+	if w.Allocated <= 0 {
+		return Hint{}, false
+	}
+	h := func(kind, profile, format string, a ...any) (Hint, bool) {
+		return Hint{Namespace: w.Namespace, Kind: w.Kind, Name: w.Name, Model: w.Model, Hint: kind, Profile: profile, Message: fmt.Sprintf(format, a...)}, true
+	}
+	act, mem, total := w.PeakActivity*c.Headroom, w.PeakMemoryBytes*c.Headroom, w.MemoryTotalBytes
+	if total > 0 && migCapable(w.GPUNames) {
+		for _, p := range migProfiles {
+			if act <= float64(p.compute)/7 && mem <= total*float64(p.memory)/8 {
+				name := migName(p.compute, p.memory, total)
+				return h(HintMIG, name, "peak memory %s of %s and activity at most %.0f%% fit a MIG %s slice (%d/7 of the compute)",
+					bytesString(w.PeakMemoryBytes), bytesString(total), 100*w.PeakActivity, name, p.compute)
+			}
+		}
+	}
+	if total > 0 && w.PeakMemoryBytes >= c.MemoryBound*total && w.Efficiency < c.ActivityThreshold {
+		return h(HintMemoryBound, "", "uses %s of %s memory but %.0f%% of the compute: memory-bound and compute-idle; a quantized or smaller model would free the GPU",
+			bytesString(w.PeakMemoryBytes), bytesString(total), 100*w.Efficiency)
+	}
+	if total > 0 && !w.SharedGPU && act <= 0.5 && mem <= total/2 {
+		return h(HintShared, "", "peak memory %s and activity at most %.0f%% leave room for a second workload: share the GPU (time-slicing or MPS)",
+			bytesString(w.PeakMemoryBytes), 100*w.PeakActivity)
+	}
+	if w.PeakActivity < c.ActivityThreshold {
+		return h(HintLowActivity, "", "activity never exceeded %.0f%% (at most %.0f%%)", 100*c.ActivityThreshold, 100*w.PeakActivity)
+	}
+	return Hint{}, false
 }
 
 // migName names a profile as NVIDIA does: compute slices and memory in GB

@@ -34,6 +34,7 @@ func runAgent(ctx context.Context, args []string, stderr io.Writer) error {
 	fs.StringVar(&webCfg.ConfigFile, "web.config.file", "", "exporter-toolkit web configuration file: TLS, basic auth (see https://github.com/prometheus/exporter-toolkit/blob/master/docs/web-configuration.md)")
 	fs.StringVar(&webCfg.HealthListenAddress, "web.health-listen-address", "", "if set, also serve /healthz and /readyz, and nothing else, there in plain HTTP without authentication (for kubelet probes)")
 	fs.BoolVar(&webCfg.EnablePprof, "web.enable-pprof", false, "serve Go profiles under /debug/pprof/ on the listen address")
+	fs.IntVar(&webCfg.MaxRequests, "web.max-requests", webCfg.MaxRequests, "most scrapes rendered at once; one beyond waits for a slot for half its scrape timeout (at most 5s), then gets a 503; 0 is no limit")
 	kubeCfg := kubelet.DefaultConfig()
 	fs.StringVar(&kubeCfg.Socket, "kubelet.pod-resources-socket", kubeCfg.Socket, "the kubelet's pod-resources socket")
 	fs.DurationVar(&kubeCfg.Timeout, "kubelet.timeout", kubeCfg.Timeout, "deadline of one pod-resources call")
@@ -43,6 +44,8 @@ func runAgent(ctx context.Context, args []string, stderr io.Writer) error {
 	identityFlags(fs, &idCfg)
 	var podCfg podSourceConfig
 	podSourceFlags(fs, &podCfg)
+	var draCfg draSourceConfig
+	draSourceFlags(fs, &draCfg)
 	simulate := fs.Bool("simulate", false, "run on a simulated node: the scenario FILE given as argument, or the embedded demo")
 	var logCfg logConfig
 	logFlags(fs, &logCfg)
@@ -50,20 +53,26 @@ func runAgent(ctx context.Context, args []string, stderr io.Writer) error {
 		fmt.Fprintf(fs.Output(), "Usage: gpuxray agent [flags] [--simulate [FILE]]\n\nFlags:\n")
 		fs.PrintDefaults()
 	}
-	if err := parseFlags(fs, args, os.Getenv); err != nil {
+	positional, err := parseFlags(fs, args, os.Getenv)
+	if err != nil {
 		return err
 	}
 	var scenarioPath string
 	switch {
-	case fs.NArg() > 1 || (fs.NArg() == 1 && !*simulate):
-		return usagef("unexpected argument %q (flags go before the scenario FILE, which needs --simulate)", fs.Arg(0))
-	case fs.NArg() == 1:
-		scenarioPath = fs.Arg(0)
+	case len(positional) > 0 && !*simulate:
+		return usagef("unexpected argument %q: a scenario FILE needs --simulate", positional[0])
+	case len(positional) > 1:
+		return usagef("unexpected argument %q: --simulate takes one scenario FILE", positional[1])
+	case len(positional) == 1:
+		scenarioPath = positional[0]
 	}
 	if err := idCfg.parse(); err != nil {
 		return err
 	}
 	if err := podCfg.validate(); err != nil {
+		return err
+	}
+	if err := draCfg.validate(); err != nil {
 		return err
 	}
 	if resourceNames != "" {
@@ -80,6 +89,9 @@ func runAgent(ctx context.Context, args []string, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
+	if ownsProcess(ctx) {
+		routeKlog(logger)
+	}
 	defer logger.Sync() //nolint:errcheck // nothing to do if stderr is gone
 
 	var (
@@ -93,8 +105,11 @@ func runAgent(ctx context.Context, args []string, stderr io.Writer) error {
 		live       *simulation
 	)
 	if *simulate {
-		sc, err := loadScenario(scenarioPath)
+		sc, err := loadScenario(ctx, scenarioPath)
 		if err != nil {
+			if ctx.Err() != nil {
+				return nil // stopped before it started, as asked
+			}
 			return err
 		}
 		s, err := startLive(sc, wallClock{})
@@ -103,6 +118,7 @@ func runAgent(ctx context.Context, args []string, stderr io.Writer) error {
 		}
 		defer s.stop()
 		live = s
+		givenSocket := kubeCfg.Socket
 		lib, clock, kubeCfg.Socket = s.nvml(), s.clock, s.socket
 		s.node.SetIdentity(idCfg.simIdentity())
 		if len(sc.Faults) > 0 {
@@ -110,6 +126,10 @@ func runAgent(ctx context.Context, args []string, stderr io.Writer) error {
 			faultClock = s.clock
 		}
 		engineOpts = s.engineOptions(logger)
+		if given(fs, "kubelet.pod-resources-socket") {
+			logger.Warn("--kubelet.pod-resources-socket is ignored with --simulate: the simulated kubelet serves its own socket",
+				zap.String("ignored", givenSocket))
+		}
 		logger.Info("simulated node", zap.String("node", sc.Node), zap.String("scenario", scenarioName(scenarioPath)),
 			zap.Int("gpus", sc.GPUs), zap.Int("pods", len(sc.Pods)), zap.String("kubelet_socket", s.socket),
 			zap.Time("start", sc.Start), zap.Duration("lead_in", sc.LeadIn), zap.String("kube_state_metrics_path", kubeStatePath))
@@ -130,14 +150,27 @@ func runAgent(ctx context.Context, args []string, stderr io.Writer) error {
 	defer kube.Close()
 
 	g, gctx := errgroup.WithContext(ctx)
+	var allocs agent.AllocationSource = kube
 	if !*simulate {
 		opts, err := startPodSource(gctx, podCfg, &idCfg, logger, g.Go)
 		if err != nil {
 			return err
 		}
-		engineOpts = opts
+		src, err := startDRASource(gctx, draCfg, podCfg, logger, g.Go)
+		if err != nil {
+			return err
+		}
+		var draOpts []agent.Option
+		allocs, draOpts = draAllocations(kube, src, draCfg, podCfg.nodeName, logger)
+		engineOpts = append(opts, draOpts...)
+	} else {
+		var draOpts []agent.Option
+		if allocs, draOpts, err = live.allocations(gctx, kube, draCfg, logger, g.Go); err != nil {
+			return err
+		}
+		engineOpts = append(engineOpts, draOpts...)
 	}
-	engine, err := agent.New(engineCfg, reader, kube, clock, logger.Named("engine"), engineOpts...)
+	engine, err := agent.New(engineCfg, reader, allocs, clock, logger.Named("engine"), engineOpts...)
 	if err != nil {
 		return usageError{err}
 	}
@@ -147,7 +180,7 @@ func runAgent(ctx context.Context, args []string, stderr io.Writer) error {
 		collectors.NewGoCollector(),
 		exporter.NewProcessCollector(),
 	)
-	handler := exporter.NewHandler(reg, webCfg.MetricsPath, engine.Ready, logger.Named("web"))
+	handler := exporter.NewHandler(reg, webCfg.MetricsPath, engine.Ready, logger.Named("web"), exporter.WithMaxRequests(webCfg.MaxRequests))
 	if live != nil {
 		if handler, err = live.withKubeState(handler, webCfg.MetricsPath); err != nil {
 			return err
@@ -155,9 +188,9 @@ func runAgent(ctx context.Context, args []string, stderr io.Writer) error {
 	}
 	srv, err := exporter.Listen(webCfg, handler, logger.Named("web"))
 	if err != nil {
-		return err
+		return usageError{err} // a port in use is configuration, as a bad address is
 	}
-	logger.Info("gpuxray agent starting", zap.String("version", version), zap.Stringer("engine", engine))
+	logger.Info("gpuxray agent starting", zap.String("version", buildInfo().Version), zap.Stringer("engine", engine))
 
 	if live != nil && live.leadIn != nil {
 		// Before anything is served: the agent starts with the lead-in's state.
@@ -173,6 +206,14 @@ func runAgent(ctx context.Context, args []string, stderr io.Writer) error {
 	err = g.Wait()
 	logger.Info("gpuxray agent stopped")
 	return err
+}
+
+// given reports whether the flag name was set, on the command line or by
+// its environment variable (parseFlags sets those through fs.Set).
+func given(fs *flag.FlagSet, name string) bool {
+	found := false
+	fs.Visit(func(f *flag.Flag) { found = found || f.Name == name })
+	return found
 }
 
 func scenarioName(path string) string {

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -22,29 +23,121 @@ func envName(flagName string) string {
 	return "GPUXRAY_" + strings.ToUpper(strings.NewReplacer(".", "_", "-", "_").Replace(flagName))
 }
 
-// parseFlags parses args, then fills every flag not given on the command line
-// from its environment variable. Errors are usage errors.
-func parseFlags(fs *flag.FlagSet, args []string, getenv func(string) string) error {
+// parseFlags parses args, flags and arguments in any order ("--" ends the
+// flags), then fills every flag not given on the command line from its
+// environment variable, and returns the arguments. Errors are usage errors
+// of one sentence, with no usage dump; -h prints the usage and returns
+// flag.ErrHelp.
+func parseFlags(fs *flag.FlagSet, args []string, getenv func(string) string) ([]string, error) {
+	var failed *setError
 	fs.VisitAll(func(f *flag.Flag) {
 		f.Usage = fmt.Sprintf("%s [$%s]", f.Usage, envName(f.Name))
+		f.Value = &explainedValue{Value: f.Value, name: f.Name, failed: &failed}
 	})
-	if err := fs.Parse(args); err != nil {
-		return usageError{err}
+	positional, err := parseEnv(fs, args, getenv, &failed)
+	// The usage names each flag's type from its own Value.
+	fs.VisitAll(func(f *flag.Flag) { f.Value = f.Value.(*explainedValue).Value })
+	if errors.Is(err, flag.ErrHelp) {
+		fs.Usage()
+	}
+	return positional, err
+}
+
+func parseEnv(fs *flag.FlagSet, args []string, getenv func(string) string, failed **setError) ([]string, error) {
+	out := fs.Output()
+	fs.SetOutput(io.Discard) // the flag package prints the usage after every error
+	positional, err := parseArgs(fs, args)
+	fs.SetOutput(out)
+	switch {
+	case errors.Is(err, flag.ErrHelp):
+		return nil, err
+	case err != nil && *failed != nil:
+		return nil, usagef("--%s %q: %v", (*failed).name, (*failed).value, (*failed).err)
+	case err != nil && strings.HasPrefix(err.Error(), "flag provided but not defined"):
+		return nil, usagef("%v (%q lists the flags)", err, fs.Name()+" -h")
+	case err != nil:
+		return nil, usageError{err}
 	}
 	set := map[string]bool{}
 	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
-	var err error
 	fs.VisitAll(func(f *flag.Flag) {
 		if err != nil || set[f.Name] {
 			return
 		}
 		if v, ok := lookup(getenv, envName(f.Name)); ok {
 			if e := fs.Set(f.Name, v); e != nil {
-				err = usagef("environment variable %s=%q: %v", envName(f.Name), v, e)
+				err = usagef("environment variable %s=%q (--%s): %v", envName(f.Name), v, f.Name, e)
 			}
 		}
 	})
+	return positional, err
+}
+
+// parseArgs parses the flags among args, wherever they are, and returns
+// the other arguments: the flag package stops at the first argument that
+// is not a flag, so that "replay FILE --format=openmetrics" would take the
+// flag for a second FILE.
+func parseArgs(fs *flag.FlagSet, args []string) ([]string, error) {
+	var positional []string
+	for {
+		if err := fs.Parse(args); err != nil {
+			return nil, err
+		}
+		rest := fs.Args()
+		if len(rest) == 0 {
+			return positional, nil
+		}
+		if n := len(args) - len(rest); n > 0 && args[n-1] == "--" {
+			return append(positional, rest...), nil
+		}
+		positional, args = append(positional, rest[0]), rest[1:]
+	}
+}
+
+// setError is a flag value that did not parse.
+type setError struct {
+	name, value string
+	err         error
+}
+
+// explainedValue is a flag's Value while it is parsed: the flag package
+// says "parse error" for any bad number or duration, and this says what
+// was wanted, and records the failure for parseFlags's one sentence.
+type explainedValue struct {
+	flag.Value
+	name   string
+	failed **setError
+}
+
+func (v *explainedValue) Set(s string) error {
+	err := v.Value.Set(s)
+	if err == nil {
+		return nil
+	}
+	if g, ok := v.Value.(flag.Getter); ok {
+		switch g.Get().(type) {
+		case time.Duration:
+			err = errors.New("not a duration such as 30s, 500ms or 2m")
+		case float64:
+			err = errors.New("not a number")
+		case int, int64, uint, uint64:
+			if strings.Contains(err.Error(), "range") {
+				err = errors.New("out of range")
+			} else {
+				err = errors.New("not a whole number")
+			}
+		case bool:
+			err = errors.New("not true or false")
+		}
+	}
+	*v.failed = &setError{name: v.name, value: s, err: err}
 	return err
+}
+
+// IsBoolFlag keeps a boolean flag one that takes no value.
+func (v *explainedValue) IsBoolFlag() bool {
+	b, ok := v.Value.(interface{ IsBoolFlag() bool })
+	return ok && b.IsBoolFlag()
 }
 
 func lookup(getenv func(string) string, name string) (string, bool) {
@@ -87,6 +180,11 @@ func (p *peakFlags) build() *agent.Schedule {
 }
 
 func (p *peakFlags) setSchedule(v string) error {
+	if strings.TrimSpace(v) == "" {
+		// ParseSchedule reads "" as no peak, which an unset variable in a
+		// manifest would then mean by accident.
+		return errors.New(`empty; give "none" for no peak hours`)
+	}
 	s, err := agent.ParseSchedule(v, p.loc)
 	if err != nil {
 		return err

@@ -26,7 +26,7 @@ func TestPeakFlags(t *testing.T) {
 		{"from the environment", nil, map[string]string{"GPUXRAY_PEAK_SCHEDULE": "Mon-Fri 22:00-06:00", "GPUXRAY_PEAK_TIMEZONE": "America/New_York"}, "Mon-Fri 22:00-06:00 America/New_York", ""},
 		{"no peak", []string{"--peak.schedule=none"}, nil, "none UTC", ""},
 		{"bad schedule in the environment", nil, map[string]string{"GPUXRAY_PEAK_SCHEDULE": "Mon-Fry 09:00-18:00"}, "",
-			`environment variable GPUXRAY_PEAK_SCHEDULE="Mon-Fry 09:00-18:00": peak schedule rule "Mon-Fry 09:00-18:00": "Fry" is not a day (Mon, Tue, Wed, Thu, Fri, Sat, Sun)`},
+			`environment variable GPUXRAY_PEAK_SCHEDULE="Mon-Fry 09:00-18:00" (--peak.schedule): peak schedule rule "Mon-Fry 09:00-18:00": "Fry" is not a day (Mon, Tue, Wed, Thu, Fri, Sat, Sun)`},
 		{"bad zone", []string{"--peak.timezone=Europe/Atlantis"}, nil, "", `time zone "Europe/Atlantis" is not an IANA time zone name such as Europe/Berlin`},
 		{"local zone", []string{"--peak.timezone=Local"}, nil, "", `time zone "Local": give an IANA name`},
 	}
@@ -37,7 +37,7 @@ func TestPeakFlags(t *testing.T) {
 			fs.SetOutput(&strings.Builder{})
 			cfg := agent.DefaultConfig()
 			engineFlags(fs, &cfg)
-			err := parseFlags(fs, tc.args, func(k string) string { return tc.env[k] })
+			_, err := parseFlags(fs, tc.args, func(k string) string { return tc.env[k] })
 			if tc.wantErr != "" {
 				if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
 					t.Fatalf("error %v, want one containing %q", err, tc.wantErr)

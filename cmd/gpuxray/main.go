@@ -23,8 +23,12 @@ import (
 const exitUsage = 2
 
 func main() {
+	// Caught from the start, so that start-up (a scenario being read, say)
+	// ends cleanly on them too. After the first, the default action is
+	// back: a second SIGINT or SIGTERM ends a process that does not stop.
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	code := run(ctx, os.Args[1:], os.Stdout, os.Stderr)
+	context.AfterFunc(ctx, stop)
+	code := run(context.WithValue(ctx, wholeProcess{}, true), os.Args[1:], os.Stdout, os.Stderr)
 	stop()
 	os.Exit(code)
 }
@@ -40,8 +44,16 @@ func usagef(format string, a ...any) error { return usageError{fmt.Errorf(format
 // run runs one command until it ends or ctx is done, and returns the exit code.
 func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	cmd := "agent"
-	if len(args) > 0 && len(args[0]) > 0 && args[0][0] != '-' {
+	switch {
+	case len(args) > 0 && (args[0] == "-h" || args[0] == "-help" || args[0] == "--help"):
+		// The commands first: "gpuxray agent -h" lists the agent's flags.
+		cmd, args = "help", nil
+	case len(args) > 0 && len(args[0]) > 0 && args[0][0] != '-':
 		cmd, args = args[0], args[1:]
+	}
+	if cmd == "help" && len(args) > 0 {
+		// "gpuxray help replay" is "gpuxray replay -h".
+		cmd, args = args[0], []string{"-h"}
 	}
 	var err error
 	switch cmd {
@@ -62,6 +74,10 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	switch {
 	case err == nil, errors.Is(err, flag.ErrHelp):
 		return 0
+	case ctx.Err() != nil && errors.Is(err, ctx.Err()):
+		// A signal, before the command finished its work.
+		fmt.Fprintf(stderr, "gpuxray %s: interrupted\n", cmd)
+		return 1
 	case errors.As(err, &ue):
 		fmt.Fprintf(stderr, "gpuxray %s: %v\n", cmd, ue.err)
 		return exitUsage
@@ -74,12 +90,13 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 const topUsage = `gpuxray: where the GPU time you own goes, and whose it is.
 
 Usage:
-  gpuxray [agent] [flags]          run the node agent (the default command)
-  gpuxray agent --simulate [FILE]  run the agent on a simulated node (FILE, or the embedded demo)
+  gpuxray agent [flags]            run the node agent (the default command); --simulate [FILE]
+                                   runs it on a simulated node (FILE, or the embedded demo)
   gpuxray replay [flags] FILE      replay a scenario as fast as possible and print the final metrics
   gpuxray report --prometheus URL  "do we need more GPUs?": the capacity verdict from a range of data
   gpuxray version                  print the version
 
-Run "gpuxray agent -h", "gpuxray replay -h" or "gpuxray report -h" for the flags. Every flag can also
-be set by an environment variable: --poll.interval is GPUXRAY_POLL_INTERVAL.
+Run "gpuxray help COMMAND" (or "gpuxray COMMAND -h") for a command's flags. Every flag can also be
+set by an environment variable: --poll.interval is GPUXRAY_POLL_INTERVAL. Bad input is one sentence
+on stderr and exit code 2.
 `

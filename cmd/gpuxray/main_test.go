@@ -6,10 +6,12 @@ import (
 	"flag"
 	"math"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus/testutil/promlint"
 	dto "github.com/prometheus/client_model/go"
@@ -23,8 +25,21 @@ var update = flag.Bool("update", false, "rewrite the golden files in testdata/")
 
 func runCmd(t *testing.T, args ...string) (int, string, string) {
 	t.Helper()
+	return runCmdWithin(t, 0, args...)
+}
+
+// runCmdWithin is runCmd with a deadline (none for 0): a usage case that
+// wrongly starts the agent ends instead of hanging the test.
+func runCmdWithin(t *testing.T, d time.Duration, args ...string) (int, string, string) {
+	t.Helper()
+	ctx := context.Background()
+	if d > 0 {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, d)
+		defer cancel()
+	}
 	var out, errb bytes.Buffer
-	code := run(context.Background(), args, &out, &errb)
+	code := run(ctx, args, &out, &errb)
 	return code, out.String(), errb.String()
 }
 
@@ -32,10 +47,7 @@ func runCmd(t *testing.T, args ...string) (int, string, string) {
 // whole exposition against testdata/<name>.prom; -update rewrites them.
 func TestReplayGolden(t *testing.T) {
 	t.Parallel()
-	files, err := filepath.Glob("../../test/scenarios/*.yaml")
-	if err != nil || len(files) == 0 {
-		t.Fatalf("no scenarios: %v", err)
-	}
+	files := replayedScenarios(t)
 	for _, f := range files {
 		name := strings.TrimSuffix(filepath.Base(f), ".yaml")
 		t.Run(name, func(t *testing.T) {
@@ -68,6 +80,17 @@ func TestReplayGolden(t *testing.T) {
 	}
 }
 
+// replayedScenarios are the scenarios under test/scenarios, which replay
+// plays.
+func replayedScenarios(t *testing.T) []string {
+	t.Helper()
+	files, err := filepath.Glob("../../test/scenarios/*.yaml")
+	if err != nil || len(files) == 0 {
+		t.Fatalf("no scenarios: %v", err)
+	}
+	return files
+}
+
 func firstDiff(a, b string) string {
 	al, bl := strings.Split(a, "\n"), strings.Split(b, "\n")
 	for i := 0; i < len(al) || i < len(bl); i++ {
@@ -94,10 +117,7 @@ func firstDiff(a, b string) string {
 // only and no idle or active second invented).
 func TestReplayTruth(t *testing.T) {
 	t.Parallel()
-	files, err := filepath.Glob("../../test/scenarios/*.yaml")
-	if err != nil || len(files) == 0 {
-		t.Fatalf("no scenarios: %v", err)
-	}
+	files := replayedScenarios(t)
 	for _, path := range files {
 		t.Run(strings.TrimSuffix(filepath.Base(path), ".yaml"), func(t *testing.T) {
 			t.Parallel()
@@ -138,7 +158,7 @@ func checkTruth(t *testing.T, path string) {
 	}
 	checked := 0
 	for _, row := range sc.Truth(0.05) {
-		uuid := strings.SplitN(node.DeviceID(row.Device), "::", 2)[0]
+		uuid := row.UUID
 		idle, active := row.IdleSeconds, row.ActiveSeconds
 		if row.Device.MIG && !node.GPMSupported() {
 			idle, active = 0, 0 // no activity source: nothing may be invented
@@ -174,7 +194,7 @@ func checkTruth(t *testing.T, path string) {
 	for _, g := range sc.GPUTruth(0.05) {
 		uuid := node.DeviceID(sim.DeviceSpec{GPU: g.GPU})
 		idle, active := g.AllocatedIdleSeconds, g.AllocatedActiveSeconds
-		if _, mig := sc.MIG[g.GPU]; mig && !node.GPMSupported() {
+		if _, mig := sc.MIG[g.GPU]; (mig || sc.MIGDynamic[g.GPU]) && !node.GPMSupported() {
 			idle, active = 0, 0
 		}
 		for _, c := range []struct {
@@ -232,7 +252,7 @@ func TestUsageErrors(t *testing.T) {
 		{"replay without file", []string{"replay"}, nil, 2, "want exactly one scenario FILE"},
 		{"replay missing file", []string{"replay", "/nonexistent/x.yaml"}, nil, 2, "/nonexistent/x.yaml"},
 		{"replay invalid scenario", []string{"replay", bad}, nil, 2, "bad.yaml:5: gpus"},
-		{"bad peak schedule", []string{"agent", "--peak.schedule=Mon-Fri 9-18"}, nil, 2, `invalid value "Mon-Fri 9-18" for flag -peak.schedule: peak schedule rule "Mon-Fri 9-18": "9" is not a time of day as HH:MM`},
+		{"bad peak schedule", []string{"agent", "--peak.schedule=Mon-Fri 9-18"}, nil, 2, `--peak.schedule "Mon-Fri 9-18": peak schedule rule "Mon-Fri 9-18": "9" is not a time of day as HH:MM`},
 		{"bad peak time zone", []string{"replay", "--peak.timezone=Mars/Olympus", "x.yaml"}, nil, 2, `time zone "Mars/Olympus" is not an IANA time zone name`},
 		{"negative stale grace", []string{"agent", "--kubelet.stale-grace=-1m"}, nil, 2, "kubelet stale grace -1m0s must not be negative"},
 		{"zero NVML timeout", []string{"replay", "--nvml.timeout=0s", "x.yaml"}, nil, 2, "NVML call timeout 0s must be positive"},
@@ -241,17 +261,42 @@ func TestUsageErrors(t *testing.T) {
 		{"scrape interval below the poll interval", []string{"replay", "--format=openmetrics", "--scrape.interval=100ms", "x.yaml"}, nil, 2, "--scrape.interval 100ms is shorter than --poll.interval 1s"},
 		{"bad extra label", []string{"agent", "--pods.extra-labels=pod=team"}, nil, 2, `--pods.extra-labels: extra label "pod=team": "pod" is a label gpuxray already sets`},
 		{"relative proc root", []string{"agent", "--node.name=n1", "--proc.root=proc"}, nil, 2, `the proc root "proc" is not absolute`},
+		{"bad DRA driver", []string{"agent", "--dra.drivers=gpu.nvidia.com,NVIDIA GPU"}, nil, 2, `DRA driver name "NVIDIA GPU" is not a DNS subdomain such as gpu.nvidia.com`},
+		{"no DRA driver", []string{"agent", "--dra.drivers= , "}, nil, 2, "no DRA driver is named"},
+		{"bad DRA UUID attribute", []string{"agent", "--dra.uuid-attribute=the uuid"}, nil, 2, `the UUID attribute "the uuid" is not a device attribute name`},
 		{"version", []string{"version"}, nil, 0, "gpuxray dev"},
 		{"help", []string{"agent", "-h"}, nil, 0, "GPUXRAY_POLL_INTERVAL"},
+		{"help command", []string{"help", "replay"}, nil, 0, "Usage: gpuxray replay [flags] FILE"},
+		{"bad duration", []string{"agent", "--poll.interval=bogus"}, nil, 2, `--poll.interval "bogus": not a duration such as 30s, 500ms or 2m`},
+		{"bad number", []string{"replay", "--idle.threshold", "lots", "x.yaml"}, nil, 2, `--idle.threshold "lots": not a number`},
+		{"bad integer", []string{"agent", "--limits.max-allocations=2.5"}, nil, 2, `--limits.max-allocations "2.5": not a whole number`},
+		{"integer out of range", []string{"agent", "--limits.max-allocations=99999999999999999999"}, nil, 2, `--limits.max-allocations "99999999999999999999": out of range`},
+		{"bad boolean", []string{"agent", "--simulate=maybe"}, nil, 2, `--simulate "maybe": not true or false`},
+		{"flag without value", []string{"agent", "--poll.interval"}, nil, 2, "flag needs an argument: -poll.interval"},
+		{"flag after the scenario file", []string{"agent", "--simulate", bad, "--poll.interval=bogus"}, nil, 2, `--poll.interval "bogus"`},
+		{"flag after the replay file", []string{"replay", "x.yaml", "--format=json"}, nil, 2, `--format "json" is not one of text, openmetrics`},
+		{"two scenario files", []string{"agent", "--simulate", "a.yaml", "b.yaml"}, nil, 2, `unexpected argument "b.yaml": --simulate takes one scenario FILE`},
+		{"arguments after --", []string{"replay", "--", "--format=json"}, nil, 2, "--format=json"},
+		{"report takes no argument", []string{"report", "--prometheus=http://127.0.0.1:1", "extra"}, nil, 2, `takes no arguments, got ["extra"]`},
+		{"scenario path as typed", []string{"replay", "/dev/null"}, nil, 2, "/dev/null: empty scenario"},
+		{"agent scenario path as typed", []string{"agent", "--simulate", "/dev/null"}, nil, 2, "/dev/null: empty scenario"},
+		{"invalid scenario in a folder", []string{"replay", bad}, nil, 2, bad + ":5: gpus"},
+		{"telemetry path of the health check", []string{"agent", "--web.telemetry-path=/healthz"}, nil, 2, `metrics path "/healthz" is the server's own /healthz`},
+		{"telemetry path of the readiness check", []string{"agent", "--web.telemetry-path=/readyz"}, nil, 2, `metrics path "/readyz" is the server's own /readyz`},
+		{"telemetry path with an open wildcard", []string{"agent", "--web.telemetry-path=/metrics/{x"}, nil, 2, `metrics path "/metrics/{x": '{' is not allowed`},
+		{"telemetry path with a wildcard", []string{"agent", "--web.telemetry-path=/{x}"}, nil, 2, `metrics path "/{x}": '{' is not allowed`},
+		{"telemetry path with a space", []string{"agent", "--web.telemetry-path=/a b"}, nil, 2, `metrics path "/a b": ' ' is not allowed`},
+		{"negative max requests", []string{"agent", "--web.max-requests=-1"}, nil, 2, "max requests -1 must not be negative"},
+		{"empty peak schedule", []string{"agent", "--web.listen-address=127.0.0.1:0", "--peak.schedule="}, nil, 2, `--peak.schedule "": empty; give "none" for no peak hours`},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			code, out, errs := runCmd(t, tc.args...)
+			code, out, errs := runCmdWithin(t, 30*time.Second, tc.args...)
 			if code != tc.code || !strings.Contains(out+errs, tc.want) {
 				t.Errorf("gpuxray %v = %d, %q; want %d containing %q", tc.args, code, out+errs, tc.code, tc.want)
 			}
-			if tc.code == 2 && strings.Count(strings.TrimSpace(errs), "\n") > 0 && !strings.Contains(errs, "Usage") {
-				t.Errorf("want one line on stderr, got %q", errs)
+			if tc.code == 2 && (strings.Count(strings.TrimSpace(errs), "\n") > 0 || out != "") {
+				t.Errorf("want one line on stderr and nothing on stdout, got %q, %q", out, errs)
 			}
 		})
 	}
@@ -265,7 +310,7 @@ func TestEnvironmentFlags(t *testing.T) {
 	fs.Float64Var(&d, "idle.threshold", 0.05, "")
 	fs.StringVar(&s, "web.listen-address", ":9471", "")
 	env := map[string]string{"GPUXRAY_IDLE_THRESHOLD": "0.1", "GPUXRAY_WEB_LISTEN_ADDRESS": "127.0.0.1:1"}
-	if err := parseFlags(fs, []string{"--web.listen-address=:2"}, func(k string) string { return env[k] }); err != nil {
+	if _, err := parseFlags(fs, []string{"--web.listen-address=:2"}, func(k string) string { return env[k] }); err != nil {
 		t.Fatal(err)
 	}
 	if d != 0.1 || s != ":2" {
@@ -274,9 +319,17 @@ func TestEnvironmentFlags(t *testing.T) {
 	env["GPUXRAY_IDLE_THRESHOLD"] = "lots"
 	fs2 := flag.NewFlagSet("t", flag.ContinueOnError)
 	fs2.Float64Var(&d, "idle.threshold", 0.05, "")
-	err := parseFlags(fs2, nil, func(k string) string { return env[k] })
-	if err == nil || !strings.Contains(err.Error(), `GPUXRAY_IDLE_THRESHOLD="lots"`) {
-		t.Errorf("bad environment value: %v", err)
+	_, err := parseFlags(fs2, nil, func(k string) string { return env[k] })
+	if want := `environment variable GPUXRAY_IDLE_THRESHOLD="lots" (--idle.threshold): not a number`; err == nil || err.Error() != want {
+		t.Errorf("bad environment value: %v, want %s", err, want)
+	}
+	env["GPUXRAY_POLL_INTERVAL"] = "5"
+	fs3 := flag.NewFlagSet("t", flag.ContinueOnError)
+	var p time.Duration
+	fs3.DurationVar(&p, "poll.interval", time.Second, "")
+	_, err = parseFlags(fs3, nil, func(k string) string { return env[k] })
+	if want := `environment variable GPUXRAY_POLL_INTERVAL="5" (--poll.interval): not a duration such as 30s, 500ms or 2m`; err == nil || err.Error() != want {
+		t.Errorf("bad environment duration: %v, want %s", err, want)
 	}
 }
 
@@ -368,5 +421,87 @@ func TestReplayIdentity(t *testing.T) {
 	}
 	if n := mfs["gpuxray_allocation_overflow_total"].GetMetric(); len(n) != 1 || n[0].GetCounter().GetValue() != 1 {
 		t.Errorf("gpuxray_allocation_overflow_total = %v, want 1", n)
+	}
+}
+
+// TestHelp: gpuxray --help (-h, help) lists the commands, one line each,
+// on stdout, not the agent's flags.
+func TestHelp(t *testing.T) {
+	t.Parallel()
+	for _, args := range [][]string{{"--help"}, {"-h"}, {"-help"}, {"help"}} {
+		code, out, errs := runCmd(t, args...)
+		if code != 0 || errs != "" {
+			t.Errorf("gpuxray %v = %d, stderr %q; want 0 and nothing on stderr", args, code, errs)
+		}
+		for _, cmd := range []string{"agent", "replay", "report", "version"} {
+			n := 0
+			for _, line := range strings.Split(out, "\n") {
+				if strings.HasPrefix(strings.TrimSpace(line), "gpuxray "+cmd+" ") {
+					n++
+				}
+			}
+			if n != 1 {
+				t.Errorf("gpuxray %v: %d lines for the %s command, want 1:\n%s", args, n, cmd, out)
+			}
+		}
+		if strings.Contains(out, "-poll.interval duration") {
+			t.Errorf("gpuxray %v prints the agent's flags:\n%s", args, out)
+		}
+	}
+}
+
+// TestFlagsAfterArguments: flags may follow the scenario FILE, as they may
+// precede it; "--" ends the flags.
+func TestFlagsAfterArguments(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		args     []string
+		wantArgs []string
+		format   string
+	}{
+		{[]string{"--format=openmetrics", "x.yaml"}, []string{"x.yaml"}, "openmetrics"},
+		{[]string{"x.yaml", "--format=openmetrics"}, []string{"x.yaml"}, "openmetrics"},
+		{[]string{"x.yaml", "--format", "openmetrics", "y.yaml"}, []string{"x.yaml", "y.yaml"}, "openmetrics"},
+		{[]string{"x.yaml", "--", "--format=openmetrics"}, []string{"x.yaml", "--format=openmetrics"}, "text"},
+		{[]string{"-", "--format=openmetrics"}, []string{"-"}, "openmetrics"},
+	}
+	for _, tc := range tests {
+		fs := flag.NewFlagSet("t", flag.ContinueOnError)
+		format := fs.String("format", "text", "")
+		args, err := parseFlags(fs, tc.args, func(string) string { return "" })
+		if err != nil || strings.Join(args, " ") != strings.Join(tc.wantArgs, " ") || *format != tc.format {
+			t.Errorf("parseFlags(%q) = %q, %v, format %q; want %q, format %q", tc.args, args, err, *format, tc.wantArgs, tc.format)
+		}
+	}
+}
+
+// TestMakeDemoArgs: make demo passes ARGS to the agent, as the README's
+// "Try it" shows for another port.
+func TestMakeDemoArgs(t *testing.T) {
+	t.Parallel()
+	if _, err := exec.LookPath("make"); err != nil {
+		t.Skip("no make")
+	}
+	out, err := exec.Command("make", "-n", "-C", "../..", "demo", "ARGS=--web.listen-address=:9472").CombinedOutput()
+	if err != nil {
+		t.Fatalf("make -n demo: %v\n%s", err, out)
+	}
+	if want := "go run ./cmd/gpuxray agent --simulate --web.listen-address=:9472"; !strings.Contains(string(out), want) {
+		t.Errorf("make -n demo ARGS=... runs\n%s\nwant %q", out, want)
+	}
+}
+
+// TestReplayModelFromParentProcess: the demo's vLLM server runs as vLLM V1
+// does, its GPU process titled VLLM::EngineCore; the model comes from the
+// API server, the engine core's parent in the same container.
+func TestReplayModelFromParentProcess(t *testing.T) {
+	t.Parallel()
+	code, out, errs := runCmd(t, "replay", "--poll.interval=10s", "../../collector/sim/demo.yaml")
+	if code != 0 {
+		t.Fatalf("replay exited %d: %s", code, errs)
+	}
+	want := `model="meta-llama/Llama-3.1-8B-Instruct",namespace="inference",pod="vllm-llama-7c9d8f6b5d-x2k8p"`
+	if !strings.Contains(out, want) {
+		t.Errorf("no allocation series with %s in the demo's replay", want)
 	}
 }

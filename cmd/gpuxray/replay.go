@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -53,11 +54,12 @@ func runReplay(ctx context.Context, args []string, stdout, stderr io.Writer) err
 		fmt.Fprintf(fs.Output(), "Usage: gpuxray replay [flags] FILE\n\nReplays the scenario FILE on a virtual clock as fast as the CPU allows, through\nthe real NVML reader, kubelet client and engine, and prints the final metrics\nin the Prometheus text format, or with --format openmetrics every scrape of\nthe replay with its timestamp (labelled job=\"gpuxray\", instance=NODE as a\nscrape would be), ready for promtool tsdb create-blocks-from openmetrics.\n\nFlags:\n")
 		fs.PrintDefaults()
 	}
-	if err := parseFlags(fs, args, os.Getenv); err != nil {
+	positional, err := parseFlags(fs, args, os.Getenv)
+	if err != nil {
 		return err
 	}
-	if fs.NArg() != 1 {
-		return usagef("want exactly one scenario FILE, got %d arguments", fs.NArg())
+	if len(positional) != 1 {
+		return usagef("want exactly one scenario FILE, got %d arguments", len(positional))
 	}
 	switch {
 	case *format != "text" && *format != "openmetrics":
@@ -77,7 +79,7 @@ func runReplay(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	if err != nil {
 		return err
 	}
-	sc, err := loadScenario(fs.Arg(0))
+	sc, err := loadScenario(ctx, positional[0])
 	if err != nil {
 		return err
 	}
@@ -124,7 +126,16 @@ func replay(ctx context.Context, sc *sim.Scenario, cfg agent.Config, nvmlCfg nvm
 		return nil, err
 	}
 	defer kube.Close()
-	engine, err := agent.New(cfg, reader, kube, clock, zl.Named("engine"), s.engineOptions(zl)...)
+	draCtx, stopDRA := context.WithCancel(ctx)
+	var draRuns sync.WaitGroup
+	defer func() { stopDRA(); draRuns.Wait() }()
+	allocs, draOpts, err := s.allocations(draCtx, kube, defaultDRAConfig(), zl, func(f func() error) {
+		draRuns.Go(func() { _ = f() })
+	})
+	if err != nil {
+		return nil, err
+	}
+	engine, err := agent.New(cfg, reader, allocs, clock, zl.Named("engine"), append(s.engineOptions(zl), draOpts...)...)
 	if err != nil {
 		return nil, usageError{err}
 	}
@@ -139,6 +150,9 @@ func replay(ctx context.Context, sc *sim.Scenario, cfg agent.Config, nvmlCfg nvm
 		}
 		clock.Set(t)
 		if err := applyFaults(ctx, faults, t, kube, reader, s.node); err != nil {
+			return nil, err
+		}
+		if err := s.syncDRA(ctx); err != nil {
 			return nil, err
 		}
 		engine.Poll(ctx)

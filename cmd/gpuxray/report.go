@@ -40,7 +40,7 @@ func runReport(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	fs.StringVar(&f.prometheus, "prometheus", "", "URL of the Prometheus server that scrapes the agents (and kube-state-metrics), e.g. http://prometheus:9090")
 	fs.StringVar(&f.rangeStr, "range", "7d", "how far back from --end the report reaches, e.g. 7d, 30d, 36h")
 	fs.StringVar(&f.end, "end", "", "end of the range: RFC 3339 (2026-12-07T00:00:00Z) or a date (2026-12-07, midnight of --peak.timezone); now when empty")
-	fs.DurationVar(&cfg.Step, "step", cfg.Step, "resolution: rates are taken over each step and summed; divides an hour, at least twice the scrape interval")
+	fs.DurationVar(&cfg.Step, "step", cfg.Step, "resolution: rates are taken over each step and summed; must divide an hour and be at least 1m, and should be at least twice the scrape interval (the report warns when it is not)")
 	fs.StringVar(&f.format, "format", "text", "output: text, html (a self-contained page with charts) or json (docs/report.md)")
 	fs.StringVar(&f.output, "output", "", "write the report to this file instead of standard output")
 	fs.IntVar(&cfg.Top, "top", cfg.Top, "how many workloads and models to list")
@@ -69,11 +69,12 @@ func runReport(ctx context.Context, args []string, stdout, stderr io.Writer) err
 		fmt.Fprintf(fs.Output(), "Usage: gpuxray report --prometheus URL [--range 7d] [--end TIME] [--format text|html|json] [--output FILE]\n\nReads the agents' series (and kube-state-metrics' pending pods) from Prometheus\nover the range and answers \"do we need more GPUs?\": where the GPU time went,\nwho held it idle at peak, whether pending demand could have run on reclaimable\nGPUs, right-sizing hints, and the verdict with its arithmetic.\n\nFlags:\n")
 		fs.PrintDefaults()
 	}
-	if err := parseFlags(fs, args, os.Getenv); err != nil {
+	positional, err := parseFlags(fs, args, os.Getenv)
+	if err != nil {
 		return err
 	}
-	if fs.NArg() != 0 {
-		return usagef("takes no arguments, got %q", fs.Args())
+	if len(positional) != 0 {
+		return usagef("takes no arguments, got %q", positional)
 	}
 	scheduleGiven := false
 	fs.Visit(func(fl *flag.Flag) { scheduleGiven = scheduleGiven || fl.Name == "peak.schedule" })

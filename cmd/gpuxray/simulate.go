@@ -3,17 +3,21 @@ package main
 import (
 	"context"
 	"fmt"
+	"io"
 	"net/http"
 	"os"
 	"path/filepath"
+	"sync"
 	"time"
 
 	gonvml "github.com/NVIDIA/go-nvml/pkg/nvml"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"go.uber.org/zap"
+	"k8s.io/client-go/rest"
 
 	"github.com/gpuxray/gpuxray/agent"
+	"github.com/gpuxray/gpuxray/collector/dra"
 	"github.com/gpuxray/gpuxray/collector/proc"
 	"github.com/gpuxray/gpuxray/collector/sim"
 )
@@ -31,7 +35,18 @@ type simulation struct {
 	clock sim.Clock
 	// leadIn is clock in a live simulation whose scenario has a lead_in.
 	leadIn *sim.LeadInClock
+	// api serves the node's ResourceSlices when the scenario allocates
+	// through DRA, and draSrc is the real DRA source reading them.
+	api    *sim.APIServer
+	draSrc *dra.Source
+	// apiWasDown is set while replay plays an apiserver_down fault.
+	apiWasDown bool
 }
+
+// maxScenarioBytes bounds the scenario file: the largest real one (test/bench's
+// node-110, 110 pods churning over a day) is 283 KiB, and /dev/zero or a
+// runaway generator must not grow the process until the kernel kills it.
+const maxScenarioBytes = 16 << 20
 
 // kubeStatePath is where `agent --simulate` serves the kube-state-metrics
 // series of its scenario's pods (sim.Node.KubeState), on the agent's own
@@ -39,16 +54,77 @@ type simulation struct {
 const kubeStatePath = "/simulate/kube-state-metrics"
 
 // loadScenario reads FILE, or returns the embedded demo when path is empty.
-// A bad file is a usage error naming the line and field.
-func loadScenario(path string) (*sim.Scenario, error) {
+// A bad file is a usage error naming the path as given, the line and field.
+// The read ends when ctx is done: a FIFO nobody writes to would block it,
+// with the signals that end the process already caught.
+func loadScenario(ctx context.Context, path string) (*sim.Scenario, error) {
 	if path == "" {
 		return sim.Demo(), nil
 	}
-	sc, err := sim.LoadScenario(path)
+	data, err := readScenario(ctx, path)
+	if err != nil {
+		return nil, err
+	}
+	sc, err := sim.ParseScenario(data, path)
 	if err != nil {
 		return nil, usageError{err}
 	}
 	return sc, nil
+}
+
+// readScenario reads path, up to maxScenarioBytes, whatever kind of file
+// it is (a pipe from <(...) is fine), until ctx is done.
+func readScenario(ctx context.Context, path string) ([]byte, error) {
+	type result struct {
+		data []byte
+		err  error
+	}
+	done := make(chan result, 1)
+	var (
+		mu        sync.Mutex
+		file      *os.File
+		abandoned bool
+	)
+	go func() {
+		// Opening a FIFO blocks until a writer opens it, in a system call
+		// nothing interrupts: then this goroutine outlives start-up, and
+		// closes the file when the open returns.
+		f, err := os.Open(path)
+		if err != nil {
+			done <- result{err: usagef("reading scenario: %v", err)}
+			return
+		}
+		mu.Lock()
+		if abandoned {
+			mu.Unlock()
+			f.Close()
+			return
+		}
+		file = f
+		mu.Unlock()
+		defer f.Close()
+		data, err := io.ReadAll(io.LimitReader(f, maxScenarioBytes+1))
+		switch {
+		case err != nil:
+			done <- result{err: usagef("reading scenario: %v", err)}
+		case len(data) > maxScenarioBytes:
+			done <- result{err: usagef("%s: scenario is larger than %d MiB", path, maxScenarioBytes>>20)}
+		default:
+			done <- result{data: data}
+		}
+	}()
+	select {
+	case r := <-done:
+		return r.data, r.err
+	case <-ctx.Done():
+		mu.Lock()
+		abandoned = true
+		if file != nil {
+			file.Close() // a pipe is read through the poller: this ends the read
+		}
+		mu.Unlock()
+		return nil, ctx.Err()
+	}
 }
 
 func startSimulation(sc *sim.Scenario, clock sim.Clock) (*simulation, error) {
@@ -73,7 +149,64 @@ func startSimulation(sc *sim.Scenario, clock sim.Clock) (*simulation, error) {
 		os.RemoveAll(dir)
 		return nil, fmt.Errorf("simulated kubelet: %w", err)
 	}
+	if sc.UsesDRA() {
+		s.api = sim.NewAPIServer(node)
+		if err := s.api.Start(); err != nil {
+			s.kubelet.Stop()
+			os.RemoveAll(dir)
+			return nil, fmt.Errorf("simulated API server: %w", err)
+		}
+	}
 	return s, nil
+}
+
+// allocations is what the engine reads of the simulated node: the kubelet
+// client's answers, and on a DRA node the same answers with DRA devices
+// resolved by the real DRA source from the simulated API server's
+// ResourceSlices, as on a node. The source runs in run until ctx is done.
+func (s *simulation) allocations(ctx context.Context, kube dra.Lister, c draSourceConfig, logger *zap.Logger, run func(func() error)) (agent.AllocationSource, []agent.Option, error) {
+	if s.api == nil {
+		return kube, nil, nil
+	}
+	client, err := dra.NewClient(&rest.Config{Host: s.api.URL()})
+	if err != nil {
+		return nil, nil, err
+	}
+	node := s.node.Scenario().Node
+	src, err := dra.New(c.config(node), client, logger.Named("dra"))
+	if err != nil {
+		return nil, nil, usageError{err}
+	}
+	run(func() error { return src.Run(ctx) })
+	s.draSrc = src
+	allocs, opts := draAllocations(kube, src, c, node, logger)
+	return allocs, opts, s.syncDRA(ctx)
+}
+
+// syncDRA waits until the DRA source has seen every change of the node's
+// ResourceSlices up to the clock's now (a MIG device the driver made), so a
+// replay's poll does not depend on how fast the real clock ran.
+func (s *simulation) syncDRA(ctx context.Context) error {
+	if s.draSrc == nil {
+		return nil
+	}
+	if s.api.Down() {
+		s.apiWasDown = true
+		return nil
+	}
+	if s.apiWasDown {
+		// Back from an apiserver_down fault: list now, not when the
+		// reflector's backoff, which grew in real time while the replay
+		// played the outage, next allows.
+		s.apiWasDown = false
+		s.draSrc.Relist()
+	}
+	ctx, cancel := context.WithTimeout(ctx, settleTimeout)
+	defer cancel()
+	if err := s.draSrc.WaitForResourceVersion(ctx, s.api.ResourceVersion()); err != nil {
+		return fmt.Errorf("the DRA source did not catch up with the simulated ResourceSlices: %w", err)
+	}
+	return nil
 }
 
 // startLive starts sc as `agent --simulate` plays it: on wall, the clock
@@ -155,6 +288,9 @@ func (s *simulation) engineOptions(logger *zap.Logger) []agent.Option {
 }
 
 func (s *simulation) stop() {
+	if s.api != nil {
+		s.api.Stop()
+	}
 	s.node.Close()
 	s.kubelet.Stop()
 	os.RemoveAll(s.dir)

@@ -9,27 +9,57 @@ import (
 )
 
 // version and revision are stamped by the build:
-// -ldflags "-X main.version=1.2.3 -X main.revision=abc123".
+// -ldflags "-X main.version=1.2.3 -X main.revision=abc123". Left empty,
+// they come from the build information Go embeds (see buildInfoFrom).
 var (
-	version  = "dev"
+	version  = ""
 	revision = ""
 )
 
 func buildInfo() exporter.BuildInfo {
-	rev := revision
-	if rev == "" {
-		if bi, ok := debug.ReadBuildInfo(); ok {
+	bi, ok := debug.ReadBuildInfo()
+	if !ok {
+		bi = nil
+	}
+	return buildInfoFrom(version, revision, bi)
+}
+
+// buildInfoFrom returns the binary's identity: the ldflags' version and
+// revision where they are set, else what Go embedded in the binary (bi, nil
+// when there is none). A plain go build in a git checkout embeds
+// vcs.revision and vcs.modified (a linked git worktree gets none: the go
+// command only recognises a .git directory), and a go install at a module
+// version embeds that version; "(devel)" is no version.
+func buildInfoFrom(ldVersion, ldRevision string, bi *debug.BuildInfo) exporter.BuildInfo {
+	v, rev := ldVersion, ldRevision
+	if bi != nil {
+		if v == "" && bi.Main.Version != "" && bi.Main.Version != "(devel)" {
+			v = bi.Main.Version
+		}
+		if rev == "" {
+			var vcsRev string
+			var modified bool
 			for _, s := range bi.Settings {
-				if s.Key == "vcs.revision" {
-					rev = s.Value
+				switch s.Key {
+				case "vcs.revision":
+					vcsRev = s.Value
+				case "vcs.modified":
+					modified = s.Value == "true"
 				}
 			}
+			rev = vcsRev
+			if rev != "" && modified {
+				rev += "-dirty" // as git describe --dirty, which make build stamps
+			}
 		}
+	}
+	if v == "" {
+		v = "dev"
 	}
 	if rev == "" {
 		rev = "unknown"
 	}
-	return exporter.BuildInfo{Version: version, Revision: rev, GoVersion: runtime.Version()}
+	return exporter.BuildInfo{Version: v, Revision: rev, GoVersion: runtime.Version()}
 }
 
 func versionString() string {

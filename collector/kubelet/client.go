@@ -127,14 +127,17 @@ func (c *Client) Close() error {
 }
 
 // MalformedTotal is the number of device IDs that List and Allocatable have
-// skipped because collector.ParseDeviceID rejected them, counted once per
+// skipped because collector.ParseDeviceID rejected them (and of DRA devices
+// with an unusable claim, driver, pool or device name), counted once per
 // answer that listed them. A malformed ID does not fail the call.
 func (c *Client) MalformedTotal() uint64 {
 	return c.malformed.Load()
 }
 
-// List asks the kubelet, once, which GPU devices each container holds, and
-// returns them sorted by namespace, pod, container and device ID. The
+// List asks the kubelet, once, which GPU devices each container holds —
+// through a device plugin (devices) or a DRA claim (dynamic_resources, as
+// allocations of kind collector.RefDRA, any driver's) — and returns them
+// sorted by namespace, pod, container and device ID. The
 // Allocations slice is shared with later stale answers: treat it as read-only.
 //
 // The error contract lets a caller set gpuxray_source_up from err != nil and
@@ -198,22 +201,34 @@ func (c *Client) Allocatable(ctx context.Context) ([]collector.DeviceRef, error)
 	return refs, nil
 }
 
-// allocations converts an answer, keeping the devices of GPU resources only.
-// Entries it cannot use are skipped and returned as problems.
+// allocations converts an answer, keeping the devices of GPU resources and
+// every device allocated through DRA (collector/dra resolves those and
+// keeps its drivers' only). Entries it cannot use are skipped and returned
+// as problems.
 func (c *Client) allocations(resp *podresourcesv1.ListPodResourcesResponse) ([]collector.Allocation, []error) {
 	var out []collector.Allocation
 	var problems []error
+	invalidName := func(pod *podresourcesv1.PodResources, ctr *podresourcesv1.ContainerResources) error {
+		return collector.NewSourceError(collector.SourceKubelet, ReasonInvalidName,
+			fmt.Errorf("a pod with a namespace, name or container name of %d, %d and %d bytes, not all valid UTF-8 of at most %d",
+				len(pod.GetNamespace()), len(pod.GetName()), len(ctr.GetName()), maxNameBytes))
+	}
 	for _, pod := range resp.GetPodResources() {
 		for _, ctr := range pod.GetContainers() {
+			if len(ctr.GetDynamicResources()) > 0 {
+				if !validName(pod.GetNamespace()) || !validName(pod.GetName()) || !validName(ctr.GetName()) {
+					problems = append(problems, invalidName(pod, ctr))
+				} else {
+					out, problems = c.dynamic(pod, ctr, out, problems)
+				}
+			}
 			for _, dev := range ctr.GetDevices() {
 				name := dev.GetResourceName()
 				if !c.cfg.matches(name) {
 					continue
 				}
 				if !validName(pod.GetNamespace()) || !validName(pod.GetName()) || !validName(ctr.GetName()) {
-					problems = append(problems, collector.NewSourceError(collector.SourceKubelet, ReasonInvalidName,
-						fmt.Errorf("a pod with a namespace, name or container name of %d, %d and %d bytes, not all valid UTF-8 of at most %d",
-							len(pod.GetNamespace()), len(pod.GetName()), len(ctr.GetName()), maxNameBytes)))
+					problems = append(problems, invalidName(pod, ctr))
 					continue
 				}
 				for _, id := range dev.GetDeviceIds() {
@@ -235,6 +250,7 @@ func (c *Client) allocations(resp *podresourcesv1.ListPodResourcesResponse) ([]c
 			}
 		}
 	}
+	markSharedClaims(out)
 	slices.SortFunc(out, func(a, b collector.Allocation) int {
 		return cmp.Or(
 			strings.Compare(a.Namespace, b.Namespace),
@@ -242,9 +258,80 @@ func (c *Client) allocations(resp *podresourcesv1.ListPodResourcesResponse) ([]c
 			strings.Compare(a.Container, b.Container),
 			strings.Compare(a.Device.ID, b.Device.ID),
 			strings.Compare(a.Resource, b.Resource),
+			strings.Compare(a.DRA.Claim, b.DRA.Claim),
 		)
 	})
 	return out, problems
+}
+
+// dynamic appends the devices a container holds through DRA claims, as
+// allocations of kind collector.RefDRA whose resource is the driver's name.
+// A device with a share ID is shared; markSharedClaims marks those of
+// claims that several containers use.
+func (c *Client) dynamic(pod *podresourcesv1.PodResources, ctr *podresourcesv1.ContainerResources,
+	out []collector.Allocation, problems []error) ([]collector.Allocation, []error) {
+	for _, dr := range ctr.GetDynamicResources() {
+		// A claim lives in its pod's namespace; the kubelet names it anyway.
+		claimNS := cmp.Or(dr.GetClaimNamespace(), pod.GetNamespace())
+		for _, res := range dr.GetClaimResources() {
+			share := res.GetShareId()
+			if !validName(claimNS) || !validName(dr.GetClaimName()) || !validName(res.GetDriverName()) ||
+				!validName(res.GetPoolName()) || !validName(res.GetDeviceName()) || (share != "" && !validName(share)) {
+				c.malformed.Add(1)
+				c.log.Debug("skipping DRA device", zap.String("pod", pod.GetNamespace()+"/"+pod.GetName()),
+					zap.Int("claim_bytes", len(dr.GetClaimName())), zap.Int("driver_bytes", len(res.GetDriverName())),
+					zap.Int("pool_bytes", len(res.GetPoolName())), zap.Int("device_bytes", len(res.GetDeviceName())))
+				problems = append(problems, collector.NewSourceError(collector.SourceKubelet, ReasonMalformedDeviceID,
+					fmt.Errorf("pod %s/%s: a DRA device whose claim, driver, pool or device name is empty, not valid UTF-8 or longer than %d bytes",
+						pod.GetNamespace(), pod.GetName(), maxNameBytes)))
+				continue
+			}
+			d := collector.DRADevice{
+				ClaimNamespace: claimNS, Claim: dr.GetClaimName(),
+				Driver: res.GetDriverName(), Pool: res.GetPoolName(), Device: res.GetDeviceName(),
+				ShareID: share,
+			}
+			out = append(out, collector.Allocation{
+				Namespace: pod.GetNamespace(),
+				Pod:       pod.GetName(),
+				Container: ctr.GetName(),
+				Resource:  d.Driver,
+				Device:    collector.DeviceRef{ID: d.Driver + "/" + d.Pool + "/" + d.Device, Kind: collector.RefDRA},
+				Shared:    share != "",
+				DRA:       d,
+			})
+		}
+	}
+	return out, problems
+}
+
+// markSharedClaims marks as shared the DRA devices of every claim that
+// several containers use (one pod's, or several pods'): like a time-slicing
+// replica, each holder is credited with its own processes' use of the GPU.
+func markSharedClaims(allocs []collector.Allocation) {
+	type claim struct{ namespace, name string }
+	type holder struct{ namespace, pod, container string }
+	first := map[claim]holder{}
+	shared := map[claim]bool{}
+	for _, a := range allocs {
+		if a.DRA.IsZero() {
+			continue
+		}
+		k, h := claim{a.DRA.ClaimNamespace, a.DRA.Claim}, holder{a.Namespace, a.Pod, a.Container}
+		if f, ok := first[k]; !ok {
+			first[k] = h
+		} else if f != h {
+			shared[k] = true
+		}
+	}
+	if len(shared) == 0 {
+		return
+	}
+	for i := range allocs {
+		if a := &allocs[i]; !a.DRA.IsZero() && shared[claim{a.DRA.ClaimNamespace, a.DRA.Claim}] {
+			a.Shared = true
+		}
+	}
 }
 
 // validName reports whether a Kubernetes name from the kubelet can be a

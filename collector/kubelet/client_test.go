@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"reflect"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -432,5 +433,113 @@ func TestClose(t *testing.T) {
 	list, err := c.List(t.Context())
 	if reason := sourceReason(t, err); reason != kubelet.ReasonOther || !list.Stale {
 		t.Errorf("List after Close = %+v, %v; want stale and reason %q", list, err, kubelet.ReasonOther)
+	}
+}
+
+func claim(namespace, name string, resources ...*podresourcesv1.ClaimResource) *podresourcesv1.DynamicResource {
+	return &podresourcesv1.DynamicResource{ClaimNamespace: namespace, ClaimName: name, ClaimResources: resources}
+}
+
+func claimDevice(driver, pool, device string, shareID ...string) *podresourcesv1.ClaimResource {
+	r := &podresourcesv1.ClaimResource{DriverName: driver, PoolName: pool, DeviceName: device,
+		CdiDevices: []*podresourcesv1.CDIDevice{{Name: "k8s.gpu.nvidia.com/claim=uid-" + device}}}
+	if len(shareID) > 0 {
+		r.ShareId = &shareID[0]
+	}
+	return r
+}
+
+// draAlloc builds the expected allocation of one DRA device.
+func draAlloc(namespace, pod, container string, d collector.DRADevice, shared bool) collector.Allocation {
+	return collector.Allocation{
+		Namespace: namespace, Pod: pod, Container: container, Resource: d.Driver,
+		Device: collector.DeviceRef{ID: d.Driver + "/" + d.Pool + "/" + d.Device, Kind: collector.RefDRA},
+		Shared: shared, DRA: d,
+	}
+}
+
+// TestListDynamicResources serves, over the real gRPC API, a mixed node: a
+// device plugin's GPUs next to GPUs, a MIG device and a NIC allocated
+// through DRA claims, one claim shared by two pods, one device shared
+// through a share ID, and DRA entries that cannot be used.
+func TestListDynamicResources(t *testing.T) {
+	t.Parallel()
+	const node = "gpu-node-1"
+	gpu := func(ns, claimName, device string, share ...string) collector.DRADevice {
+		d := collector.DRADevice{ClaimNamespace: ns, Claim: claimName, Driver: "gpu.nvidia.com", Pool: node, Device: device}
+		if len(share) > 0 {
+			d.ShareID = share[0]
+		}
+		return d
+	}
+	withDRA := func(c *podresourcesv1.ContainerResources, claims ...*podresourcesv1.DynamicResource) *podresourcesv1.ContainerResources {
+		c.DynamicResources = claims
+		return c
+	}
+	long := strings.Repeat("x", 254)
+	_, path := serve(t, answer(
+		pod("research", "train-0", withDRA(container("trainer", devices("nvidia.com/gpu", uuidA)),
+			claim("research", "train-0-gpus", claimDevice("gpu.nvidia.com", node, "gpu-1"), claimDevice("gpu.nvidia.com", node, "gpu-2")),
+			claim("research", "train-0-nic", claimDevice("nic.example.com", node, "eth1")),
+		)),
+		// Two pods of one notebook share a claim's GPU.
+		pod("notebooks", "nb-a", withDRA(container("jupyter"), claim("notebooks", "shared-gpu", claimDevice("gpu.nvidia.com", node, "gpu-3")))),
+		pod("notebooks", "nb-b", withDRA(container("jupyter"), claim("", "shared-gpu", claimDevice("gpu.nvidia.com", node, "gpu-3")))),
+		// A share of a device that allows several allocations.
+		pod("serving", "embed-0", withDRA(container("server"),
+			claim("serving", "embed-0-gpu", claimDevice("gpu.nvidia.com", node, "gpu-4", "c0ffee00-0000-4000-8000-000000000001")))),
+		pod("serving", "mig-0", withDRA(container("server"),
+			claim("serving", "mig-0-gpu", claimDevice("gpu.nvidia.com", node, "gpu-5-mig-1g10gb-19-0")))),
+		pod("research", "broken", withDRA(container("main"),
+			claim("research", "bad", claimDevice("gpu.nvidia.com", node, ""), claimDevice("gpu.nvidia.com", long, "gpu-6")))),
+	))
+	c, _ := newClient(t, path, nil)
+	list, err := c.List(t.Context())
+	if err != nil {
+		t.Fatalf("List: %v", err)
+	}
+	want := []collector.Allocation{
+		draAlloc("notebooks", "nb-a", "jupyter", gpu("notebooks", "shared-gpu", "gpu-3"), true),
+		draAlloc("notebooks", "nb-b", "jupyter", gpu("notebooks", "shared-gpu", "gpu-3"), true),
+		alloc(t, "research", "train-0", "trainer", "nvidia.com/gpu", uuidA, false),
+		draAlloc("research", "train-0", "trainer", gpu("research", "train-0-gpus", "gpu-1"), false),
+		draAlloc("research", "train-0", "trainer", gpu("research", "train-0-gpus", "gpu-2"), false),
+		draAlloc("research", "train-0", "trainer", collector.DRADevice{
+			ClaimNamespace: "research", Claim: "train-0-nic", Driver: "nic.example.com", Pool: node, Device: "eth1"}, false),
+		draAlloc("serving", "embed-0", "server", gpu("serving", "embed-0-gpu", "gpu-4", "c0ffee00-0000-4000-8000-000000000001"), true),
+		draAlloc("serving", "mig-0", "server", gpu("serving", "mig-0-gpu", "gpu-5-mig-1g10gb-19-0"), false),
+	}
+	if !reflect.DeepEqual(list.Allocations, want) {
+		t.Errorf("List allocations:\n got %+v\nwant %+v", list.Allocations, want)
+	}
+	var reasons []string
+	for _, p := range list.Problems {
+		reasons = append(reasons, sourceReason(t, p))
+	}
+	if want := []string{kubelet.ReasonMalformedDeviceID, kubelet.ReasonMalformedDeviceID}; !reflect.DeepEqual(reasons, want) {
+		t.Errorf("problems %q, want %q: %v", reasons, want, list.Problems)
+	}
+	if got := c.MalformedTotal(); got != 2 {
+		t.Errorf("MalformedTotal() = %d, want 2", got)
+	}
+}
+
+// TestListSharedClaimOneContainer checks that a claim one container lists
+// under two requests is not taken for a shared one.
+func TestListSharedClaimOneContainer(t *testing.T) {
+	t.Parallel()
+	ctr := container("main")
+	ctr.DynamicResources = []*podresourcesv1.DynamicResource{
+		claim("ml", "c", claimDevice("gpu.nvidia.com", "n", "gpu-0")),
+		claim("ml", "c", claimDevice("gpu.nvidia.com", "n", "gpu-1")),
+	}
+	_, path := serve(t, answer(pod("ml", "p", ctr)))
+	c, _ := newClient(t, path, nil)
+	list, err := c.List(t.Context())
+	if err != nil {
+		t.Fatalf("List: %v", err)
+	}
+	if len(list.Allocations) != 2 || list.Allocations[0].Shared || list.Allocations[1].Shared {
+		t.Errorf("List allocations = %+v, want two exclusive DRA devices", list.Allocations)
 	}
 }

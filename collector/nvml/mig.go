@@ -32,43 +32,49 @@ func (r *Reader) migDevices(parent *device, gpm bool) []*device {
 			r.log.Warn("skipping MIG device whose UUID cannot be read", zap.Int("gpu", parent.info.GPU), zap.Int("slot", i), zap.Error(retError(ret)))
 			continue
 		}
-		gi, ret1 := h.GetGpuInstanceId()
-		ci, ret2 := h.GetComputeInstanceId()
-		if ret1 != nvml.SUCCESS || ret2 != nvml.SUCCESS {
-			gi, ci = -1, -1
-		}
-		name, _ := h.GetName()
-		d := &device{
-			handle: h,
-			mig:    true,
-			// NVML has no utilization samples on MIG instances.
-			noSamples:     true,
-			noProcSamples: true,
-			info: collector.Device{
-				UUID:              uuid,
-				GPU:               parent.info.GPU,
-				Name:              name,
-				ParentUUID:        parent.info.UUID,
-				DriverVersion:     r.driver,
-				UtilizationSource: collector.UtilizationNone,
-				GPUInstance:       gi,
-				ComputeInstance:   ci,
-			},
-		}
-		if attrs, ret := h.GetAttributes(); ret == nvml.SUCCESS {
-			d.info.MIGProfile = migProfile(attrs)
-			// GetMaxMigDeviceCount is the GPU's compute slices: 7 on A100
-			// and H100, 4 on A30.
-			d.info.Slices, d.info.ParentSlices = int(attrs.GpuInstanceSliceCount), n
-		}
-		if gpm && gi >= 0 {
-			if d.gpm = r.sampler(parent.handle, gi); d.gpm != nil {
-				d.info.UtilizationSource, d.useGPM = collector.UtilizationGPM, true
-			}
-		}
-		out = append(out, d)
+		out = append(out, r.migDevice(parent.info, parent.handle, h, uuid, gpm, n))
 	}
 	return out
+}
+
+// migDevice describes MIG device h, of UUID uuid, on parent, with a GPM
+// sampler of its GPU instance when the parent has GPM; slots is the
+// parent's GetMaxMigDeviceCount, which is its compute slices (7 on A100
+// and H100, 4 on A30).
+func (r *Reader) migDevice(parent collector.Device, parentHandle, h nvml.Device, uuid string, gpm bool, slots int) *device {
+	gi, ret1 := h.GetGpuInstanceId()
+	ci, ret2 := h.GetComputeInstanceId()
+	if ret1 != nvml.SUCCESS || ret2 != nvml.SUCCESS {
+		gi, ci = -1, -1
+	}
+	name, _ := h.GetName()
+	d := &device{
+		handle: h,
+		mig:    true,
+		// NVML has no utilization samples on MIG instances.
+		noSamples:     true,
+		noProcSamples: true,
+		info: collector.Device{
+			UUID:              uuid,
+			GPU:               parent.GPU,
+			Name:              name,
+			ParentUUID:        parent.UUID,
+			DriverVersion:     parent.DriverVersion,
+			UtilizationSource: collector.UtilizationNone,
+			GPUInstance:       gi,
+			ComputeInstance:   ci,
+		},
+	}
+	if attrs, ret := h.GetAttributes(); ret == nvml.SUCCESS {
+		d.info.MIGProfile = migProfile(attrs)
+		d.info.Slices, d.info.ParentSlices = int(attrs.GpuInstanceSliceCount), slots
+	}
+	if gpm && gi >= 0 {
+		if d.gpm = r.sampler(parentHandle, gi); d.gpm != nil {
+			d.info.UtilizationSource, d.useGPM = collector.UtilizationGPM, true
+		}
+	}
+	return d
 }
 
 // migProfile names a MIG instance's profile as nvidia-smi does, e.g.

@@ -73,6 +73,7 @@ type Reader struct {
 	nextInit    time.Time
 	initBackoff time.Duration
 	devices     []*device
+	migScan     migRescan
 }
 
 // device is one enumerated NVML device (a whole GPU or a MIG instance) and
@@ -231,6 +232,7 @@ func (r *Reader) sampler(parent nvml.Device, gi int) *gpmSampler {
 }
 
 func (r *Reader) freeDevices() {
+	r.dropMIGWalks()
 	r.waitInflight(r.cfg.CallTimeout)
 	for _, d := range r.devices {
 		if d.gpm != nil {
@@ -256,6 +258,7 @@ func (r *Reader) Read(ctx context.Context) (collector.DeviceSnapshot, error) {
 				collector.NewSourceError(collector.SourceNVML, "init", fmt.Errorf("%w: %w", ErrNotInitialized, r.initErr))
 		}
 	}
+	r.rescanMIG(ctx)
 	for _, d := range r.devices {
 		if d.inflight == nil {
 			r.start(d)

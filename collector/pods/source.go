@@ -38,6 +38,7 @@ import (
 	"k8s.io/client-go/tools/cache"
 
 	"github.com/gpuxray/gpuxray/collector"
+	"github.com/gpuxray/gpuxray/collector/internal/apihealth"
 )
 
 // Source is the pod source of one node. Its methods are safe for concurrent
@@ -57,7 +58,7 @@ type Source struct {
 	// list; set by Run.
 	synced atomic.Pointer[func() bool]
 
-	health health
+	health *apihealth.Tracker
 }
 
 // New returns a Source for cfg that reads pods through client (see
@@ -78,6 +79,7 @@ func New(cfg Config, client PodClient, logger *zap.Logger) (*Source, error) {
 		log:    logger,
 		byKey:  map[string]collector.Pod{},
 		byUID:  map[string]string{},
+		health: apihealth.New(collector.SourcePods, "pods API", "pods are known as last seen until it recovers", logger),
 	}, nil
 }
 
@@ -95,7 +97,7 @@ func (s *Source) Run(ctx context.Context) error {
 		ListWithContextFunc: func(ctx context.Context, opts metav1.ListOptions) (runtime.Object, error) {
 			opts.FieldSelector = selector
 			list, err := pods.List(ctx, opts)
-			s.observeCall(ctx, "list", err)
+			s.health.ObserveCall(ctx, "list", err)
 			return list, err
 		},
 		WatchFuncWithContext: func(ctx context.Context, opts metav1.ListOptions) (watch.Interface, error) {
@@ -108,11 +110,11 @@ func (s *Source) Run(ctx context.Context) error {
 				s.log.Debug("streaming list not supported: listing", zap.Error(err))
 				return nil, err
 			}
-			s.observeCall(ctx, "watch", err)
+			s.health.ObserveCall(ctx, "watch", err)
 			if err != nil {
 				return nil, err
 			}
-			return s.observeWatch(w), nil
+			return s.health.ObserveWatch(ctx, w), nil
 		},
 	}
 	inf := cache.NewSharedIndexInformerWithOptions(
@@ -124,7 +126,7 @@ func (s *Source) Run(ctx context.Context) error {
 		return fmt.Errorf("pods: %w", err)
 	}
 	if err := inf.SetWatchErrorHandlerWithContext(func(ctx context.Context, _ *cache.Reflector, err error) {
-		s.observeStream(ctx, "list and watch", err)
+		s.health.ObserveStream(ctx, "list and watch", err)
 	}); err != nil {
 		return fmt.Errorf("pods: %w", err)
 	}
@@ -201,7 +203,7 @@ func (s *Source) Len() int {
 // *collector.SourceError of source "pods" with reason "forbidden",
 // "unauthorized", "unavailable" or "other".
 func (s *Source) Health() (up bool, errs []error) {
-	return s.health.take(s.HasSynced())
+	return s.health.Take(s.HasSynced())
 }
 
 // put stores the pod obj, or forgets it when it is not on this node (the

@@ -27,6 +27,7 @@ import (
 	k8stesting "k8s.io/client-go/testing"
 
 	"github.com/gpuxray/gpuxray/collector"
+	"github.com/gpuxray/gpuxray/collector/internal/apihealth"
 )
 
 func TestMain(m *testing.M) {
@@ -571,8 +572,8 @@ func TestClassify(t *testing.T) {
 		{errors.New("x"), ReasonOther},
 	}
 	for _, tt := range tests {
-		if got := classify(tt.err); got != tt.want {
-			t.Errorf("classify(%v) = %q, want %q", tt.err, got, tt.want)
+		if got := apihealth.Classify(tt.err); got != tt.want {
+			t.Errorf("Classify(%v) = %q, want %q", tt.err, got, tt.want)
 		}
 	}
 }

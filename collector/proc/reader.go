@@ -32,6 +32,10 @@ const (
 	// maxStatBytes bounds a stat read: comm is at most 64 bytes and the
 	// 50-odd numeric fields fit easily.
 	maxStatBytes = 4 << 10
+	// MaxAncestors is how many parents of a GPU process are read, nearest
+	// first, while they run in its container: vLLM's engine core runs
+	// under its API server, a tensor-parallel worker under the engine core.
+	MaxAncestors = 3
 )
 
 // Reader resolves host PIDs through a proc filesystem. It caches each PID's
@@ -220,7 +224,39 @@ func (r *Reader) read(pid uint32) (collector.ProcessInfo, error) {
 		return info, err
 	}
 	info.Cmdline = SplitCmdline(cmd)
+	if info.PodUID != "" {
+		info.Ancestors = r.ancestors(pid, cg)
+	}
 	return info, nil
+}
+
+// ancestors reads the command lines of pid's parents whose cgroup is
+// cgroup (the same container), nearest first, at most MaxAncestors. It is
+// best effort: a parent that cannot be read ends the walk, uncounted, as
+// the process's own answer stands without it.
+func (r *Reader) ancestors(pid uint32, cgroup []byte) [][]string {
+	var out [][]string
+	for range MaxAncestors {
+		stat, err := r.readFile(pid, "stat", maxStatBytes)
+		if err != nil {
+			break
+		}
+		ppid, err := ParsePPID(stat)
+		if err != nil || ppid <= 1 {
+			break
+		}
+		cg, err := r.readFile(ppid, "cgroup", maxCgroupBytes)
+		if err != nil || !bytes.Equal(cg, cgroup) {
+			break
+		}
+		cmd, err := r.readFile(ppid, "cmdline", MaxCmdlineBytes)
+		if err != nil {
+			break
+		}
+		out = append(out, SplitCmdline(cmd))
+		pid = ppid
+	}
+	return out
 }
 
 // readFile reads at most limit bytes of /proc/<pid>/<name>; errGone when
@@ -257,6 +293,26 @@ func StatAfterComm(stat []byte) ([]byte, error) {
 		return nil, errors.New("stat: no ')' after comm")
 	}
 	return stat[i+1:], nil
+}
+
+// ParsePPID returns field 4 of a /proc/<pid>/stat line, the parent's PID.
+func ParsePPID(stat []byte) (uint32, error) {
+	rest, err := StatAfterComm(stat)
+	if err != nil {
+		return 0, err
+	}
+	k := 0
+	for f := range bytes.FieldsSeq(rest) {
+		if k == 1 { // after state
+			v, err := strconv.ParseUint(string(f), 10, 32)
+			if err != nil {
+				return 0, fmt.Errorf("stat: ppid %q is not a PID", f)
+			}
+			return uint32(v), nil
+		}
+		k++
+	}
+	return 0, errors.New("stat: no ppid after comm")
 }
 
 // ParseStartTime returns field 22 of a /proc/<pid>/stat line, starttime.

@@ -409,3 +409,40 @@ func TestResolveClosesDropped(t *testing.T) {
 	}
 	r.Close()
 }
+
+// TestAncestors: a vLLM tensor-parallel worker titles itself, and its model
+// is on the API server two parents up, in the same container; the walk
+// stops at the container runtime's shim, which is in another cgroup, and
+// is not done for a process in no pod.
+func TestAncestors(t *testing.T) {
+	t.Parallel()
+	root := t.TempDir()
+	child := func(pid, ppid uint32, cgroup string, args ...string) {
+		writeProc(t, root, pid, "proc", 1000, cgroup, args...)
+		f := filepath.Join(root, strconv.FormatUint(uint64(pid), 10), "stat")
+		stat := strings.Replace(statLine(pid, "proc", 1000), ") S 1 ", ") S "+strconv.FormatUint(uint64(ppid), 10)+" ", 1)
+		if err := os.WriteFile(f, []byte(stat), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	a := cgroupOf(uidA, cidA)
+	child(200, 1, "0::/system.slice/containerd.service\n", "containerd-shim-runc-v2")
+	child(300, 200, a, "vllm", "serve", "meta-llama/Llama-3.1-8B-Instruct", "--tensor-parallel-size", "2")
+	child(400, 300, a, "VLLM::EngineCore")
+	child(500, 400, a, "VLLM::Worker_TP1")
+	child(600, 200, "0::/system.slice/leak.service\n", "VLLM::EngineCore")
+	got, errs := New(Config{Root: root}, nil).Resolve([]uint32{500, 600})
+	if len(errs) > 0 {
+		t.Fatal(errs)
+	}
+	want := [][]string{{"VLLM::EngineCore"}, {"vllm", "serve", "meta-llama/Llama-3.1-8B-Instruct", "--tensor-parallel-size", "2"}}
+	if !reflect.DeepEqual(got[500].Ancestors, want) {
+		t.Errorf("ancestors of the worker %q, want %q", got[500].Ancestors, want)
+	}
+	if got[600].Ancestors != nil {
+		t.Errorf("ancestors of a process in no pod %q, want none read", got[600].Ancestors)
+	}
+	if p, err := ParsePPID([]byte(statLine(7, "a) S 9 (b", 1))); err != nil || p != 1 {
+		t.Errorf("ParsePPID = %d, %v; want 1 (after the last parenthesis)", p, err)
+	}
+}

@@ -78,7 +78,10 @@
 // most SampleBuffer of them; ERROR_NOT_FOUND when none is newer than the
 // caller's last timestamp. A GPU's busy ratio is the sum of its holders'
 // ratios and of unallocated activity, capped at 1. Each pod runs one process
-// per device (PID from Scenario.PID); per-process samples carry the pod's own
+// per device (PID from Scenario.PID), a child of init, or, when the pod sets
+// `parent_cmdline`, of a parent process in the same container (PID
+// ParentPID) whose command line that is: a vLLM V1 engine core under its API
+// server. Per-process samples carry the pod's own
 // ratio and list only processes busy in their period. Power is linear in the
 // busy ratio between the GPU's idle and maximum watts, and the energy counter
 // is its exact integral from the scenario start.
@@ -131,6 +134,108 @@
 // GetDeviceHandleFromMigDeviceHandle, GetAttributes (the profile's slices,
 // SMs, engines and MemorySizeMB), its own memory and processes, and
 // ERROR_NOT_SUPPORTED for samples, process utilization, power and energy.
+//
+// # Dynamic Resource Allocation
+//
+// The top-level `allocation: dra` (the default is `device-plugin`) gives
+// every pod its devices through DRA with NVIDIA's driver, gpu.nvidia.com;
+// a pod's own `allocation` overrides the node's, so device-plugin and DRA
+// pods share a node (a GPU belongs to one of them: the scenario is refused
+// if both hand it out). A DRA pod's devices belong to its ResourceClaim,
+// named by `claim:` or after the pod; pods of one namespace that name the
+// same claim share its devices (they must name the same ones) and are
+// counted as time-sliced pods, each by its own process. A DRA pod takes no
+// `resource:` and no time-slicing replica (gpu:N::R): DRA gives a device
+// to one claim.
+//
+//	allocation: dra
+//	mig:
+//	  "gpu:0": dynamic
+//	pods:
+//	  - {namespace: ml, name: a, claim: shared, devices: ["gpu:1"]}
+//	  - {namespace: ml, name: b, claim: shared, devices: ["gpu:1"], from: 10m}
+//	  - {namespace: ml, name: c, devices: ["mig:0:1g.10gb"], from: 5m, to: 35m}
+//
+// The kubelet lists a DRA pod's container with no devices but one
+// dynamic_resources entry: claim_name, claim_namespace, and per device
+// driver_name gpu.nvidia.com, pool_name the node's name, device_name the
+// device's name in the node's ResourceSlices, and the CDI device NVIDIA's
+// driver prepares, k8s.gpu.nvidia.com/claim=<claim UID>-<device>
+// (ClaimUID); share_id is unset. The pods of a shared claim each list it.
+//
+// The node's ResourceSlices (Node.ResourceSlices) are what NVIDIA's DRA
+// driver publishes (NVIDIA/k8s-dra-driver-gpu, cmd/gpu-kubelet-plugin,
+// read at commit 22407113, May 2026; the driver publishes the GPUs of the
+// node that no device-plugin pod holds, in pool <node>):
+//
+//   - A whole GPU is gpu-<minor> (minor = index here). Attributes, in the
+//     v1 API's spelling (unqualified names are in the driver's domain, as
+//     gpu.nvidia.com/uuid): type "gpu", uuid (NVML's "GPU-…"),
+//     productName, brand, architecture, cudaComputeCapability,
+//     driverVersion and cudaDriverVersion (versions), and
+//     resource.kubernetes.io/pciBusID; capacity memory, in bytes. Older
+//     drivers also published index and minor; current ones do not.
+//   - A MIG device of a fixed layout is gpu-<minor>-mig-<profile without
+//     dots>-<GPU instance profile ID>-<placement start>, such as
+//     gpu-0-mig-3g40gb-9-4 (the profile ID is NVML's: 1g 19, 1g with two
+//     memory slices 15, 2g 14, 3g 9, 4g 5, 7g 0; the placement is the
+//     first memory slice). Attributes type "mig", uuid ("MIG-…"),
+//     parentUUID, profile ("3g.40gb") and the parent's others; capacity
+//     multiprocessors, copyEngines, decoders, encoders, jpegEngines,
+//     ofaEngines, memory, and memorySlice<i> for each memory slice taken.
+//     A fixed layout must have a placement for the driver to name it.
+//   - A GPU in dynamic MIG mode (`mig: {"gpu:N": dynamic}`) offers every
+//     profile at every placement as a partitionable device (KEP 4815),
+//     named as above, each consuming its capacities and memory slices
+//     (memory-slice-<i>) from counter set gpu-<minor>-counter-set, which a
+//     slice of its own holds (a v1 slice holds devices or counters). The
+//     GPU stays in MIG mode (changing it takes a reset), so the whole GPU
+//     is not offered. A pod asks for `mig:N:<profile>`: the driver creates
+//     the MIG device when the claim's first pod starts, at the lowest free
+//     placement of the profile (the first matching device of the slice,
+//     as the scheduler picks), the lowest free MIG device index and GPU
+//     instance ID, and destroys it when the claim's last pod ends. It
+//     exists in the simulated NVML only meanwhile, with a UUID of its own
+//     each time it is made; a claim that does not fit beside the devices
+//     alive at its start is refused.
+//
+// While a dynamic MIG device exists its partition carries the uuid
+// attribute, and loses it when the device is destroyed: one change of the
+// pool, so every slice of the pool gets the next pool generation (MODIFIED
+// events). NVIDIA's driver at that commit does not publish it: with
+// DynamicMIG it announces the abstract partitions once and re-publishes
+// only with PassthroughSupport, so a real node's partitions never carry a
+// uuid, and a reader must find the MIG device from parentUUID, profile and
+// the placement in the device's name. The uuid here lets a reader resolve
+// a dynamic device as it resolves the others; parentUUID and profile are
+// there as on a real node, and Node.SetPartitionUUIDs(false) publishes the
+// partitions as NVIDIA's driver does, without uuid.
+//
+// APIServer serves the slices over the Kubernetes REST API on loopback
+// (Start for HTTP, StartTLS for HTTPS with CACert): discovery (/api,
+// /apis, /apis/resource.k8s.io[/v1]), get, list and watch of
+// /apis/resource.k8s.io/v1/resourceslices in JSON or protobuf, field
+// selectors on spec.nodeName, spec.driver, spec.pool.name and
+// metadata.name (others: 400), label selectors, resourceVersions (decimal,
+// growing with every event) on lists, objects and events, watches from a
+// resourceVersion, from "" or "0" (the current state as ADDED events
+// first), or with sendInitialEvents (then a bookmark with
+// k8s.io/initial-events-end), timeoutSeconds, and for a resourceVersion
+// it has forgotten (Compact; it keeps 1024 events) an ERROR event with a
+// 410 Expired Status, as the API server's watch cache sends, or 410 on an
+// Exact list. SetVersions serves v1beta2 too or instead, for a client's
+// fallback; SetError injects an HTTP error, DropWatches ends the watches,
+// and the scenario's apiserver_down faults make it answer 503 over their
+// span, ending its watches as it goes down (Down reports it).
+// The slices follow the node's clock: Sync brings them to it, on every
+// request and every 100 ms while the server serves; a replay on a virtual
+// clock calls ResourceVersion (which syncs) after moving the clock and
+// waits until its reader has seen that resourceVersion. URL is the base
+// URL for a rest.Config's Host.
+//
+// Truth's rows say the claim, the DRA device name and the device's UUID
+// (for a dynamic MIG device the one made for the pod's claim), so DRA pods
+// are checked exactly as device-plugin pods.
 //
 // # GPM
 //

@@ -94,14 +94,16 @@ func (d *driver) DeviceGetHandleByIndex(i int) (nvml.Device, nvml.Return) {
 }
 
 // DeviceGetHandleByUUID answers ERROR_NOT_FOUND for an unknown UUID, as the
-// driver does (the mock says ERROR_INVALID_ARGUMENT).
+// driver does (the mock says ERROR_INVALID_ARGUMENT), and for a MIG device
+// that does not exist at the clock's now.
 func (d *driver) DeviceGetHandleByUUID(uuid string) (nvml.Device, nvml.Return) {
+	t, _ := d.n.now()
 	for _, h := range d.handles {
 		if strings.EqualFold(uuid, h.UUID) {
 			return h, nvml.SUCCESS
 		}
 		for _, m := range h.migs {
-			if m != nil && strings.EqualFold(uuid, m.m.uuid) {
+			if m.m.alive(t) && strings.EqualFold(uuid, m.m.uuid) {
 				return m, nvml.SUCCESS
 			}
 		}

@@ -44,6 +44,11 @@ const (
 	// its phase is Phase (Succeeded, Running, or unknown: the pod source does
 	// not know it).
 	FaultGhostPod = "ghost_pod"
+	// FaultAPIServerDown makes the simulated API server (the node's
+	// ResourceSlices) answer 503 to every request over [From, To), ending
+	// its open watches at From: the agent's DRA source is down, and what
+	// the driver publishes meanwhile is seen when it lists again.
+	FaultAPIServerDown = "apiserver_down"
 )
 
 // NVML calls a fault can target, as the reader's error reasons name them.
@@ -119,6 +124,7 @@ var faultKeys = map[string][]string{
 	FaultKubeletError:   {"code"},
 	FaultDeviceIDs:      {"pod", "ids"},
 	FaultGhostPod:       {"pod", "gpu", "phase"},
+	FaultAPIServerDown:  {},
 }
 
 func faultKinds() []string {
@@ -482,6 +488,17 @@ type KubeletState struct {
 	Code codes.Code
 	// Delay is how late every call answers.
 	Delay time.Duration
+}
+
+// APIServerDownAt reports whether an apiserver_down fault is active at
+// scenario time t.
+func (s *Scenario) APIServerDownAt(t time.Duration) bool {
+	for _, f := range s.Faults {
+		if f.Kind == FaultAPIServerDown && f.active(t) {
+			return true
+		}
+	}
+	return false
 }
 
 // KubeletStateAt returns the kubelet's state at scenario time t.

@@ -17,7 +17,7 @@ func TestParseFaultErrors(t *testing.T) {
 		{"not a list", head + "faults: {kind: gpu_lost}\n", "t.yaml:5: faults: want a list, got a mapping"},
 		{"kind missing", f + "{gpu: \"gpu:0\", from: 1m, to: 2m}\n", "t.yaml:8: faults[0].kind: missing"},
 		{"kind unknown", f + "{kind: meteor, from: 1m, to: 2m}\n",
-			`t.yaml:8: faults[0].kind: "meteor" is not a fault; want one of bad_timestamp, device_ids, ghost_pod, gpu_lost, kubelet_down, kubelet_error, kubelet_restart, kubelet_slow, nvml_error, nvml_hang`},
+			`t.yaml:8: faults[0].kind: "meteor" is not a fault; want one of apiserver_down, bad_timestamp, device_ids, ghost_pod, gpu_lost, kubelet_down, kubelet_error, kubelet_restart, kubelet_slow, nvml_error, nvml_hang`},
 		{"unknown key", f + "{kind: gpu_lost, gpu: \"gpu:0\", from: 1m, to: 2m, when: now}\n",
 			"t.yaml:8: faults[0].when: unknown key; want one of kind, from, to, at, gpu, call, error, stamp, delay, code, pod, ids, phase"},
 		{"field of another kind", f + "{kind: kubelet_down, gpu: \"gpu:0\", from: 1m, to: 2m}\n", "t.yaml:8: faults[0].gpu: is not a field of a kubelet_down fault"},

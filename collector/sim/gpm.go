@@ -36,7 +36,7 @@ type gpmSample struct {
 	freed bool
 	taken bool
 	gpu   int
-	slot  int // MIG device slot, or -1 for the whole GPU
+	mig   *migDevice // the MIG device sampled, nil for the whole GPU
 	at    time.Duration
 }
 
@@ -44,9 +44,10 @@ var _ nvml.GpmSample = (*gpmSample)(nil)
 
 // gpmReading is a sample's content, copied out under its lock.
 type gpmReading struct {
-	ok        bool
-	gpu, slot int
-	at        time.Duration
+	ok  bool
+	gpu int
+	mig *migDevice
+	at  time.Duration
 }
 
 func (s *gpmSample) Free() nvml.Return {
@@ -70,11 +71,14 @@ func (s *gpmSample) Get(dev nvml.Device) nvml.Return {
 			if ret, lost := s.n.nvmlFault(h.g, "gpm"); lost {
 				return ret
 			}
-			return s.take(h.g, -1)
+			return s.take(h.g, nil)
 		}
 	case *migHandle:
 		if h.parent.n == s.n {
-			return s.take(h.m.gpu, h.m.slot)
+			if t, _ := s.n.now(); !h.m.alive(t) {
+				return nvml.ERROR_NOT_FOUND
+			}
+			return s.take(h.m.gpu, h.m)
 		}
 	}
 	return nvml.ERROR_INVALID_ARGUMENT
@@ -89,38 +93,39 @@ func (s *gpmSample) MigGet(dev nvml.Device, gi int) nvml.Return {
 	if !ok || h.n != s.n {
 		return nvml.ERROR_INVALID_ARGUMENT
 	}
+	t, _ := s.n.now()
 	for _, md := range s.n.mig[h.g] {
-		if md != nil && md.gi == gi {
-			return s.take(md.gpu, md.slot)
+		if md.gi == gi && md.alive(t) {
+			return s.take(md.gpu, md)
 		}
 	}
 	return nvml.ERROR_INVALID_ARGUMENT
 }
 
-func (s *gpmSample) take(gpu, slot int) nvml.Return {
+func (s *gpmSample) take(gpu int, mig *migDevice) nvml.Return {
 	t, _ := s.n.now()
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.freed {
 		return nvml.ERROR_INVALID_ARGUMENT
 	}
-	s.taken, s.gpu, s.slot, s.at = true, gpu, slot, t
+	s.taken, s.gpu, s.mig, s.at = true, gpu, mig, t
 	return nvml.SUCCESS
 }
 
 func (s *gpmSample) read() gpmReading {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return gpmReading{ok: s.taken && !s.freed, gpu: s.gpu, slot: s.slot, at: s.at}
+	return gpmReading{ok: s.taken && !s.freed, gpu: s.gpu, mig: s.mig, at: s.at}
 }
 
-// gpmSeries is what GPM sees of a GPU (slot -1) or MIG device: the busy
+// gpmSeries is what GPM sees of a GPU (mig nil) or MIG device: the busy
 // ratio its samples and power follow.
-func (n *Node) gpmSeries(gpu, slot int) series {
-	if slot < 0 {
+func (n *Node) gpmSeries(gpu int, mig *migDevice) series {
+	if mig == nil {
 		return n.gpus[gpu].util
 	}
-	return n.mig[gpu][slot].util
+	return mig.util
 }
 
 // gpmMetrics is GpmMetricsGet: SM activity is the exact mean busy ratio
@@ -139,11 +144,11 @@ func (n *Node) gpmMetrics(mg *nvml.GpmMetricsGetType) nvml.Return {
 		return nvml.ERROR_INVALID_ARGUMENT
 	}
 	a, b := s1.read(), s2.read()
-	if !a.ok || !b.ok || a.gpu != b.gpu || a.slot != b.slot || b.at <= a.at {
+	if !a.ok || !b.ok || a.gpu != b.gpu || a.mig != b.mig || b.at <= a.at {
 		return nvml.ERROR_INVALID_ARGUMENT
 	}
 	mg.Version = nvml.GPM_METRICS_GET_VERSION
-	sm := 100 * n.gpmSeries(a.gpu, a.slot).integral(a.at, b.at) / (b.at - a.at).Seconds()
+	sm := 100 * n.gpmSeries(a.gpu, a.mig).integral(a.at, b.at) / (b.at - a.at).Seconds()
 	for i := range mg.Metrics[:mg.NumMetrics] {
 		m := &mg.Metrics[i]
 		m.NvmlReturn, m.Value = uint32(nvml.SUCCESS), 0

@@ -25,33 +25,39 @@ type GPUTruth struct {
 	UnallocatedActiveSeconds float64
 }
 
-// GPUTruth is the ground truth of every GPU, by index. A GPU in MIG mode is
-// the sum of its MIG devices, each weighted by its share of the GPU's
-// compute slices, plus its unpartitioned slices as unallocated time.
+// GPUTruth is the ground truth of every GPU, by index. A GPU in MIG mode
+// (a fixed layout, or dynamic MIG devices made for DRA claims) is the sum
+// of its MIG devices' allocated time, each weighted by its share of the
+// GPU's compute slices; the rest of its time is unallocated.
 func (s *Scenario) GPUTruth(threshold float64) []GPUTruth {
 	pods := make([]series, len(s.Pods))
 	for i := range s.Pods {
 		pods[i] = s.podSeries(i)
 	}
 	out := make([]GPUTruth, s.GPUs)
+	plan, _ := s.migPlan()
 	for gpu := range s.GPUs {
-		if layout, on := s.MIG[gpu]; on {
-			t := GPUTruth{GPU: gpu}
-			free := 1.0
-			for slot, name := range layout {
+		_, static := s.MIG[gpu]
+		if static || s.MIGDynamic[gpu] {
+			// Each MIG device's allocated time weighted by its share of
+			// the GPU; the rest of the GPU's time, free slices and
+			// devices nobody holds, is unallocated.
+			t := GPUTruth{GPU: gpu, ObservedSeconds: s.Duration.Seconds()}
+			for slot, name := range s.MIG[gpu] {
 				if name == "" {
 					continue
 				}
 				p, _ := systems[s.System].migProfile(name)
-				w := float64(p.info.SliceCount) / migComputeSlices
-				free -= w
-				d := s.heldTruth(s.holdersOf(func(d DeviceSpec) bool { return d.MIG && d.GPU == gpu && d.MIGSlot == slot }),
+				d := s.heldTruth(s.holdersOf(func(d DeviceSpec) bool { return d.MIG && !d.Dynamic && d.GPU == gpu && d.MIGSlot == slot }),
 					pods, series{}, nil, threshold)
-				t.add(d, w)
+				t.addAllocated(d, float64(p.info.SliceCount)/migComputeSlices)
 			}
-			t.ObservedSeconds += free * s.Duration.Seconds()
-			t.UnallocatedSeconds += free * s.Duration.Seconds()
-			t.GPU = gpu
+			for i := range plan {
+				if h := &plan[i]; h.gpu == gpu {
+					t.addAllocated(s.heldTruth(h.pods, pods, series{}, nil, threshold), float64(h.profile.info.SliceCount)/migComputeSlices)
+				}
+			}
+			t.UnallocatedSeconds = t.ObservedSeconds - t.AllocatedSeconds
 			out[gpu] = t
 			continue
 		}
@@ -63,12 +69,11 @@ func (s *Scenario) GPUTruth(threshold float64) []GPUTruth {
 	return out
 }
 
-func (t *GPUTruth) add(o GPUTruth, w float64) {
-	t.ObservedSeconds += w * o.ObservedSeconds
+// addAllocated adds w times o's allocated figures.
+func (t *GPUTruth) addAllocated(o GPUTruth, w float64) {
 	t.AllocatedSeconds += w * o.AllocatedSeconds
 	t.AllocatedIdleSeconds += w * o.AllocatedIdleSeconds
 	t.AllocatedActiveSeconds += w * o.AllocatedActiveSeconds
-	t.UnallocatedSeconds += w * o.UnallocatedSeconds
 	t.UnallocatedActiveSeconds += w * o.UnallocatedActiveSeconds
 }
 

@@ -107,6 +107,7 @@ func (d *decoder) mig(n *yaml.Node, s *Scenario) error {
 	}
 	sys := systems[s.System]
 	s.MIG = make(map[int][]string, len(n.Content)/2)
+	d.migKeys = make(map[int]*yaml.Node, len(n.Content)/2)
 	for i := 0; i+1 < len(n.Content); i += 2 {
 		k, v := n.Content[i], resolve(n.Content[i+1])
 		f := "mig." + k.Value
@@ -122,6 +123,17 @@ func (d *decoder) mig(n *yaml.Node, s *Scenario) error {
 		}
 		if _, dup := s.MIG[spec.GPU]; dup {
 			return d.errf(k, f, "given twice")
+		}
+		d.migKeys[spec.GPU] = k
+		if v.Kind == yaml.ScalarNode {
+			if v.Value != MIGDynamicMode {
+				return d.errf(v, f, "%q is not a MIG layout; want a list of profiles, such as [3g.40gb, 2g.20gb], or %s", v.Value, MIGDynamicMode)
+			}
+			if s.MIGDynamic == nil {
+				s.MIGDynamic = map[int]bool{}
+			}
+			s.MIG[spec.GPU], s.MIGDynamic[spec.GPU] = []string{}, true
+			continue
 		}
 		items, err := d.seq(v, f)
 		if err != nil {
@@ -163,7 +175,10 @@ func (d *decoder) mig(n *yaml.Node, s *Scenario) error {
 	return nil
 }
 
-var migDeviceRE = regexp.MustCompile(`^mig:([0-9]+)/([0-9]+)$`)
+var (
+	migDeviceRE  = regexp.MustCompile(`^mig:([0-9]+)/([0-9]+)$`)
+	migDynamicRE = regexp.MustCompile(`^mig:([0-9]+):(.+)$`)
+)
 
 // podDevice decodes a device a pod holds: gpu:N, gpu:N::R, or mig:N/S (slot
 // S of GPU N's MIG layout). A GPU in MIG mode is held only by its slots.
@@ -171,6 +186,9 @@ func (d *decoder) podDevice(n *yaml.Node, field string, s *Scenario) (DeviceSpec
 	v, err := d.scalar(n, field)
 	if err != nil {
 		return DeviceSpec{}, err
+	}
+	if m := migDynamicRE.FindStringSubmatch(v); m != nil {
+		return d.dynamicDevice(n, field, v, m[1], m[2], s)
 	}
 	if m := migDeviceRE.FindStringSubmatch(v); m != nil {
 		gpu, err1 := strconv.Atoi(m[1])
@@ -181,6 +199,9 @@ func (d *decoder) podDevice(n *yaml.Node, field string, s *Scenario) (DeviceSpec
 		if !on {
 			return DeviceSpec{}, d.errf(n, field, "%s: gpu:%d has no MIG layout; give it one under mig, or hold it whole as gpu:%d", v, gpu, gpu)
 		}
+		if s.MIGDynamic[gpu] {
+			return DeviceSpec{}, d.errf(n, field, "%s: gpu:%d is in dynamic MIG mode; ask for a profile, as mig:%d:<profile>", v, gpu, gpu)
+		}
 		slot, err2 := strconv.Atoi(m[2])
 		if err2 != nil || slot >= len(layout) || layout[slot] == "" {
 			return DeviceSpec{}, d.errf(n, field, "%s: gpu:%d has no MIG device %s; its layout is %s", v, gpu, m[2], fmtLayout(layout))
@@ -188,7 +209,7 @@ func (d *decoder) podDevice(n *yaml.Node, field string, s *Scenario) (DeviceSpec
 		return DeviceSpec{GPU: gpu, MIG: true, MIGSlot: slot}, nil
 	}
 	if !deviceRE.MatchString(v) {
-		return DeviceSpec{}, d.errf(n, field, "%q is not a device; want gpu:N, gpu:N::R or mig:N/S", v)
+		return DeviceSpec{}, d.errf(n, field, "%q is not a device; want gpu:N, gpu:N::R, mig:N/S or mig:N:<profile>", v)
 	}
 	spec, err := d.device(n, field, s.GPUs)
 	if err != nil {
@@ -200,12 +221,33 @@ func (d *decoder) podDevice(n *yaml.Node, field string, s *Scenario) (DeviceSpec
 	return spec, nil
 }
 
+// dynamicDevice decodes mig:N:<profile>, a MIG device that the DRA driver
+// creates on GPU N in dynamic MIG mode.
+func (d *decoder) dynamicDevice(n *yaml.Node, field, v, gpuS, profile string, s *Scenario) (DeviceSpec, error) {
+	gpu, err := strconv.Atoi(gpuS)
+	if err != nil || gpu >= s.GPUs {
+		return DeviceSpec{}, d.errf(n, field, "%s is not on one of the node's %d GPUs (gpu:0 to gpu:%d)", v, s.GPUs, s.GPUs-1)
+	}
+	if !s.MIGDynamic[gpu] {
+		if _, on := s.MIG[gpu]; on {
+			return DeviceSpec{}, d.errf(n, field, "%s: gpu:%d has a fixed MIG layout; hold one of its devices as mig:%d/S, or make it %s under mig", v, gpu, gpu, MIGDynamicMode)
+		}
+		return DeviceSpec{}, d.errf(n, field, `%s: gpu:%d is not in dynamic MIG mode; give it mig: {"gpu:%d": %s}`, v, gpu, gpu, MIGDynamicMode)
+	}
+	sys := systems[s.System]
+	if _, ok := sys.migProfile(profile); !ok {
+		return DeviceSpec{}, d.errf(n, field, "%s: %q is not a MIG profile of the %s; want one of %s", v, profile, sys.gpu.Name, strings.Join(sys.migProfileNames(), ", "))
+	}
+	return DeviceSpec{GPU: gpu, MIG: true, Dynamic: true, Profile: profile}, nil
+}
+
 // migPod checks a pod's MIG devices against its resource and memory, and
 // derives the resource from the first MIG device's profile when the pod
-// names none.
+// names none. A DRA pod has no resource: only its memory is checked.
 func (d *decoder) migPod(path string, m map[string]*yaml.Node, devs []*yaml.Node, pod *Pod, s *Scenario) error {
 	sys := systems[s.System]
-	if m["resource"] == nil {
+	dra := pod.Allocation == AllocationDRA
+	if m["resource"] == nil && !dra {
 		for _, spec := range pod.Devices {
 			if spec.MIG {
 				pod.Resource = ResourceMIGPrefix + s.MIG[spec.GPU][spec.MIGSlot]
@@ -216,13 +258,16 @@ func (d *decoder) migPod(path string, m map[string]*yaml.Node, devs []*yaml.Node
 	for j, spec := range pod.Devices {
 		f := fmt.Sprintf("%s.devices[%d]", path, j)
 		if !spec.MIG {
-			if strings.HasPrefix(pod.Resource, ResourceMIGPrefix) {
+			if !dra && strings.HasPrefix(pod.Resource, ResourceMIGPrefix) {
 				return d.errf(devs[j], f, "%s is not a MIG device, but %s hands out MIG devices (mig:N/S)", spec, pod.Resource)
 			}
 			continue
 		}
-		name := s.MIG[spec.GPU][spec.MIGSlot]
-		if want := ResourceMIGPrefix + name; pod.Resource != want {
+		name := spec.Profile
+		if !spec.Dynamic {
+			name = s.MIG[spec.GPU][spec.MIGSlot]
+		}
+		if want := ResourceMIGPrefix + name; !dra && pod.Resource != want {
 			return d.errf(devs[j], f, "%s is a %s MIG device, handed out as %s, not %s", spec, name, want, pod.Resource)
 		}
 		p, _ := sys.migProfile(name)
@@ -243,7 +288,7 @@ func (s *Scenario) migSeries(gpu, slot int, pods []series) series {
 	var on []series
 	for i, p := range s.Pods {
 		for _, d := range p.Devices {
-			if d.MIG && d.GPU == gpu && d.MIGSlot == slot {
+			if d.MIG && !d.Dynamic && d.GPU == gpu && d.MIGSlot == slot {
 				on = append(on, pods[i])
 			}
 		}
@@ -272,6 +317,13 @@ func (s *Scenario) migGPUSeries(gpu int, pods []series) series {
 		ser := s.migSeries(gpu, slot, pods)
 		parts, weights = append(parts, ser), append(weights, float64(p.info.SliceCount)/migComputeSlices)
 	}
+	// A dynamic MIG device's ratio is 0 outside its life: its pods' are.
+	plan, _ := s.migPlan()
+	for i := range plan {
+		if h := &plan[i]; h.gpu == gpu {
+			parts, weights = append(parts, s.holdingSeries(h, pods)), append(weights, float64(h.profile.info.SliceCount)/migComputeSlices)
+		}
+	}
 	return combine(nil, parts, func(t time.Duration) float64 {
 		v := 0.0
 		for i, p := range parts {
@@ -292,7 +344,9 @@ func (s *Scenario) MIGUtilAt(gpu, slot int, t time.Duration) float64 {
 }
 
 // migDevice is one MIG device as the simulated driver knows it: a GPU
-// instance with one compute instance (ID 0) spanning it.
+// instance with one compute instance (ID 0) spanning it, which exists over
+// [from, to): always for a fixed layout's, over its claim's life for a
+// dynamic one.
 type migDevice struct {
 	gpu, slot int
 	profile   migProfile
@@ -300,7 +354,16 @@ type migDevice struct {
 	uuid      string
 	util      series
 	procs     []proc // by PID
+	from, to  time.Duration
+	// start is the first memory slice of its placement; -1 when a fixed
+	// layout has none (the DRA driver then cannot name it).
+	start int
+	// holding is the claim's device a dynamic MIG device is; nil for a
+	// fixed layout's.
+	holding *migHolding
 }
+
+func (md *migDevice) alive(t time.Duration) bool { return md.from <= t && t < md.to }
 
 // migGIIDs are the GPU instance IDs the driver hands out by instance size,
 // first free first, close to what a real driver gives the usual placements
@@ -310,19 +373,24 @@ var migGIIDs = map[uint32][]int{
 	7: {0}, 4: {1}, 3: {2, 1}, 2: {3, 4, 5}, 1: {7, 8, 9, 10, 11, 12, 13},
 }
 
-// newMIGDevices builds the MIG devices of every GPU in MIG mode, by GPU and
-// slot, with nil for a GPU without MIG and for an empty slot.
-func newMIGDevices(n *Node) ([][]*migDevice, error) {
+// newMIGDevices builds the MIG devices of every GPU in MIG mode, by GPU:
+// a fixed layout's in slot order, then the dynamic ones in the order the
+// driver creates them; and which GPUs are in MIG mode.
+func newMIGDevices(n *Node) ([][]*migDevice, []bool, error) {
 	sc := n.sc
 	out := make([][]*migDevice, sc.GPUs)
+	on := make([]bool, sc.GPUs)
+	static := make([][]*migDevice, sc.GPUs) // by slot
 	for gpu, layout := range sc.MIG {
 		if gpu < 0 || gpu >= sc.GPUs {
-			return nil, fmt.Errorf("sim: scenario %s: MIG layout for gpu:%d, not one of %d GPUs", sc.Name, gpu, sc.GPUs)
+			return nil, nil, fmt.Errorf("sim: scenario %s: MIG layout for gpu:%d, not one of %d GPUs", sc.Name, gpu, sc.GPUs)
 		}
 		if len(layout) > MaxMIGDevices {
-			return nil, fmt.Errorf("sim: scenario %s: gpu:%d has %d MIG slots, more than %d", sc.Name, gpu, len(layout), MaxMIGDevices)
+			return nil, nil, fmt.Errorf("sim: scenario %s: gpu:%d has %d MIG slots, more than %d", sc.Name, gpu, len(layout), MaxMIGDevices)
 		}
-		devs := make([]*migDevice, len(layout))
+		on[gpu] = true
+		starts, placed := n.sys.staticPlacements(layout)
+		static[gpu] = make([]*migDevice, len(layout))
 		used := map[int]bool{}
 		for slot, name := range layout {
 			if name == "" {
@@ -330,46 +398,58 @@ func newMIGDevices(n *Node) ([][]*migDevice, error) {
 			}
 			p, ok := n.sys.migProfile(name)
 			if !ok {
-				return nil, fmt.Errorf("sim: scenario %s: gpu:%d slot %d: %q is not a MIG profile of the %s", sc.Name, gpu, slot, name, n.sys.gpu.Name)
+				return nil, nil, fmt.Errorf("sim: scenario %s: gpu:%d slot %d: %q is not a MIG profile of the %s", sc.Name, gpu, slot, name, n.sys.gpu.Name)
 			}
-			gi := 14
-			for _, id := range migGIIDs[p.info.SliceCount] {
-				if !used[id] {
-					gi = id
-					break
-				}
-			}
-			for used[gi] {
-				gi++
-			}
+			gi := firstFreeGI(p, used)
 			used[gi] = true
-			devs[slot] = &migDevice{gpu: gpu, slot: slot, profile: p, gi: gi, uuid: migUUID(sc.Node, gpu, slot), util: sc.migSeries(gpu, slot, n.pods)}
+			md := &migDevice{gpu: gpu, slot: slot, profile: p, gi: gi, uuid: migUUID(sc.Node, gpu, slot), util: sc.migSeries(gpu, slot, n.pods), from: -forever, to: forever, start: -1}
+			if placed {
+				md.start = starts[slot]
+			}
+			static[gpu][slot] = md
+			out[gpu] = append(out[gpu], md)
 		}
-		out[gpu] = devs
 	}
 	for i, p := range sc.Pods {
 		for k, d := range p.Devices {
-			if !d.MIG {
-				if out[d.GPU] != nil {
-					return nil, fmt.Errorf("sim: scenario %s: pod %s/%s holds %s, which is in MIG mode", sc.Name, p.Namespace, p.Name, d)
+			switch {
+			case !d.MIG:
+				if on[d.GPU] {
+					return nil, nil, fmt.Errorf("sim: scenario %s: pod %s/%s holds %s, which is in MIG mode", sc.Name, p.Namespace, p.Name, d)
 				}
-				continue
+			case d.Dynamic:
+				if !sc.MIGDynamic[d.GPU] {
+					return nil, nil, fmt.Errorf("sim: scenario %s: pod %s/%s holds %s, but the GPU is not in dynamic MIG mode", sc.Name, p.Namespace, p.Name, d)
+				}
+			default:
+				if d.MIGSlot < 0 || d.MIGSlot >= len(static[d.GPU]) || static[d.GPU][d.MIGSlot] == nil {
+					return nil, nil, fmt.Errorf("sim: scenario %s: pod %s/%s holds %s, which is no MIG device", sc.Name, p.Namespace, p.Name, d)
+				}
+				md := static[d.GPU][d.MIGSlot]
+				md.procs = append(md.procs, proc{pid: sc.PID(i, k), pod: i, from: p.From, to: p.To, memory: p.Memory})
 			}
-			if out[d.GPU] == nil || d.MIGSlot < 0 || d.MIGSlot >= len(out[d.GPU]) || out[d.GPU][d.MIGSlot] == nil {
-				return nil, fmt.Errorf("sim: scenario %s: pod %s/%s holds %s, which is no MIG device", sc.Name, p.Namespace, p.Name, d)
-			}
-			md := out[d.GPU][d.MIGSlot]
-			md.procs = append(md.procs, proc{pid: sc.PID(i, k), pod: i, from: p.From, to: p.To, memory: p.Memory})
 		}
+	}
+	plan, pe := sc.migPlan()
+	if pe != nil {
+		return nil, nil, fmt.Errorf("sim: scenario %s: %s", sc.Name, pe.msg)
+	}
+	n.plan = plan
+	for i := range plan {
+		h := &plan[i]
+		md := &migDevice{gpu: h.gpu, slot: h.slot, profile: h.profile, gi: h.gi, uuid: h.uuid, util: sc.holdingSeries(h, n.pods), from: h.from, to: h.to, start: h.start, holding: h}
+		for _, pi := range h.pods {
+			p := sc.Pods[pi]
+			md.procs = append(md.procs, proc{pid: sc.PID(pi, h.dev), pod: pi, from: p.From, to: p.To, memory: p.Memory})
+		}
+		out[h.gpu] = append(out[h.gpu], md)
 	}
 	for _, devs := range out {
 		for _, md := range devs {
-			if md != nil {
-				sort.Slice(md.procs, func(a, b int) bool { return md.procs[a].pid < md.procs[b].pid })
-			}
+			sort.Slice(md.procs, func(a, b int) bool { return md.procs[a].pid < md.procs[b].pid })
 		}
 	}
-	return out, nil
+	return out, on, nil
 }
 
 // migUUID derives a stable MIG device UUID, like deviceUUID.
@@ -380,31 +460,36 @@ func migUUID(node string, gpu, slot int) string {
 	return fmt.Sprintf("MIG-%x-%x-%x-%x-%x", h[0:4], h[4:6], h[6:8], h[8:10], h[10:16])
 }
 
-// MIGDeviceUUID returns the UUID ("MIG-…") of MIG device slot of gpu, or ""
-// when there is none.
+// MIGDeviceUUID returns the UUID ("MIG-…") of the MIG device at index slot
+// of gpu at the clock's now, or "" when there is none (an empty index, or
+// a dynamic MIG device not created yet or destroyed).
 func (n *Node) MIGDeviceUUID(gpu, slot int) string {
-	if md := n.migDevice(gpu, slot); md != nil {
+	t, _ := n.now()
+	if md := n.migAt(gpu, slot, t); md != nil {
 		return md.uuid
 	}
 	return ""
 }
 
-func (n *Node) migDevice(gpu, slot int) *migDevice {
-	if gpu < 0 || gpu >= len(n.mig) || slot < 0 || slot >= len(n.mig[gpu]) {
+// migAt is the MIG device at index slot of gpu at scenario time t.
+func (n *Node) migAt(gpu, slot int, t time.Duration) *migDevice {
+	if gpu < 0 || gpu >= len(n.mig) {
 		return nil
 	}
-	return n.mig[gpu][slot]
+	for _, md := range n.mig[gpu] {
+		if md.slot == slot && md.alive(t) {
+			return md
+		}
+	}
+	return nil
 }
 
-func (n *Node) migEnabled(gpu int) bool { return n.mig[gpu] != nil }
+func (n *Node) migEnabled(gpu int) bool { return n.migOn[gpu] }
 
 // instanceIDs are the GPU and compute instance IDs NVML reports for process
 // pid on gpu: those of its MIG device, or 0xFFFFFFFF for both without MIG.
 func (n *Node) instanceIDs(gpu int, pid uint32) (gi, ci uint32) {
 	for _, md := range n.mig[gpu] {
-		if md == nil {
-			continue
-		}
 		for _, p := range md.procs {
 			if p.pid == pid {
 				return uint32(md.gi), 0
@@ -458,18 +543,13 @@ type migHandle struct {
 
 var _ nvml.Device = (*migHandle)(nil)
 
-// newMIGHandles builds the MIG device handles of parent, by MIG device
-// index, nil for an empty slot; nil when its GPU is not in MIG mode.
+// newMIGHandles builds a handle for each MIG device of parent's GPU, in
+// the order of Node.mig; nil when its GPU is not in MIG mode.
 func newMIGHandles(parent *handle) []*migHandle {
 	devs := parent.n.mig[parent.g]
-	if devs == nil {
-		return nil
-	}
 	out := make([]*migHandle, len(devs))
-	for slot, md := range devs {
-		if md != nil {
-			out[slot] = &migHandle{Device: &mock.Device{}, parent: parent, m: md}
-		}
+	for i, md := range devs {
+		out[i] = &migHandle{Device: &mock.Device{}, parent: parent, m: md}
 	}
 	return out
 }
@@ -485,7 +565,8 @@ func (h *handle) GetMaxMigDeviceCount() (int, nvml.Return) {
 }
 
 // GetMigDeviceHandleByIndex answers ERROR_NOT_FOUND for an index with no MIG
-// device: indices have gaps where instances were never made or destroyed.
+// device at the clock's now: indices have gaps where instances were never
+// made or destroyed, and a dynamic MIG device is there only while it lives.
 func (h *handle) GetMigDeviceHandleByIndex(i int) (nvml.Device, nvml.Return) {
 	if !h.n.migEnabled(h.g) {
 		return nil, nvml.ERROR_NOT_SUPPORTED
@@ -493,10 +574,13 @@ func (h *handle) GetMigDeviceHandleByIndex(i int) (nvml.Device, nvml.Return) {
 	if i < 0 || i >= MaxMIGDevices {
 		return nil, nvml.ERROR_INVALID_ARGUMENT
 	}
-	if i >= len(h.migs) || h.migs[i] == nil {
-		return nil, nvml.ERROR_NOT_FOUND
+	t, _ := h.n.now()
+	for _, m := range h.migs {
+		if m.m.slot == i && m.m.alive(t) {
+			return m, nvml.SUCCESS
+		}
 	}
-	return h.migs[i], nvml.SUCCESS
+	return nil, nvml.ERROR_NOT_FOUND
 }
 
 func (h *handle) IsMigDeviceHandle() (bool, nvml.Return) { return false, nvml.SUCCESS }
@@ -583,19 +667,31 @@ func (m *migHandle) GetTotalEnergyConsumption() (uint64, nvml.Return) {
 	return 0, nvml.ERROR_NOT_SUPPORTED
 }
 
+// The activity calls on a handle of a destroyed MIG device answer
+// ERROR_NOT_FOUND: the instance is gone.
+
 func (m *migHandle) GetMemoryInfo_v2() (nvml.Memory_v2, nvml.Return) {
 	t, _ := m.parent.n.now()
+	if !m.m.alive(t) {
+		return nvml.Memory_v2{}, nvml.ERROR_NOT_FOUND
+	}
 	return m.m.memory(t), nvml.SUCCESS
 }
 
 func (m *migHandle) GetMemoryInfo() (nvml.Memory, nvml.Return) {
 	t, _ := m.parent.n.now()
+	if !m.m.alive(t) {
+		return nvml.Memory{}, nvml.ERROR_NOT_FOUND
+	}
 	v2 := m.m.memory(t)
 	return nvml.Memory{Total: v2.Total, Used: v2.Used + v2.Reserved, Free: v2.Free}, nvml.SUCCESS
 }
 
 func (m *migHandle) GetComputeRunningProcesses() ([]nvml.ProcessInfo, nvml.Return) {
 	t, _ := m.parent.n.now()
+	if !m.m.alive(t) {
+		return nil, nvml.ERROR_NOT_FOUND
+	}
 	running := m.m.running(t)
 	out := make([]nvml.ProcessInfo, len(running))
 	for i, p := range running {

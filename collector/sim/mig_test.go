@@ -78,7 +78,7 @@ func TestParseMIGErrors(t *testing.T) {
 	tests := []parseErrorCase{
 		{"not a mapping", migHead + "mig: [3g.40gb]\n",
 			`t.yaml:5: mig: want a mapping of GPUs to MIG layouts, such as {"gpu:0": [3g.40gb, 2g.20gb]}, got a list`},
-		{"layout not a list", mig("3g.40gb"), `t.yaml:6: mig.gpu:0: want a list, got "3g.40gb"`},
+		{"layout not a list", mig("3g.40gb"), `t.yaml:6: mig.gpu:0: "3g.40gb" is not a MIG layout; want a list of profiles, such as [3g.40gb, 2g.20gb], or dynamic`},
 		{"GPU not on the node", migHead + "mig:\n  \"gpu:2\": [7g.80gb]\n",
 			"t.yaml:6: mig.gpu:2: gpu:2 is not one of the node's 2 GPUs (gpu:0 to gpu:1)"},
 		{"replica as key", migHead + "mig:\n  \"gpu:0::1\": [7g.80gb]\n",

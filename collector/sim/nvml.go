@@ -36,12 +36,20 @@ type Node struct {
 	uuids []string
 	pods  []series
 	gpus  []gpuModel
-	// mig holds the MIG devices by GPU and index: nil for a GPU without
-	// MIG, nil entries for empty indices.
-	mig [][]*migDevice
-	ids podIDs
+	// mig holds every MIG device of each GPU, over the whole scenario
+	// (see newMIGDevices); migOn tells the GPUs in MIG mode.
+	mig   [][]*migDevice
+	migOn []bool
+	// plan are the dynamic MIG devices, in the order they are created;
+	// devIDs name every pod's devices.
+	plan   []migHolding
+	devIDs deviceIdentity
+	ids    podIDs
 	// identity says how the pod source names workloads and models.
 	identity Identity
+	// noPartitionUUIDs leaves the uuid out of dynamic MIG partitions, as
+	// NVIDIA's driver does (SetPartitionUUIDs).
+	noPartitionUUIDs bool
 	// closed releases the calls hang faults hold (Close).
 	closed    chan struct{}
 	closeOnce sync.Once
@@ -109,11 +117,12 @@ func NewNode(sc *Scenario, clock Clock) (*Node, error) {
 		sort.Slice(procs, func(a, b int) bool { return procs[a].pid < procs[b].pid })
 	}
 
-	mig, err := newMIGDevices(n)
+	mig, on, err := newMIGDevices(n)
 	if err != nil {
 		return nil, err
 	}
-	n.mig = mig
+	n.mig, n.migOn = mig, on
+	n.devIDs = sc.identities(n.plan)
 
 	srv.Devices = srv.Devices[:sc.GPUs]
 	n.uuids = make([]string, sc.GPUs)

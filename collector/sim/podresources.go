@@ -10,8 +10,10 @@ import (
 
 // ListResponse is the kubelet's pod-resources List answer at the clock's
 // now: the pods whose allocation is current, sorted by namespace and name,
-// each with its one container and its devices by UUID ("GPU-…", or
-// "GPU-…::R" for a time-slicing replica) in scenario order.
+// each with its one container and its devices in scenario order: a
+// device-plugin pod's by UUID ("GPU-…", "GPU-…::R" for a time-slicing
+// replica, "MIG-…") under its resource, a DRA pod's as its claim's
+// dynamic_resources (see claimResources).
 func (n *Node) ListResponse() *podresourcesv1.ListPodResourcesResponse {
 	t, _ := n.now()
 	var idx []int
@@ -30,17 +32,20 @@ func (n *Node) ListResponse() *podresourcesv1.ListPodResourcesResponse {
 	resp := &podresourcesv1.ListPodResourcesResponse{}
 	for _, i := range idx {
 		p := n.sc.Pods[i]
-		ids := make([]string, len(p.Devices))
-		for k, d := range p.Devices {
-			ids[k] = n.DeviceID(d)
+		c := &podresourcesv1.ContainerResources{Name: p.Container}
+		if p.Allocation == AllocationDRA {
+			c.DynamicResources = []*podresourcesv1.DynamicResource{n.claimResources(i)}
+		} else {
+			ids := make([]string, len(p.Devices))
+			for k, d := range p.Devices {
+				ids[k] = n.DeviceID(d)
+			}
+			c.Devices = []*podresourcesv1.ContainerDevices{{ResourceName: p.Resource, DeviceIds: ids}}
 		}
 		resp.PodResources = append(resp.PodResources, &podresourcesv1.PodResources{
-			Namespace: p.Namespace,
-			Name:      p.Name,
-			Containers: []*podresourcesv1.ContainerResources{{
-				Name:    p.Container,
-				Devices: []*podresourcesv1.ContainerDevices{{ResourceName: p.Resource, DeviceIds: ids}},
-			}},
+			Namespace:  p.Namespace,
+			Name:       p.Name,
+			Containers: []*podresourcesv1.ContainerResources{c},
 		})
 	}
 	n.faultyList(resp, t)
@@ -72,8 +77,12 @@ func (n *Node) faultyList(resp *podresourcesv1.ListPodResourcesResponse, t time.
 
 // DeviceID is the kubelet's device ID for a scenario device: the GPU's UUID,
 // with "::R" for a time-slicing replica, or the MIG device's UUID, as the
-// NVIDIA device plugin names them.
+// NVIDIA device plugin names them; "" for a dynamic MIG device, whose UUID
+// depends on its claim (TruthRow.UUID).
 func (n *Node) DeviceID(d DeviceSpec) string {
+	if d.Dynamic {
+		return ""
+	}
 	if d.MIG {
 		return n.MIGDeviceUUID(d.GPU, d.MIGSlot)
 	}
@@ -82,4 +91,26 @@ func (n *Node) DeviceID(d DeviceSpec) string {
 		id += "::" + strconv.Itoa(d.Replica)
 	}
 	return id
+}
+
+// claimResources is DRA pod i's claim as the kubelet lists it: the claim's
+// name and namespace, and per device the driver (gpu.nvidia.com), the pool
+// (the node's name), the device's name in the node's ResourceSlices and
+// the CDI device NVIDIA's driver prepares for it
+// (k8s.gpu.nvidia.com/claim=<claim UID>-<device>). share_id is unset: the
+// driver's devices are not allocated several times over; pods share one by
+// sharing its claim.
+func (n *Node) claimResources(i int) *podresourcesv1.DynamicResource {
+	p := n.sc.Pods[i]
+	uid := ClaimUID(n.sc.Node, p.Namespace, p.Claim)
+	dr := &podresourcesv1.DynamicResource{ClaimName: p.Claim, ClaimNamespace: p.Namespace}
+	for _, name := range n.devIDs.draName[i] {
+		dr.ClaimResources = append(dr.ClaimResources, &podresourcesv1.ClaimResource{
+			DriverName: DRADriver,
+			PoolName:   n.sc.Node,
+			DeviceName: name,
+			CdiDevices: []*podresourcesv1.CDIDevice{{Name: "k8s." + DRADriver + "/claim=" + uid + "-" + name}},
+		})
+	}
+	return dr
 }

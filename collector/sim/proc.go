@@ -369,26 +369,32 @@ const clockTicks = 100
 // every style shows all three.
 func (n *Node) WriteProc(dir string) error {
 	type entry struct {
-		pid     uint32
-		comm    string
-		from    time.Duration
-		cgroup  string
-		cmdline []string
+		pid, ppid uint32
+		comm      string
+		from      time.Duration
+		cgroup    string
+		cmdline   []string
 	}
 	var entries []entry
 	for i, p := range n.sc.Pods {
 		uid := PodUID(n.sc.Node, p.Namespace, p.Name)
 		cid := ContainerID(n.sc.Node, p.Namespace, p.Name, p.Container)
 		path := podCgroupPath(n.sc.Cgroup, qosClasses[i%len(qosClasses)], uid, cid)
+		ppid := uint32(1)
+		if len(p.ParentCmdline) > 0 {
+			ppid = ParentPID(i)
+			entries = append(entries, entry{pid: ppid, ppid: 1, comm: comm(p.ParentCmdline, p.Container), from: p.From,
+				cgroup: cgroupFile(n.sc.Cgroup, path), cmdline: p.ParentCmdline})
+		}
 		for k := range p.Devices {
-			entries = append(entries, entry{pid: n.sc.PID(i, k), comm: comm(p.Cmdline, p.Container), from: p.From,
+			entries = append(entries, entry{pid: n.sc.PID(i, k), ppid: ppid, comm: comm(p.Cmdline, p.Container), from: p.From,
 				cgroup: cgroupFile(n.sc.Cgroup, path), cmdline: p.Cmdline})
 		}
 	}
 	for _, u := range n.sc.Unattributed {
 		h := sha256.Sum256(fmt.Appendf(nil, "gpuxray-sim/%s/process/%d", n.sc.Node, u.PID))
 		path := hostCgroupPath(n.sc.Cgroup, hex.EncodeToString(h[:]))
-		entries = append(entries, entry{pid: u.PID, comm: comm(u.Cmdline, "unattributed"), from: u.From,
+		entries = append(entries, entry{pid: u.PID, ppid: 1, comm: comm(u.Cmdline, "unattributed"), from: u.From,
 			cgroup: cgroupFile(n.sc.Cgroup, path), cmdline: u.Cmdline})
 	}
 	sort.Slice(entries, func(a, b int) bool { return entries[a].pid < entries[b].pid })
@@ -399,7 +405,7 @@ func (n *Node) WriteProc(dir string) error {
 		}
 		start := uint64((bootUptime + e.from) / (time.Second / clockTicks))
 		files := map[string]string{
-			"stat":    statLine(e.pid, e.comm, start),
+			"stat":    statLine(e.pid, e.ppid, e.comm, start),
 			"cgroup":  e.cgroup,
 			"cmdline": cmdlineFile(e.cmdline),
 		}
@@ -511,14 +517,18 @@ func comm(cmdline []string, fallback string) string {
 	return c
 }
 
-// statLine is a /proc/<pid>/stat line: a sleeping process whose parent is
-// init, with starttime (field 22) in clock ticks since boot.
-func statLine(pid uint32, comm string, start uint64) string {
+// ParentPID is the host PID of the parent process of pod's GPU processes,
+// for a pod with a ParentCmdline: above the PIDs scenarios give.
+func ParentPID(pod int) uint32 { return 4_000_000 + uint32(pod) }
+
+// statLine is a /proc/<pid>/stat line: a sleeping process of parent ppid,
+// with starttime (field 22) in clock ticks since boot.
+func statLine(pid, ppid uint32, comm string, start uint64) string {
 	// Fields 3 to 21: state, ppid, pgrp, session, tty_nr, tpgid, flags, the
 	// four fault counters, the four CPU times, priority, nice, num_threads,
 	// itrealvalue.
-	return fmt.Sprintf("%d (%s) S 1 %d %d 0 -1 4194560 0 0 0 0 0 0 0 0 20 0 1 0 %d "+
-		"0 0 18446744073709551615 0 0 0 0 0 0 0 0 0 0 0 0 17 0 0 0 0 0 0 0 0 0 0 0 0 0 0\n", pid, comm, pid, pid, start)
+	return fmt.Sprintf("%d (%s) S %d %d %d 0 -1 4194560 0 0 0 0 0 0 0 0 20 0 1 0 %d "+
+		"0 0 18446744073709551615 0 0 0 0 0 0 0 0 0 0 0 0 17 0 0 0 0 0 0 0 0 0 0 0 0 0 0\n", pid, comm, ppid, pid, pid, start)
 }
 
 // cmdlineFile is /proc/<pid>/cmdline: each argument NUL-terminated.

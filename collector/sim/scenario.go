@@ -34,8 +34,15 @@ type Scenario struct {
 	System string
 	GPUs   int
 	// MIG is the MIG layout of each GPU in MIG mode: the profile of each
-	// MIG device index ("3g.40gb"), "" for an index with no device.
-	MIG         map[int][]string
+	// MIG device index ("3g.40gb"), "" for an index with no device. A GPU
+	// in dynamic MIG mode has an empty layout.
+	MIG map[int][]string
+	// MIGDynamic are the GPUs in dynamic MIG mode: the DRA driver creates
+	// a MIG device for each claim that asks for one and destroys it after.
+	MIGDynamic map[int]bool
+	// Allocation is how the node's pods get their GPUs unless a pod says
+	// otherwise: AllocationDevicePlugin (the default) or AllocationDRA.
+	Allocation  string
 	Pods        []Pod
 	Unallocated []UnallocatedStep
 
@@ -66,8 +73,20 @@ type Pod struct {
 	Owner     Owner
 	Labels    map[string]string
 	Cmdline   []string
-	// Resource is the extended resource the devices were allocated as.
+	// ParentCmdline, when set, is the command line of the parent of the
+	// pod's GPU processes, in the same container: a server whose workers
+	// title themselves (vLLM's VLLM::EngineCore). Its PID is ParentPID.
+	ParentCmdline []string
+	// Resource is the extended resource the devices were allocated as by
+	// the device plugin; empty for a DRA pod.
 	Resource string
+	// Allocation is how the pod got its devices: AllocationDevicePlugin or
+	// AllocationDRA.
+	Allocation string
+	// Claim names a DRA pod's ResourceClaim in its namespace (the pod's
+	// name unless the file names one); pods naming the same claim share
+	// its devices. Empty for a device-plugin pod.
+	Claim string
 	// PID is the host PID of the pod's process on its first device; the
 	// process on Devices[i] is PID+i. Zero means the default, 10000+100×index.
 	PID     uint32
@@ -88,7 +107,9 @@ type Owner struct {
 }
 
 // DeviceSpec is a scenario device: "gpu:N" (a whole GPU), "gpu:N::R"
-// (time-slicing replica R of GPU N) or "mig:N/S" (MIG device S of GPU N).
+// (time-slicing replica R of GPU N), "mig:N/S" (MIG device S of GPU N) or
+// "mig:N:<profile>" (a MIG device of that profile that the DRA driver
+// creates on GPU N, in dynamic MIG mode, for as long as its claim lasts).
 type DeviceSpec struct {
 	GPU        int
 	Replicated bool
@@ -96,10 +117,17 @@ type DeviceSpec struct {
 	MIG        bool
 	// MIGSlot is the MIG device's index in its GPU's layout.
 	MIGSlot int
+	// Dynamic marks a dynamic MIG device (MIG is set too), of Profile.
+	Dynamic bool
+	Profile string
 }
 
-// String returns the scenario spelling, "gpu:N", "gpu:N::R" or "mig:N/S".
+// String returns the scenario spelling, "gpu:N", "gpu:N::R", "mig:N/S" or
+// "mig:N:<profile>".
 func (d DeviceSpec) String() string {
+	if d.Dynamic {
+		return fmt.Sprintf("mig:%d:%s", d.GPU, d.Profile)
+	}
 	if d.MIG {
 		return fmt.Sprintf("mig:%d/%d", d.GPU, d.MIGSlot)
 	}
@@ -216,9 +244,12 @@ type decoder struct {
 	// Nodes kept for cross-checks, per pod.
 	podNode   []*yaml.Node
 	devNodes  [][]*yaml.Node
+	devList   []*yaml.Node
 	memNode   []*yaml.Node
 	pidNode   []*yaml.Node
 	unalNodes []*yaml.Node
+	// migKeys are the keys of the mig mapping, by GPU.
+	migKeys map[int]*yaml.Node
 }
 
 func (d *decoder) errf(n *yaml.Node, field, format string, args ...any) error {
@@ -532,7 +563,7 @@ func (d *decoder) step(n *yaml.Node, m map[string]*yaml.Node, path string, total
 }
 
 func (d *decoder) scenario(root *yaml.Node) (*Scenario, error) {
-	m, err := d.mapping(root, "", "start", "duration", "lead_in", "node", "system", "gpus", "mig", "pods", "unallocated", "cgroup", "unattributed", "faults", "unscheduled")
+	m, err := d.mapping(root, "", "start", "duration", "lead_in", "node", "system", "gpus", "allocation", "mig", "pods", "unallocated", "cgroup", "unattributed", "faults", "unscheduled")
 	if err != nil {
 		return nil, err
 	}
@@ -580,6 +611,12 @@ func (d *decoder) scenario(root *yaml.Node) (*Scenario, error) {
 		return nil, err
 	}
 	s.GPUs = int(gpus)
+	s.Allocation = AllocationDevicePlugin
+	if n := m["allocation"]; n != nil {
+		if s.Allocation, err = d.allocation(n, "allocation"); err != nil {
+			return nil, err
+		}
+	}
 	if n := m["mig"]; n != nil {
 		if err := d.mig(n, s); err != nil {
 			return nil, err
@@ -595,7 +632,13 @@ func (d *decoder) scenario(root *yaml.Node) (*Scenario, error) {
 			return nil, err
 		}
 	}
+	if err := d.draCheck(s); err != nil {
+		return nil, err
+	}
 	if err := d.crossCheck(s); err != nil {
+		return nil, err
+	}
+	if err := d.planCheck(s); err != nil {
 		return nil, err
 	}
 	if err := d.processes(m, s); err != nil {
@@ -614,7 +657,7 @@ func (d *decoder) scenario(root *yaml.Node) (*Scenario, error) {
 	return s, nil
 }
 
-var podKeys = []string{"namespace", "name", "container", "owner", "labels", "cmdline", "resource", "pid", "devices", "from", "to", "memory", "util"}
+var podKeys = []string{"namespace", "name", "container", "owner", "labels", "cmdline", "parent_cmdline", "allocation", "claim", "resource", "pid", "devices", "from", "to", "memory", "util"}
 
 func (d *decoder) pods(n *yaml.Node, s *Scenario) error {
 	items, err := d.seq(n, "pods")
@@ -672,18 +715,28 @@ func (d *decoder) pods(n *yaml.Node, s *Scenario) error {
 				}
 			}
 		}
-		if c := m["cmdline"]; c != nil {
-			args, err := d.seq(c, p+".cmdline")
+		for _, k := range []struct {
+			key string
+			dst *[]string
+		}{{"cmdline", &pod.Cmdline}, {"parent_cmdline", &pod.ParentCmdline}} {
+			c := m[k.key]
+			if c == nil {
+				continue
+			}
+			args, err := d.seq(c, p+"."+k.key)
 			if err != nil {
 				return err
 			}
 			for j, a := range args {
-				v, err := d.str(a, fmt.Sprintf("%s.cmdline[%d]", p, j))
+				v, err := d.str(a, fmt.Sprintf("%s.%s[%d]", p, k.key, j))
 				if err != nil {
 					return err
 				}
-				pod.Cmdline = append(pod.Cmdline, v)
+				*k.dst = append(*k.dst, v)
 			}
+		}
+		if err := d.draPod(p, m, &pod, s); err != nil {
+			return err
 		}
 		if r := m["resource"]; r != nil {
 			if pod.Resource, err = d.str(r, p+".resource"); err != nil {
@@ -714,8 +767,12 @@ func (d *decoder) pods(n *yaml.Node, s *Scenario) error {
 			if err != nil {
 				return err
 			}
+			if err := d.draDevice(dn, f, &pod, spec); err != nil {
+				return err
+			}
 			for _, prev := range pod.Devices {
-				if prev.GPU == spec.GPU && !(prev.MIG && spec.MIG && prev.MIGSlot != spec.MIGSlot) {
+				// Dynamic MIG devices of one GPU get placements of their own.
+				if prev.GPU == spec.GPU && !(prev.MIG && spec.MIG && (prev.Dynamic || prev.MIGSlot != spec.MIGSlot)) {
 					return d.errf(dn, f, "%s: the pod already holds %s", spec, prev)
 				}
 			}
@@ -761,6 +818,7 @@ func (d *decoder) pods(n *yaml.Node, s *Scenario) error {
 		s.Pods = append(s.Pods, pod)
 		d.podNode = append(d.podNode, it)
 		d.devNodes = append(d.devNodes, devs)
+		d.devList = append(d.devList, m["devices"])
 		d.memNode = append(d.memNode, m["memory"])
 	}
 	return nil
@@ -829,16 +887,18 @@ func (d *decoder) unallocated(n *yaml.Node, s *Scenario) error {
 func (d *decoder) crossCheck(s *Scenario) error {
 	// Device conflicts: a whole GPU excludes every other holder; a replica
 	// excludes the same replica.
+	// Pods of one claim share its devices, and dynamic MIG devices are
+	// placed apart (planCheck).
 	for j := range s.Pods {
 		b := &s.Pods[j]
 		for di, db := range b.Devices {
 			for i := 0; i < j; i++ {
 				a := &s.Pods[i]
-				if a.From >= b.To || b.From >= a.To {
+				if a.From >= b.To || b.From >= a.To || s.sameClaim(i, j) {
 					continue
 				}
 				for _, da := range a.Devices {
-					if da.GPU != db.GPU || (da.Replicated && db.Replicated && da.Replica != db.Replica) || (da.MIG && db.MIG && da.MIGSlot != db.MIGSlot) {
+					if da.GPU != db.GPU || da.Dynamic || db.Dynamic || (da.Replicated && db.Replicated && da.Replica != db.Replica) || (da.MIG && db.MIG && da.MIGSlot != db.MIGSlot) {
 						continue
 					}
 					return d.errf(d.devNodes[j][di], fmt.Sprintf("pods[%d].devices[%d]", j, di),
@@ -1005,6 +1065,14 @@ type TruthRow struct {
 	Container string
 	// Device is the scenario device the pod holds.
 	Device DeviceSpec
+	// UUID is the device's NVML UUID: the GPU's (for a replica too), or
+	// the MIG device's; a dynamic MIG device's is the one made for the
+	// pod's claim.
+	UUID string
+	// Claim is a DRA pod's claim name (in Namespace) and DRADevice the
+	// device's name in the node's ResourceSlices; both empty for a
+	// device-plugin pod.
+	Claim, DRADevice string
 	// AllocatedSeconds is To−From.
 	AllocatedSeconds float64
 	// IdleSeconds is the allocated time the pod's own busy ratio was below
@@ -1016,17 +1084,22 @@ type TruthRow struct {
 
 // Truth is the ground truth per pod and device, in scenario order. For a
 // shared GPU it counts each pod's own ratio, as the engine does with
-// per-process utilization.
+// per-process utilization; so for the pods of a shared DRA claim.
 func (s *Scenario) Truth(threshold float64) []TruthRow {
 	var rows []TruthRow
+	plan, _ := s.migPlan()
+	ids := s.identities(plan)
 	for i, p := range s.Pods {
 		ser := s.podSeries(i)
-		for _, dev := range p.Devices {
+		for k, dev := range p.Devices {
 			rows = append(rows, TruthRow{
 				Namespace:        p.Namespace,
 				Pod:              p.Name,
 				Container:        p.Container,
 				Device:           dev,
+				UUID:             ids.uuid[i][k],
+				Claim:            p.Claim,
+				DRADevice:        ids.draName[i][k],
 				AllocatedSeconds: (p.To - p.From).Seconds(),
 				IdleSeconds:      ser.below(threshold, p.From, p.To),
 				ActiveSeconds:    ser.integral(p.From, p.To),

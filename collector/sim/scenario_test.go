@@ -36,10 +36,10 @@ func TestParseScenarioErrors(t *testing.T) {
 		{"gpus zero", "start: 2026-12-01T08:00:00Z\nduration: 4h\nsystem: dgxh100\ngpus: 0\n",
 			"t.yaml:4: gpus: 0 is not a whole number from 1 to 8"},
 		{"unknown top key", head + "gpu: 8\n",
-			"t.yaml:5: gpu: unknown key; want one of start, duration, lead_in, node, system, gpus, mig, pods, unallocated, cgroup, unattributed, faults, unscheduled"},
+			"t.yaml:5: gpu: unknown key; want one of start, duration, lead_in, node, system, gpus, allocation, mig, pods, unallocated, cgroup, unattributed, faults, unscheduled"},
 		{"key twice", head + "duration: 2h\n", "t.yaml:5: duration: given twice"},
 		{"unknown pod key", head + pod + "    memroy: 1GiB\n",
-			"t.yaml:9: pods[0].memroy: unknown key; want one of namespace, name, container, owner, labels, cmdline, resource, pid, devices, from, to, memory, util"},
+			"t.yaml:9: pods[0].memroy: unknown key; want one of namespace, name, container, owner, labels, cmdline, parent_cmdline, allocation, claim, resource, pid, devices, from, to, memory, util"},
 		{"pod name missing", head + "pods:\n  - namespace: a\n    devices: [\"gpu:0\"]\n", "t.yaml:6: pods[0].name: missing"},
 		{"pod twice", head + pod + "  - namespace: a\n    name: p\n    devices: [\"gpu:1\"]\n",
 			"t.yaml:10: pods[1].name: a/p is already pods[0]"},
@@ -47,7 +47,7 @@ func TestParseScenarioErrors(t *testing.T) {
 		{"device out of range", head + "pods:\n  - namespace: a\n    name: p\n    devices: [\"gpu:0\", \"gpu:8\"]\n",
 			"t.yaml:8: pods[0].devices[1]: gpu:8 is not one of the node's 8 GPUs (gpu:0 to gpu:7)"},
 		{"device malformed", head + "pods:\n  - namespace: a\n    name: p\n    devices:\n      - nvidia0\n",
-			`t.yaml:9: pods[0].devices[0]: "nvidia0" is not a device; want gpu:N, gpu:N::R or mig:N/S`},
+			`t.yaml:9: pods[0].devices[0]: "nvidia0" is not a device; want gpu:N, gpu:N::R, mig:N/S or mig:N:<profile>`},
 		{"no devices", head + "pods:\n  - namespace: a\n    name: p\n    devices: []\n",
 			"t.yaml:8: pods[0].devices: must name at least one device"},
 		{"same GPU twice in a pod", head + "pods:\n  - namespace: a\n    name: p\n    devices: [\"gpu:1::0\", \"gpu:1::1\"]\n",
@@ -230,7 +230,8 @@ func TestDemo(t *testing.T) {
 	if nb := byName["notebook-0"]; nb.Owner != (Owner{"StatefulSet", "notebook"}) || nb.Devices[0] != (DeviceSpec{GPU: 4}) || nb.Memory == 0 {
 		t.Errorf("notebook = %+v", nb)
 	}
-	if v := byName["vllm-llama-7c9d8f6b5d-x2k8p"]; v.Owner.Kind != "ReplicaSet" || strings.Join(v.Cmdline, " ") != "vllm serve meta-llama/Llama-3.1-8B-Instruct" || len(v.Util) < 20 {
+	if v := byName["vllm-llama-7c9d8f6b5d-x2k8p"]; v.Owner.Kind != "ReplicaSet" || strings.Join(v.Cmdline, " ") != "VLLM::EngineCore" ||
+		strings.Join(v.ParentCmdline, " ") != "vllm serve meta-llama/Llama-3.1-8B-Instruct" || len(v.Util) < 20 {
 		t.Errorf("vllm = %+v", v)
 	}
 	if held[7] || len(s.Unallocated) == 0 || s.Unallocated[0].GPU != 7 {
@@ -259,12 +260,16 @@ func TestTruth(t *testing.T) {
 		t.Fatal(err)
 	}
 	// Computed by hand from testdata/steps.yaml.
+	row := func(ns, pod string, dev DeviceSpec, alloc, idle, active float64) TruthRow {
+		return TruthRow{Namespace: ns, Pod: pod, Container: "main", Device: dev, UUID: deviceUUID(s.Node, dev.GPU),
+			AllocatedSeconds: alloc, IdleSeconds: idle, ActiveSeconds: active}
+	}
 	want := []TruthRow{
-		{"team-a", "exclusive", "main", DeviceSpec{GPU: 0}, 3600, 600,
-			0.2*1.25 + 0.8*598.75 + 0.95*1200 + 0.35*1200},
-		{"team-b", "slice-0", "main", DeviceSpec{GPU: 1, Replicated: true, Replica: 0}, 3600, 0, 0.3 * 3600},
-		{"team-b", "slice-1", "main", DeviceSpec{GPU: 1, Replicated: true, Replica: 1}, 1800, 600, 0.9*1200 + 0.02*600},
-		{"team-a", "late", "main", DeviceSpec{GPU: 2}, 2700, 1500, 1*1200 + 0.04*1500},
+		row("team-a", "exclusive", DeviceSpec{GPU: 0}, 3600, 600,
+			0.2*1.25+0.8*598.75+0.95*1200+0.35*1200),
+		row("team-b", "slice-0", DeviceSpec{GPU: 1, Replicated: true, Replica: 0}, 3600, 0, 0.3*3600),
+		row("team-b", "slice-1", DeviceSpec{GPU: 1, Replicated: true, Replica: 1}, 1800, 600, 0.9*1200+0.02*600),
+		row("team-a", "late", DeviceSpec{GPU: 2}, 2700, 1500, 1*1200+0.04*1500),
 	}
 	got := s.Truth(0.05)
 	if len(got) != len(want) {
@@ -273,7 +278,7 @@ func TestTruth(t *testing.T) {
 	for i := range want {
 		g, w := got[i], want[i]
 		if g.Namespace != w.Namespace || g.Pod != w.Pod || g.Container != w.Container || g.Device != w.Device ||
-			!near(g.AllocatedSeconds, w.AllocatedSeconds, 1e-9) || !near(g.IdleSeconds, w.IdleSeconds, 1e-9) || !near(g.ActiveSeconds, w.ActiveSeconds, 1e-9) {
+			g.UUID != w.UUID || g.Claim != "" || g.DRADevice != "" || !near(g.AllocatedSeconds, w.AllocatedSeconds, 1e-9) || !near(g.IdleSeconds, w.IdleSeconds, 1e-9) || !near(g.ActiveSeconds, w.ActiveSeconds, 1e-9) {
 			t.Errorf("Truth[%d]\n got %+v\nwant %+v", i, g, w)
 		}
 	}

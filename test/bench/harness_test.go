@@ -97,13 +97,20 @@ func TestHarness(t *testing.T) {
 	// from the agent's.
 	secs := int(harnessFor.Seconds())
 	type result struct {
-		body []byte
-		err  error
+		bodies [][]byte
+		err    error
 	}
 	profiled := make(chan result, 1)
 	go func() {
-		b, _, err := get(fmt.Sprintf("/debug/pprof/profile?seconds=%d", secs))
-		profiled <- result{b, err}
+		// Back-to-back profiles of at most 25 s, the longest the agent
+		// serves (within its write timeout); pprof merges them.
+		var r result
+		for left := secs; left > 0 && r.err == nil; left -= 25 {
+			var b []byte
+			b, _, r.err = get(fmt.Sprintf("/debug/pprof/profile?seconds=%d", min(left, 25)))
+			r.bodies = append(r.bodies, b)
+		}
+		profiled <- r
 	}()
 	cpu0, t0 := cpuSeconds(t, pid), time.Now()
 	var lat []time.Duration
@@ -121,11 +128,14 @@ func TestHarness(t *testing.T) {
 	if prof.err != nil {
 		t.Fatal(prof.err)
 	}
-	profile := filepath.Join(dir, "cpu.pprof")
-	if err := os.WriteFile(profile, prof.body, 0o644); err != nil {
-		t.Fatal(err)
+	var profiles []string
+	for i, b := range prof.bodies {
+		profiles = append(profiles, filepath.Join(dir, fmt.Sprintf("cpu-%d.pprof", i)))
+		if err := os.WriteFile(profiles[i], b, 0o644); err != nil {
+			t.Fatal(err)
+		}
 	}
-	shares := cpuShares(t, bin, profile)
+	shares := cpuShares(t, bin, profiles...)
 	if _, _, err := get("/debug/pprof/heap?gc=1"); err != nil {
 		t.Fatal(err)
 	}
@@ -215,11 +225,11 @@ var cpuParts = []struct {
 	{"other", regexp.MustCompile(``)},
 }
 
-// cpuShares reads a CPU profile's traces with go tool pprof and returns the
-// share of its sampled time in each of cpuParts.
-func cpuShares(t *testing.T, bin, profile string) map[string]float64 {
+// cpuShares reads CPU profiles' traces, merged, with go tool pprof and
+// returns the share of their sampled time in each of cpuParts.
+func cpuShares(t *testing.T, bin string, profiles ...string) map[string]float64 {
 	t.Helper()
-	out, err := exec.Command("go", "tool", "pprof", "-traces", bin, profile).Output()
+	out, err := exec.Command("go", append([]string{"tool", "pprof", "-traces", bin}, profiles...)...).Output()
 	if err != nil {
 		t.Fatalf("go tool pprof -traces: %v", err)
 	}

@@ -442,14 +442,27 @@ func TestReport(t *testing.T) {
 				t.Errorf("missing data %+v, want none", r.Missing)
 			}
 
+			// One hint a workload: the notebook fits a slice (it could also
+			// share a GPU and is idle), vllm is memory-bound (and idle).
 			hints := map[string]bool{}
+			perWorkload := map[string]int{}
 			for _, h := range r.Hints {
 				hints[h.Namespace+"/"+h.Name+" "+h.Hint+" "+h.Profile] = true
+				perWorkload[h.Namespace+"/"+h.Name]++
 			}
-			for _, h := range []string{"data-science/notebook mig 1g.10gb", "data-science/notebook shared ", "data-science/notebook low_activity ",
-				"inference/vllm memory_bound ", "inference/vllm low_activity "} {
+			for _, h := range []string{"data-science/notebook mig 1g.10gb", "inference/vllm memory_bound "} {
 				if !hints[h] {
 					t.Errorf("no hint %q in %v", h, hints)
+				}
+			}
+			for w, n := range perWorkload {
+				if n != 1 {
+					t.Errorf("%s has %d hints, want one: %v", w, n, hints)
+				}
+			}
+			for _, w := range r.TopWorkloads {
+				if w.SharedGPU || len(w.GPUNames) != 1 || !strings.Contains(w.GPUNames[0], "H100") {
+					t.Errorf("workload %s: shared %v, GPUs %q; want an unshared H100", w.ID(), w.SharedGPU, w.GPUNames)
 				}
 			}
 			for h := range hints {
@@ -589,4 +602,145 @@ func needChromium(t *testing.T) string {
 		}
 	}
 	return need(t, "chromium")
+}
+
+// TestReportFewMinutes: a Prometheus holding the first minutes of a node's
+// data (an agent that has run 21 minutes, on a Sunday night, without
+// kube-state-metrics). The default week's report, its end minutes after
+// the first sample, covers those minutes and lists the rest as missing
+// (it failed: the end, rounded down to the step, fell before any data);
+// every GPU count is over the time covered, so the 8-GPU node owns 8 GPUs,
+// not 2.8; the verdict, with no peak time, is over all hours and says so;
+// the HTML chart draws no pending line for unknown demand; the pods
+// time-slicing a GPU are not told to share one.
+func TestReportFewMinutes(t *testing.T) {
+	t.Parallel()
+	promtool := need(t, "promtool")
+	prom := need(t, "prometheus")
+	const scenario = "testdata/report-minutes.yaml"
+	sc, err := sim.LoadScenario(scenario)
+	if err != nil {
+		t.Fatal(err)
+	}
+	d0 := sc.Start
+	dir := t.TempDir()
+	om := filepath.Join(dir, "node.om")
+	f, err := os.Create(om)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var stderr bytes.Buffer
+	cmd := exec.Command(binary, "replay", "--format=openmetrics", "--scrape.interval=15s", "--poll.interval=5s", scenario)
+	cmd.Stdout, cmd.Stderr = f, &stderr
+	err = cmd.Run()
+	f.Close()
+	if err != nil {
+		t.Fatalf("replay %s: %v\n%s", scenario, err, stderr.String())
+	}
+	data := filepath.Join(dir, "data")
+	if out, err := exec.Command(promtool, "tsdb", "create-blocks-from", "openmetrics", om, data).CombinedOutput(); err != nil {
+		t.Fatalf("promtool tsdb create-blocks-from openmetrics: %v\n%s", err, out)
+	}
+	_, addr := startPrometheus(t, prom, filepath.Join(dir, "prom"), data, "global: {}\n")
+
+	gpuxrayReport := func(args ...string) []byte {
+		t.Helper()
+		cmd := exec.Command(binary, append([]string{"report", "--prometheus=http://" + addr}, args...)...)
+		var stdout, stderr bytes.Buffer
+		cmd.Stdout, cmd.Stderr = &stdout, &stderr
+		if err := cmd.Run(); err != nil {
+			t.Fatalf("gpuxray report %v: %v\n%s", args, err, stderr.String())
+		}
+		return stdout.Bytes()
+	}
+	jsonReport := func(args ...string) report.Report {
+		t.Helper()
+		var r report.Report
+		if err := json.Unmarshal(gpuxrayReport(append(args, "--format=json")...), &r); err != nil {
+			t.Fatal(err)
+		}
+		return r
+	}
+	// within: a covered time within a scrape interval or two of want.
+	within := func(what string, hours float64, want time.Duration) {
+		t.Helper()
+		if got := time.Duration(hours * float64(time.Hour)); got < want-30*time.Second || got > want+30*time.Second {
+			t.Errorf("%s: %s covered, want %s", what, got.Round(time.Second), want)
+		}
+	}
+	missing := func(what string, r report.Report, from, to time.Time) {
+		t.Helper()
+		want := []report.Missing{{Source: "gpuxray", Instance: "minutes-node:9471", Start: from, End: to}}
+		if len(r.Missing) != 1 || !r.Missing[0].Start.Equal(from) || !r.Missing[0].End.Equal(to) || r.Missing[0].Source != "gpuxray" {
+			t.Errorf("%s: missing %+v, want %+v", what, r.Missing, want)
+		}
+	}
+
+	t.Run("the default week, four minutes after the first sample", func(t *testing.T) {
+		end := d0.Add(4 * time.Minute)
+		r := jsonReport("--range=7d", "--end="+end.Format(time.RFC3339))
+		if !r.Range.End.Equal(end) {
+			t.Errorf("range ends %s, want %s", r.Range.End, end)
+		}
+		within("week", r.Funnel.All.Hours, 4*time.Minute)
+		near(t, "owned GPUs", r.Funnel.All.GPUs(r.Funnel.All.Owned), 8)
+		missing("week", r, end.Add(-7*24*time.Hour), d0.Add(-time.Minute))
+	})
+
+	end := d0.Add(21 * time.Minute)
+	r := jsonReport("--range=1h", "--end="+end.Format(time.RFC3339))
+	t.Run("an hour with 21 minutes of data", func(t *testing.T) {
+		approx := func(what string, got, want float64) { t.Helper(); near(t, what, got, want) }
+		approx("range hours", r.Range.Hours, 1)
+		within("hour", r.Funnel.All.Hours, 21*time.Minute)
+		approx("owned GPUs", r.Funnel.All.GPUs(r.Funnel.All.Owned), 8)
+		missing("hour", r, end.Add(-time.Hour), d0.Add(-4*time.Minute))
+		for _, p := range r.Timeline {
+			if p.Covered > 0.5 {
+				approx("timeline owned GPUs at "+p.Start.Format("15:04"), p.OwnedGPUs, 8)
+			}
+		}
+	})
+	t.Run("no peak time: the verdict is over all hours", func(t *testing.T) {
+		if r.Range.PeakHours != 0 || r.Demand.Basis != report.BasisAll || r.Verdict.Kind != report.VerdictNoDemandData ||
+			!strings.HasPrefix(r.Verdict.Sentence, "The range has no peak time; over all hours, reclaimable capacity is ") {
+			t.Errorf("%gh of peak, basis %q, verdict %s: %q", r.Range.PeakHours, r.Demand.Basis, r.Verdict.Kind, r.Verdict.Sentence)
+		}
+		if r.Demand.ReclaimableGPUs < 1 {
+			t.Errorf("reclaimable %.2f GPUs over all hours, want the idle notebook's and the unallocated GPUs", r.Demand.ReclaimableGPUs)
+		}
+	})
+	t.Run("pods on a shared GPU", func(t *testing.T) {
+		for _, w := range r.TopWorkloads {
+			if shared := w.Namespace == "ml"; w.SharedGPU != shared {
+				t.Errorf("%s: shared_gpu %v, want %v", w.ID(), w.SharedGPU, shared)
+			}
+		}
+		kinds := map[string]string{}
+		for _, h := range r.Hints {
+			if _, dup := kinds[h.Namespace+"/"+h.Name]; dup {
+				t.Errorf("%s/%s has more than one hint", h.Namespace, h.Name)
+			}
+			kinds[h.Namespace+"/"+h.Name] = h.Hint + " " + h.Profile
+			if h.Namespace == "ml" && h.Hint == report.HintShared {
+				t.Errorf("%s/%s already shares a GPU and is told: %s", h.Namespace, h.Name, h.Message)
+			}
+		}
+		if kinds["data-science/notebook"] != "mig 1g.10gb" || kinds["ml/scratch"] != "mig 1g.10gb" {
+			t.Errorf("hints %v, want the notebook and the idle time-sliced pod to fit a 1g.10gb slice", kinds)
+		}
+	})
+	t.Run("text and HTML", func(t *testing.T) {
+		text := string(gpuxrayReport("--range=1h", "--end="+end.Format(time.RFC3339)))
+		if header, _, _ := strings.Cut(text, "\n"); !strings.Contains(header, "(1h range, 21m covered by gpuxray data, 0m of it peak)") {
+			t.Errorf("header %q", header)
+		}
+		if !strings.Contains(text, "8.00 GPUs") {
+			t.Errorf("the text report does not say 8.00 GPUs owned:\n%s", text)
+		}
+		page := string(gpuxrayReport("--range=1h", "--end="+end.Format(time.RFC3339), "--format=html"))
+		if strings.Contains(page, `id="pending"`) || !strings.Contains(page, "pending demand unknown (no kube-state-metrics series)") {
+			t.Error("the HTML chart draws a pending line, or no note, for unknown demand")
+		}
+	})
 }

@@ -111,7 +111,9 @@ func startPrometheus(t *testing.T, prom, dir, dataDir, config string) (*process,
 }
 
 // ksmMetrics is kube-state-metrics' exposition for a research pod that has
-// waited, unscheduled, for two GPUs, and a running serving pod.
+// waited, unscheduled, for two GPUs, and a running serving pod; and, from
+// deploy/kube-state-metrics/resourceclaims.yaml, a DRA claim waiting for
+// one GPU and one allocated.
 const ksmMetrics = `# HELP kube_pod_status_phase The pods current phase.
 # TYPE kube_pod_status_phase gauge
 kube_pod_status_phase{namespace="research",pod="train-1",uid="2b9c",phase="Pending"} 1
@@ -126,6 +128,13 @@ kube_pod_status_phase{namespace="inference",pod="vllm-0",uid="8f1e",phase="Runni
 kube_pod_container_resource_requests{namespace="research",pod="train-1",uid="2b9c",container="trainer",node="",resource="nvidia_com_gpu",unit="integer"} 2
 kube_pod_container_resource_requests{namespace="research",pod="train-1",uid="2b9c",container="trainer",node="",resource="cpu",unit="core"} 16
 kube_pod_container_resource_requests{namespace="inference",pod="vllm-0",uid="8f1e",container="vllm",node="demo-node",resource="nvidia_com_gpu",unit="integer"} 1
+# HELP kube_customresource_resourceclaim_request_devices Devices a request of a DRA ResourceClaim asks for (exactly.count).
+# TYPE kube_customresource_resourceclaim_request_devices gauge
+kube_customresource_resourceclaim_request_devices{customresource_group="resource.k8s.io",customresource_kind="ResourceClaim",customresource_version="v1",namespace="research",resourceclaim="train-2-gpu",request="gpu",device_class="gpu.nvidia.com",allocation_mode="ExactCount"} 1
+kube_customresource_resourceclaim_request_devices{customresource_group="resource.k8s.io",customresource_kind="ResourceClaim",customresource_version="v1",namespace="inference",resourceclaim="embed-0-gpu",request="gpu",device_class="gpu.nvidia.com",allocation_mode="ExactCount"} 1
+# HELP kube_customresource_resourceclaim_allocated_device_info A device the scheduler allocated to a DRA ResourceClaim.
+# TYPE kube_customresource_resourceclaim_allocated_device_info gauge
+kube_customresource_resourceclaim_allocated_device_info{customresource_group="resource.k8s.io",customresource_kind="ResourceClaim",customresource_version="v1",namespace="inference",resourceclaim="embed-0-gpu",request="gpu",driver="gpu.nvidia.com",pool="demo-node",device="gpu-6"} 1
 `
 
 // TestRulesAndDashboardsLive: the demo agent and a kube-state-metrics
@@ -232,6 +241,7 @@ scrape_configs:
 	}
 	checks := []valueCheck{
 		{`cluster:kube_pod_container_resource_requests_gpu_pending:sum`, 2, 2, "two GPUs wait (the bound vllm pod does not count)"},
+		{`cluster:kube_resourceclaim_gpu_devices_unallocated:sum`, 1, 1, "one GPU waits on a DRA claim (the allocated claim does not count)"},
 		{`sum(cluster_window:gpuxray_device_observed_seconds:rate5m{window="peak"})`, 7, 9, "eight GPUs observed, at peak"},
 		{`sum(cluster_window:gpuxray_device_observed_seconds:rate5m{window="offpeak"})`, 0, 0, "nothing off-peak"},
 		{`sum(namespace_workload_model_window:gpuxray_allocated_idle_seconds:rate5m{namespace="data-science"})`, 0.9, 1.1, "the notebook holds one GPU idle"},

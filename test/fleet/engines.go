@@ -94,7 +94,7 @@ func (r *run) engines(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	exprs := inlineRecorded(rules)
+	exprs := fleetRules(inlineRecorded(rules))
 	trs := make([]*truther, len(nodes))
 	for i, m := range members {
 		trs[i] = m.tr
@@ -214,6 +214,20 @@ func inlineRecorded(f *promrules.RuleFile) map[string]string {
 					changed = true
 				}
 			}
+			out[name] = e
+		}
+	}
+	return out
+}
+
+// fleetRules is the recording rules the fleet can check: those that read
+// ResourceClaims from kube-state-metrics' custom-resource-state metrics
+// (DRA demand) are left out, for the fleet's kube-state-metrics, like
+// collector/sim's, serves pods only; deploy/prometheus/tests checks them.
+func fleetRules(exprs map[string]string) map[string]string {
+	out := map[string]string{}
+	for name, e := range exprs {
+		if !strings.Contains(e, "kube_customresource_") {
 			out[name] = e
 		}
 	}

@@ -51,9 +51,10 @@ func TestFleet(t *testing.T) {
 	}
 	// Every recording rule is checked, live and on both engines.
 	rules, _ := promrules.Parse(promrules.Rules)
+	checked := fleetRules(inlineRecorded(rules))
 	for _, g := range rules.Groups {
 		for _, r := range g.Rules {
-			if r.Record == "" {
+			if _, ok := checked[r.Record]; !ok {
 				continue
 			}
 			for _, name := range []string{"rule " + r.Record + " ", "rule " + r.Record + " on VictoriaMetrics", "rule " + r.Record + " on Prometheus"} {
@@ -173,5 +174,26 @@ func TestInlineRecorded(t *testing.T) {
 	}
 	if len(exprs) < 15 {
 		t.Errorf("%d recording rules", len(exprs))
+	}
+}
+
+// TestFleetRules: the fleet checks every recording rule but the DRA
+// demand ones, which read ResourceClaims the fleet does not serve.
+func TestFleetRules(t *testing.T) {
+	t.Parallel()
+	rules, err := promrules.Parse(promrules.Rules)
+	if err != nil {
+		t.Fatal(err)
+	}
+	all := inlineRecorded(rules)
+	checked := fleetRules(all)
+	for name := range all {
+		_, ok := checked[name]
+		if dra := strings.Contains(name, "resourceclaim"); ok == dra {
+			t.Errorf("%s checked: %v", name, ok)
+		}
+	}
+	if _, ok := checked["cluster:gpuxray_idle_gpus:rate5m"]; !ok || len(checked) < 15 {
+		t.Errorf("%d rules checked", len(checked))
 	}
 }

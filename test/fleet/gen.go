@@ -9,6 +9,7 @@ package fleet
 
 import (
 	"fmt"
+	"math"
 	"math/rand/v2"
 	"slices"
 	"strings"
@@ -120,7 +121,9 @@ func Generate(c GenConfig) ([]*Node, error) {
 		r := rand.New(rand.NewPCG(c.Seed, uint64(i)))
 		name := NodeName(i, c.Nodes)
 		g := &nodeGen{r: r, name: name, start: c.Start, dur: c.Duration, layouts: map[int][]string{}}
-		g.dra = c.DRAShare > 0 && float64(i%100) < c.DRAShare*100
+		// Spread through the fleet: every 1/DRAShare-th node, whatever
+		// its size, and never only the first nodes.
+		g.dra = math.Floor(float64(i+1)*c.DRAShare) > math.Floor(float64(i)*c.DRAShare)
 		kind := nodeKinds[i%len(nodeKinds)]
 		switch kind {
 		case KindH100:
@@ -602,13 +605,23 @@ func (g *nodeGen) yaml() []byte {
 		if len(p.cmdline) > 0 {
 			fmt.Fprintf(&b, "    cmdline: [%s]\n", quoteAll(p.cmdline))
 		}
-		if p.resource != "" {
+		devices := p.devices
+		switch {
+		case g.dra:
+			// A DRA pod takes its devices through its claim: no extended
+			// resource, no time-slicing replica; the pods of a shared claim
+			// name the same GPU.
+			if p.claim != "" {
+				fmt.Fprintf(&b, "    claim: %s\n", p.claim)
+			}
+			devices = make([]string, len(p.devices))
+			for i, d := range p.devices {
+				devices[i], _, _ = strings.Cut(d, "::")
+			}
+		case p.resource != "":
 			fmt.Fprintf(&b, "    resource: %s\n", p.resource)
 		}
-		if g.dra && p.claim != "" {
-			fmt.Fprintf(&b, "    claim: %s\n", p.claim)
-		}
-		fmt.Fprintf(&b, "    devices: [%s]\n", quoteAll(p.devices))
+		fmt.Fprintf(&b, "    devices: [%s]\n", quoteAll(devices))
 		fmt.Fprintf(&b, "    from: %s\n    to: %s\n", fmtDur(p.from), fmtDur(p.to))
 		if p.memory != "" {
 			fmt.Fprintf(&b, "    memory: %s\n", p.memory)

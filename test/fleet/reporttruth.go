@@ -169,7 +169,7 @@ func historyTruth(members []member, start time.Time, rng, step, scrape time.Dura
 		f.All.UnallocatedActive += st.unallocAc * stepH
 		st.peak = ratio(st.peakObserved, st.observed)
 		f.Peak.Hours += st.peak * stepH
-		demand[i] = report.DemandStep{Peak: st.peak, Pending: st.pending, IdleAllocated: st.idle, Unallocated: st.unallocated, UnallocatedActive: st.unallocAc}
+		demand[i] = report.DemandStep{Hours: stepH, Peak: st.peak, Pending: st.pending, IdleAllocated: st.idle, Unallocated: st.unallocated, UnallocatedActive: st.unallocAc}
 		mid := start.Add(time.Duration(i)*step + step/2).In(c.Location)
 		idle[mid.Weekday()][mid.Hour()] += st.idle
 		obs[mid.Weekday()][mid.Hour()]++
@@ -182,7 +182,7 @@ func historyTruth(members []member, start time.Time, rng, step, scrape time.Dura
 			}
 		}
 	}
-	r.Demand = report.SetAgainst(demand, stepH, c.Quantile, true)
+	r.Demand = report.SetAgainst(demand, c.Quantile, true)
 	r.Verdict = report.Decide(r.Demand)
 	r.TopWorkloads = report.TopByPeakIdle(ws, len(ws))
 	r.TopModels = report.Models(ws, len(ws))

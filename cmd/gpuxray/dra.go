@@ -1,0 +1,100 @@
+package main
+
+import (
+	"context"
+	"flag"
+	"strings"
+
+	"go.uber.org/zap"
+
+	"github.com/gpuxray/gpuxray/agent"
+	"github.com/gpuxray/gpuxray/collector/dra"
+)
+
+// draSourceConfig is the ResourceSlice source that resolves devices
+// allocated through DRA claims; it shares --node.name and --kubeconfig with
+// the pod source.
+type draSourceConfig struct {
+	enabled       bool
+	drivers       string
+	uuidAttribute string
+}
+
+func draSourceFlags(fs *flag.FlagSet, c *draSourceConfig) {
+	fs.BoolVar(&c.enabled, "dra.enabled", true, "resolve GPUs allocated through DRA claims from this node's ResourceSlices (needs --node.name and resourceslices get/list/watch); off, their GPUs' time is unattributed")
+	fs.StringVar(&c.drivers, "dra.drivers", dra.DefaultDriver, "comma-separated DRA drivers whose devices are GPUs; other drivers' claims are ignored and counted")
+	fs.StringVar(&c.uuidAttribute, "dra.uuid-attribute", dra.DefaultUUIDAttribute, "device attribute of the drivers' ResourceSlices that holds the NVML UUID (uuid also matches <driver>/uuid)")
+}
+
+// defaultDRAConfig is the flags' defaults, for replay, which has none.
+func defaultDRAConfig() draSourceConfig {
+	return draSourceConfig{enabled: true, drivers: dra.DefaultDriver, uuidAttribute: dra.DefaultUUIDAttribute}
+}
+
+// config returns the source's configuration for node nodeName.
+func (c draSourceConfig) config(nodeName string) dra.Config {
+	cfg := dra.Config{NodeName: nodeName, UUIDAttribute: c.uuidAttribute}
+	for _, d := range strings.Split(c.drivers, ",") {
+		if d = strings.TrimSpace(d); d != "" {
+			cfg.Drivers = append(cfg.Drivers, d)
+		}
+	}
+	return cfg
+}
+
+// validate checks the drivers and the attribute, whether or not the node
+// name is known; errors are usage errors.
+func (c draSourceConfig) validate() error {
+	// The node name is checked where the source starts: without it DRA is
+	// off, not misconfigured.
+	if err := c.config("node").Validate(); err != nil {
+		return usageError{err}
+	}
+	return nil
+}
+
+// startDRASource starts the ResourceSlice source in run and returns it, or
+// nil (logged) when the agent runs without one: disabled, no node name, or
+// no way to reach the API server. Without one, DRA devices stay unresolved
+// (dra.NewResolver): never taken for unallocated GPUs.
+func startDRASource(ctx context.Context, c draSourceConfig, pc podSourceConfig, logger *zap.Logger, run func(func() error)) (*dra.Source, error) {
+	switch {
+	case !c.enabled:
+		logger.Info("no DRA source: --dra.enabled=false; GPUs allocated through DRA claims are unresolved, their time unattributed")
+		return nil, nil
+	case pc.nodeName == "":
+		logger.Info("no DRA source: --node.name (or $NODE_NAME) is not set; GPUs allocated through DRA claims are unresolved")
+		return nil, nil
+	}
+	rc, err := dra.LoadConfig(pc.kubeconfig)
+	if err != nil {
+		logger.Warn("no DRA source: the API server cannot be reached from here; GPUs allocated through DRA claims are unresolved", zap.Error(err))
+		return nil, nil
+	}
+	client, err := dra.NewClient(rc)
+	if err != nil {
+		return nil, usageError{err}
+	}
+	src, err := dra.New(c.config(pc.nodeName), client, logger.Named("dra"))
+	if err != nil {
+		return nil, usageError{err}
+	}
+	run(func() error { return src.Run(ctx) })
+	wctx, cancel := context.WithTimeout(ctx, syncTimeout)
+	defer cancel()
+	if !src.WaitForSync(wctx) {
+		logger.Warn("the node's ResourceSlices are not listed yet; polling starts without them", zap.Duration("waited", syncTimeout))
+	}
+	return src, nil
+}
+
+// draAllocations returns the allocation source the engine reads — the
+// kubelet's answers with DRA devices resolved through src (nil: none
+// resolves) — and the engine option that reports src's health.
+func draAllocations(kube dra.Lister, src *dra.Source, c draSourceConfig, nodeName string, logger *zap.Logger) (agent.AllocationSource, []agent.Option) {
+	r := dra.NewResolver(kube, src, c.config(nodeName), logger.Named("dra"))
+	if src == nil {
+		return r, nil
+	}
+	return r, []agent.Option{agent.WithDRA(src)}
+}

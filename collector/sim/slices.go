@@ -1,0 +1,260 @@
+package sim
+
+import (
+	"crypto/sha256"
+	"fmt"
+	"sort"
+	"time"
+
+	"github.com/NVIDIA/go-nvml/pkg/nvml"
+	"github.com/NVIDIA/go-nvml/pkg/nvml/mock/server"
+	resourcev1 "k8s.io/api/resource/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+)
+
+// Attribute and capacity names of NVIDIA's DRA driver. Names without a
+// domain are in the driver's (gpu.nvidia.com/uuid, fully qualified).
+const (
+	AttrType        resourcev1.QualifiedName = "type"
+	AttrUUID        resourcev1.QualifiedName = "uuid"
+	AttrParentUUID  resourcev1.QualifiedName = "parentUUID"
+	AttrProfile     resourcev1.QualifiedName = "profile"
+	AttrProductName resourcev1.QualifiedName = "productName"
+	// AttrPCIBusID is the standard attribute Kubernetes defines for a
+	// device's PCI address.
+	AttrPCIBusID resourcev1.QualifiedName = "resource.kubernetes.io/pciBusID"
+)
+
+// The values of the type attribute.
+const (
+	DeviceTypeGPU = "gpu"
+	DeviceTypeMIG = "mig"
+)
+
+// ResourceSlices are the node's ResourceSlices as NVIDIA's DRA driver
+// publishes them at the clock's now, sorted by name, without the API
+// server's fields (resourceVersion, the pool's generation): one slice per
+// GPU it publishes (DRAGPU) with that GPU's devices, and, with a GPU in
+// dynamic MIG mode, one slice before them with the counter sets the
+// partitions consume from, as the driver does for Kubernetes 1.35 and
+// newer (a v1 slice holds devices or counters, not both). None when the
+// DRA driver does not run on the node.
+func (n *Node) ResourceSlices() []resourcev1.ResourceSlice {
+	if !n.sc.UsesDRA() {
+		return nil
+	}
+	t, _ := n.now()
+	node := n.sc.Node
+	var out []resourcev1.ResourceSlice
+	var counters []resourcev1.CounterSet
+	for g := range n.sc.GPUs {
+		if !n.sc.DRAGPU(g) {
+			continue
+		}
+		var devs []resourcev1.Device
+		switch {
+		case n.sc.MIGDynamic[g]:
+			devs = n.partitions(g, t)
+			counters = append(counters, n.counterSet(g))
+		case n.migEnabled(g):
+			for _, md := range n.mig[g] {
+				devs = append(devs, n.staticMIGDevice(md))
+			}
+		default:
+			devs = []resourcev1.Device{n.gpuDevice(g)}
+		}
+		sort.Slice(devs, func(a, b int) bool { return devs[a].Name < devs[b].Name })
+		out = append(out, n.slice(fmt.Sprintf("gpu%d", g), resourcev1.ResourceSliceSpec{Devices: devs}))
+	}
+	if counters != nil {
+		out = append(out, n.slice("counters", resourcev1.ResourceSliceSpec{SharedCounters: counters}))
+	}
+	for i := range out {
+		out[i].Spec.Driver = DRADriver
+		out[i].Spec.NodeName = &node
+		out[i].Spec.Pool = resourcev1.ResourcePool{Name: node, ResourceSliceCount: int64(len(out))}
+	}
+	sort.Slice(out, func(a, b int) bool { return out[a].Name < out[b].Name })
+	return out
+}
+
+// slice names a slice as the driver's slice controller does, with the
+// node and driver and a suffix (stable here, random there).
+func (n *Node) slice(part string, spec resourcev1.ResourceSliceSpec) resourcev1.ResourceSlice {
+	s := resourcev1.ResourceSlice{Spec: spec}
+	s.APIVersion, s.Kind = resourcev1.SchemeGroupVersion.String(), "ResourceSlice"
+	s.Name = n.sc.Node + "-" + DRADriver + "-" + nameSuffix(n.sc.Node, part)
+	return s
+}
+
+// nameSuffix is five characters of the alphabet Kubernetes draws generated
+// names from, derived from key.
+func nameSuffix(node, key string) string {
+	const alphabet = "bcdfghjklmnpqrstvwxz2456789"
+	h := sha256.Sum256([]byte("gpuxray-sim/" + node + "/resourceslice/" + key))
+	out := make([]byte, 5)
+	for i := range out {
+		out[i] = alphabet[int(h[i])%len(alphabet)]
+	}
+	return string(out)
+}
+
+func str(v string) resourcev1.DeviceAttribute { return resourcev1.DeviceAttribute{StringValue: &v} }
+func version(v string) resourcev1.DeviceAttribute {
+	return resourcev1.DeviceAttribute{VersionValue: &v}
+}
+
+func quantity(v int64) resourcev1.DeviceCapacity {
+	return resourcev1.DeviceCapacity{Value: *resource.NewQuantity(v, resource.BinarySI)}
+}
+
+// commonAttributes are the attributes the driver gives a GPU and its MIG
+// devices alike.
+func (n *Node) commonAttributes(g int) map[resourcev1.QualifiedName]resourcev1.DeviceAttribute {
+	dev := n.srv.Devices[g].(*server.Device)
+	cuda := n.srv.CudaDriverVersion
+	return map[resourcev1.QualifiedName]resourcev1.DeviceAttribute{
+		AttrProductName:         str(dev.Config.Name),
+		"brand":                 str("Nvidia"),
+		"architecture":          str(architecture(dev.Config.Architecture)),
+		"cudaComputeCapability": version(fmt.Sprintf("%d.%d.0", dev.Config.CudaMajor, dev.Config.CudaMinor)),
+		"driverVersion":         version(n.srv.DriverVersion),
+		"cudaDriverVersion":     version(fmt.Sprintf("%d.%d.0", cuda/1000, cuda%1000/10)),
+		AttrPCIBusID:            str(dev.PciBusID),
+	}
+}
+
+func architecture(a nvml.DeviceArchitecture) string {
+	switch a {
+	case nvml.DEVICE_ARCH_AMPERE:
+		return "Ampere"
+	case nvml.DEVICE_ARCH_HOPPER:
+		return "Hopper"
+	case nvml.DEVICE_ARCH_BLACKWELL:
+		return "Blackwell"
+	}
+	return "Unknown"
+}
+
+// gpuDevice is a whole GPU: gpu-<minor>, type gpu, its UUID, and its memory
+// as capacity.
+func (n *Node) gpuDevice(g int) resourcev1.Device {
+	attrs := n.commonAttributes(g)
+	attrs[AttrType], attrs[AttrUUID] = str(DeviceTypeGPU), str(n.uuids[g])
+	return resourcev1.Device{
+		Name:       GPUDeviceName(g),
+		Attributes: attrs,
+		Capacity:   map[resourcev1.QualifiedName]resourcev1.DeviceCapacity{"memory": quantity(int64(n.sys.memTotal()))},
+	}
+}
+
+// migAttributes are a MIG device's: type mig, its parent's UUID and its
+// profile.
+func (n *Node) migAttributes(g int, p migProfile) map[resourcev1.QualifiedName]resourcev1.DeviceAttribute {
+	attrs := n.commonAttributes(g)
+	attrs[AttrType], attrs[AttrParentUUID], attrs[AttrProfile] = str(DeviceTypeMIG), str(n.uuids[g]), str(p.name)
+	return attrs
+}
+
+// migCapacity is what a MIG device of profile p has: its multiprocessors,
+// engines and memory, in bytes.
+func migCapacity(p migProfile) map[resourcev1.QualifiedName]resourcev1.DeviceCapacity {
+	i := p.info
+	return map[resourcev1.QualifiedName]resourcev1.DeviceCapacity{
+		"multiprocessors": quantity(int64(i.MultiprocessorCount)),
+		"copyEngines":     quantity(int64(i.CopyEngineCount)),
+		"decoders":        quantity(int64(i.DecoderCount)),
+		"encoders":        quantity(int64(i.EncoderCount)),
+		"jpegEngines":     quantity(int64(i.JpegCount)),
+		"ofaEngines":      quantity(int64(i.OfaCount)),
+		"memory":          quantity(int64(i.MemorySizeMB) << 20),
+	}
+}
+
+// counterNames are the counters the capacities of migCapacity consume, as
+// the driver derives them (DNS labels).
+var counterNames = map[resourcev1.QualifiedName]string{
+	"multiprocessors": "multiprocessors", "copyEngines": "copy-engines", "decoders": "decoders",
+	"encoders": "encoders", "jpegEngines": "jpeg-engines", "ofaEngines": "ofa-engines", "memory": "memory",
+}
+
+// staticMIGDevice is a MIG device of a fixed layout, which exists for as
+// long as the node: named by its placement, with its UUID, and the memory
+// slices it takes as capacity (memorySlice<i>: 1).
+func (n *Node) staticMIGDevice(md *migDevice) resourcev1.Device {
+	attrs := n.migAttributes(md.gpu, md.profile)
+	attrs[AttrUUID] = str(md.uuid)
+	capacity := migCapacity(md.profile)
+	for i := md.start; i < md.start+md.profile.memSlices; i++ {
+		capacity[resourcev1.QualifiedName(fmt.Sprintf("memorySlice%d", i))] = quantity(1)
+	}
+	return resourcev1.Device{Name: md.profile.draName(md.gpu, md.start), Attributes: attrs, Capacity: capacity}
+}
+
+// SetPartitionUUIDs says whether a dynamic MIG partition carries the uuid
+// of the MIG device made of it while that exists (the default), or never,
+// as NVIDIA's driver publishes it: a reader then has to find the device
+// from the partition's parentUUID, profile and placement. Call it before
+// the node is used.
+func (n *Node) SetPartitionUUIDs(publish bool) { n.noPartitionUUIDs = !publish }
+
+// counterSetName is the counter set of GPU g's partitions.
+func counterSetName(g int) string { return fmt.Sprintf("gpu-%d-counter-set", g) }
+
+// partitions are the MIG devices a GPU in dynamic MIG mode offers: every
+// profile at every placement, each consuming its engines, memory and memory
+// slices from the GPU's counter set (partitionable devices). A partition
+// the driver has made a MIG device of, for a claim, carries that device's
+// UUID while it exists; the others have none (there is no device yet).
+// The GPU itself is not offered: its MIG mode would change, which takes a
+// reset.
+func (n *Node) partitions(g int, t time.Duration) []resourcev1.Device {
+	alive := map[string]string{}
+	for _, md := range n.mig[g] {
+		if md.holding != nil && md.alive(t) {
+			alive[md.profile.draName(g, md.start)] = md.uuid
+		}
+	}
+	var out []resourcev1.Device
+	for _, p := range n.sys.migProfiles() {
+		for _, st := range p.starts() {
+			name := p.draName(g, st)
+			attrs := n.migAttributes(g, p)
+			if uuid, ok := alive[name]; ok && !n.noPartitionUUIDs {
+				attrs[AttrUUID] = str(uuid)
+			}
+			counters := map[string]resourcev1.Counter{}
+			for c, v := range migCapacity(p) {
+				counters[counterNames[c]] = resourcev1.Counter{Value: v.Value}
+			}
+			for i := st; i < st+p.memSlices; i++ {
+				counters[fmt.Sprintf("memory-slice-%d", i)] = resourcev1.Counter{Value: *resource.NewQuantity(1, resource.BinarySI)}
+			}
+			out = append(out, resourcev1.Device{
+				Name:             name,
+				Attributes:       attrs,
+				Capacity:         migCapacity(p),
+				ConsumesCounters: []resourcev1.DeviceCounterConsumption{{CounterSet: counterSetName(g), Counters: counters}},
+			})
+		}
+	}
+	return out
+}
+
+// counterSet is what GPU g's partitions consume from: the largest of each
+// capacity over its profiles, and its eight memory slices.
+func (n *Node) counterSet(g int) resourcev1.CounterSet {
+	counters := map[string]resourcev1.Counter{}
+	for _, p := range n.sys.migProfiles() {
+		for c, v := range migCapacity(p) {
+			name := counterNames[c]
+			if cur, ok := counters[name]; !ok || cur.Value.Cmp(v.Value) < 0 {
+				counters[name] = resourcev1.Counter{Value: v.Value}
+			}
+		}
+	}
+	for i := range migMemorySlices {
+		counters[fmt.Sprintf("memory-slice-%d", i)] = resourcev1.Counter{Value: *resource.NewQuantity(1, resource.BinarySI)}
+	}
+	return resourcev1.CounterSet{Name: counterSetName(g), Counters: counters}
+}
