@@ -1,11 +1,13 @@
 package fleet
 
 import (
+	"slices"
 	"time"
 
 	"github.com/NVIDIA/go-nvml/pkg/nvml/mock/gpus"
 
 	"github.com/gpuxray/gpuxray/agent"
+	"github.com/gpuxray/gpuxray/collector/sim"
 	"github.com/gpuxray/gpuxray/report"
 )
 
@@ -16,6 +18,15 @@ var memTotal = map[string]float64{
 	"dgxh100": float64(gpus.H100_SXM5_80GB.MemoryMB << 20),
 	"dgxh200": float64(gpus.H200_SXM5_141GB.MemoryMB << 20),
 	"dgxb200": float64(gpus.B200_SXM5_180GB.MemoryMB << 20),
+}
+
+// gpuName is each system's GPU product name as the simulated driver
+// reports it, which the report's MIG hint reads from gpuxray_device_info.
+var gpuName = map[string]string{
+	"dgxa100": gpus.A100_SXM4_40GB.Name,
+	"dgxh100": gpus.H100_SXM5_80GB.Name,
+	"dgxh200": gpus.H200_SXM5_141GB.Name,
+	"dgxb200": gpus.B200_SXM5_180GB.Name,
 }
 
 // member is a node of a fleet whose history is a copy of another's: its
@@ -60,7 +71,7 @@ func historyTruth(members []member, start time.Time, rng, step, scrape time.Dura
 	get := func(k wkey) *wacc {
 		a := work[k]
 		if a == nil {
-			a = &wacc{w: report.Workload{Namespace: k.Namespace, Kind: k.Kind, Name: k.Workload, Model: k.Model},
+			a = &wacc{w: report.Workload{Namespace: k.Namespace, Kind: k.Kind, Name: k.Workload, Model: k.Model, GPUNames: []string{}},
 				alloc: make([]float64, n), activ: make([]float64, n)}
 			work[k] = a
 		}
@@ -135,6 +146,17 @@ func historyTruth(members []member, start time.Time, rng, step, scrape time.Dura
 				w.PeakMemoryBytes = max(w.PeakMemoryBytes, float64(p.Memory))
 				if len(p.Devices) > 0 && !p.Devices[0].MIG {
 					w.MemoryTotalBytes = max(w.MemoryTotalBytes, memTotal[sc.System])
+				}
+				// As the agent marks an allocation shared: a
+				// time-slicing replica or the shared resource.
+				for _, d := range p.Devices {
+					w.SharedGPU = w.SharedGPU || d.Replicated || p.Resource == sim.ResourceGPUShared
+					// Whole GPUs (replicas included) carry a name; MIG
+					// instances none.
+					if n := gpuName[sc.System]; !d.MIG && !slices.Contains(w.GPUNames, n) {
+						w.GPUNames = append(w.GPUNames, n)
+						slices.Sort(w.GPUNames)
+					}
 				}
 			}
 		}
