@@ -27,6 +27,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 	fs.IntVar(&c.HistoryDays, "history.days", c.HistoryDays, "days of history replayed and read back by gpuxray report")
 	fs.IntVar(&c.Distinct, "history.distinct", c.Distinct, "nodes of the history replayed; the others import a copy of one of those under their own name")
 	fs.IntVar(&c.HistoryParallel, "history.parallel", c.HistoryParallel, "replays at once")
+	fs.DurationVar(&c.HistoryPoll, "history.poll", c.HistoryPoll, "the replayed agents' --poll.interval: at most 20s; replay CPU time is about proportional to polls")
 	fs.IntVar(&c.CompareNodes, "engines.nodes", c.CompareNodes, "nodes of the history set in both VictoriaMetrics and Prometheus (0: no comparison)")
 	fs.DurationVar(&c.Scrape, "live.scrape", c.Scrape, "the vmagent shards' scrape interval")
 	fs.DurationVar(&c.Poll, "live.poll", c.Poll, "the live agents' --poll.interval")
