@@ -7,7 +7,7 @@ REVISION ?= $(shell git rev-parse HEAD 2>/dev/null || echo unknown)
 LDFLAGS  := -s -w -X main.version=$(VERSION) -X main.revision=$(REVISION)
 GOFLAGS_BUILD := -trimpath -ldflags "$(LDFLAGS)"
 
-.PHONY: all build image-binaries test test-short lint fmt vet demo bench fuzz clean
+.PHONY: all build image-binaries test test-short lint fmt vet demo bench fuzz fleet clean
 
 all: lint test build
 
@@ -71,6 +71,16 @@ fmt:
 
 vet:
 	go vet ./...
+
+## fleet: NODES simulated nodes (8 GPUs each) served live by one process, scraped by two
+## vmagent shards into VictoriaMetrics with vmalert and Alertmanager, and a week of their
+## history read back by gpuxray report; prints truth against the engine and fails when a
+## figure is off by more than 1% (docs/fleet.md). Needs victoria-metrics, vmagent, vmalert,
+## prometheus-alertmanager, prometheus and promtool. FLEETFLAGS: more flags (-help lists them).
+NODES ?= 40
+FLEETFLAGS ?=
+fleet: build
+	go run ./test/fleet/cmd/fleet -nodes $(NODES) -gpuxray bin/gpuxray $(FLEETFLAGS)
 
 ## demo: the agent on the embedded simulated node, on :9471; ARGS go to the
 ## agent: make demo ARGS=--web.listen-address=:9472, or a scenario FILE

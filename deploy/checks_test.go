@@ -22,7 +22,9 @@ type expect struct {
 	podMonitor     bool
 	rule           bool // a PrometheusRule
 	dashboards     int  // ConfigMaps for Grafana's sidecar
-	noDRA          bool // --dra.enabled=false: no resourceslices access
+	// The VictoriaMetrics operator's: a VMServiceScrape, a VMPodScrape, a VMRule.
+	vmServiceScrape, vmPodScrape, vmRule bool
+	noDRA                                bool // --dra.enabled=false: no resourceslices access
 }
 
 // checkManifest asserts what every gpuxray deployment keeps: the agent's
@@ -182,6 +184,7 @@ func checkManifest(t *testing.T, m *manifest, want expect) {
 			t.Error("the PrometheusRule has no group")
 		}
 	}
+	checkVMObjects(t, m, want, svc.Labels, ds.Spec.Template.Labels)
 	n := 0
 	for _, cm := range all[corev1.ConfigMap](m) {
 		if cm.Labels["grafana_dashboard"] != "1" {

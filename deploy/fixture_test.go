@@ -84,6 +84,7 @@ func TestMonitoringPackagingFixture(t *testing.T) {
 
 	for p, text := range map[string]string{
 		ruleSource:                      fixtureRule,
+		vmRuleSource:                    strings.Replace(fixtureRule, "apiVersion: monitoring.coreos.com/v1\nkind: PrometheusRule", "apiVersion: operator.victoriametrics.com/v1beta1\nkind: VMRule", 1),
 		dashboardSource + "/fleet.json": fixtureDashboard,
 		dashboardSource + "/node.json":  strings.Replace(fixtureDashboard, "fleet", "node", 1),
 	} {
@@ -114,9 +115,16 @@ prometheusRule:
   alerts:
     GPUAllocatedButIdle: {expr: gpuxray_allocation_idle_streak_seconds >= 3600, for: 1h, severity: info, labels: {team: platform}}
     GpuxraySourceDown: {enabled: false}
+vmRule: {enabled: true}
 dashboards: {enabled: true}
 `))
-		checkManifest(t, m, expect{namespace: "monitoring", rule: true, dashboards: 2})
+		// The VMRule, from its own packaged copy, takes the same overrides.
+		vr := one[vmRule](t, m).ruleFile()
+		if len(vr.Groups) != 2 || len(vr.Groups[1].Rules) != 1 || vr.Groups[1].Rules[0].Expr != "gpuxray_allocation_idle_streak_seconds >= 3600" ||
+			vr.Groups[1].Rules[0].For != "1h" || vr.Groups[1].Rules[0].Labels["team"] != "platform" || vr.Groups[0].Interval != "1m" {
+			t.Errorf("VMRule groups %+v, want the PrometheusRule's overrides", vr.Groups)
+		}
+		checkManifest(t, m, expect{namespace: "monitoring", rule: true, vmRule: true, dashboards: 2})
 		r := one[monitoringv1.PrometheusRule](t, m)
 		if r.Labels["release"] != "kube-prometheus-stack" || len(r.Spec.Groups) != 2 {
 			t.Fatalf("PrometheusRule labels %v, %d groups", r.Labels, len(r.Spec.Groups))

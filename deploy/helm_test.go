@@ -260,6 +260,35 @@ func TestHelmTemplate(t *testing.T) {
 			t.Errorf("PodMonitor interval %q, want 1m", pm.Spec.PodMetricsEndpoints[0].Interval)
 		}
 	})
+	t.Run("victoriametrics operator", func(t *testing.T) {
+		t.Parallel()
+		m := helmManifest(t, chart, "vm", writeValues(t, `
+vmServiceScrape:
+  enabled: true
+  interval: 15s
+  additionalLabels: {team: gpus}
+  relabelConfigs: [{sourceLabels: [__meta_kubernetes_pod_label_team], targetLabel: team}]
+  scheme: https
+  tlsConfig: {insecureSkipVerify: true}
+vmRule: {enabled: true, additionalLabels: {team: gpus}}
+`))
+		checkManifest(t, m, expect{namespace: "vm", vmServiceScrape: true, vmRule: true})
+		checkVMRuleIsTheRuleFile(t, m)
+		ss := one[vmServiceScrape](t, m)
+		ep := ss.Spec.Endpoints[0]
+		if ss.Labels["team"] != "gpus" || ep.Interval != "15s" || ep.Path != "/metrics" || ep.Scheme != "https" ||
+			len(ep.RelabelConfigs) != 2 || ep.RelabelConfigs[1].TargetLabel != "team" || ep.TLSConfig["insecureSkipVerify"] != true {
+			t.Errorf("VMServiceScrape %+v: not as set", ss)
+		}
+		if r := one[vmRule](t, m); r.Labels["team"] != "gpus" {
+			t.Errorf("VMRule labels %v lack additionalLabels", r.Labels)
+		}
+		m = helmManifest(t, chart, "vm", writeValues(t, "vmPodScrape: {enabled: true, interval: 1m}\n"))
+		checkManifest(t, m, expect{namespace: "vm", vmPodScrape: true})
+		if ps := one[vmPodScrape](t, m); ps.Spec.PodMetricsEndpoints[0].Interval != "1m" {
+			t.Errorf("VMPodScrape interval %q, want 1m", ps.Spec.PodMetricsEndpoints[0].Interval)
+		}
+	})
 	t.Run("existing web config Secret", func(t *testing.T) {
 		t.Parallel()
 		m := helmManifest(t, chart, "gpuxray", writeValues(t, "web: {existingConfigSecret: my-web-config}\n"))

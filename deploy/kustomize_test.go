@@ -37,6 +37,7 @@ func TestKustomizeOverlays(t *testing.T) {
 		{"overlays/servicemonitor", expect{namespace: "gpuxray", serviceMonitor: true, rule: rule != "", dashboards: len(dashboards)}},
 		{"overlays/podmonitor", expect{namespace: "gpuxray", podMonitor: true, rule: rule != "", dashboards: len(dashboards)}},
 		{"overlays/process-attribution", expect{namespace: "gpuxray", hostPID: true, serviceMonitor: true, rule: rule != "", dashboards: len(dashboards)}},
+		{"overlays/victoriametrics", expect{namespace: "gpuxray", vmServiceScrape: true, vmRule: true}},
 		{"overlays/dra", expect{namespace: "gpuxray", hostPID: true, serviceMonitor: true, rule: rule != "", dashboards: len(dashboards)}},
 	}
 	for _, tc := range tests {
@@ -44,6 +45,9 @@ func TestKustomizeOverlays(t *testing.T) {
 			t.Parallel()
 			m := kustomizeBuild(t, filepath.Join("kubernetes", tc.overlay))
 			checkManifest(t, m, tc.want)
+			if tc.want.vmRule {
+				checkVMRuleIsTheRuleFile(t, m)
+			}
 			ns := one[corev1.Namespace](t, m)
 			if ns.Name != "gpuxray" || ns.Labels["pod-security.kubernetes.io/enforce"] != "privileged" {
 				t.Errorf("Namespace %s labels %v: the agent's hostPath needs the privileged Pod Security level", ns.Name, ns.Labels)
@@ -81,4 +85,32 @@ func chartAppVersion(t *testing.T, dir string) string {
 		t.Fatalf("Chart.yaml appVersion: %q, %v", c.AppVersion, err)
 	}
 	return c.AppVersion
+}
+
+// TestKustomizeVMPodScrape: an overlay that scrapes the agents' pods for
+// the VictoriaMetrics operator, as the vmpodscrape component's comment
+// says to build one.
+func TestKustomizeVMPodScrape(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	// kustomize takes other kustomizations by relative path only.
+	abs := func(p string) string {
+		a, err := filepath.Abs(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		r, err := filepath.Rel(dir, a)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return r
+	}
+	k := "apiVersion: kustomize.config.k8s.io/v1beta1\nkind: Kustomization\nnamespace: gpuxray\nresources:\n  - " + abs("kubernetes/base") +
+		"\ncomponents:\n  - " + abs("kubernetes/components/vmpodscrape") + "\n  - " + abs("kubernetes/components/vmrule") + "\n"
+	if err := os.WriteFile(filepath.Join(dir, "kustomization.yaml"), []byte(k), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	m := kustomizeBuild(t, dir)
+	checkManifest(t, m, expect{namespace: "gpuxray", vmPodScrape: true, vmRule: true})
+	checkVMRuleIsTheRuleFile(t, m)
 }

@@ -22,6 +22,10 @@ const (
 	dashboardSource = "grafana"
 	componentDir    = "kubernetes/components/monitoring"
 	chartFilesDir   = "helm/gpuxray/files"
+	// The rules as a VMRule, for the VictoriaMetrics operator: copied into
+	// its component (whose other files are written by hand) and the chart.
+	vmRuleSource   = "prometheus/gpuxray-vmrule.yaml"
+	vmComponentDir = "kubernetes/components/vmrule"
 )
 
 // monitoringSources returns the PrometheusRule file ("" while there is none)
@@ -96,6 +100,11 @@ func packagedMonitoring(t *testing.T, root string) (want map[string][]byte, have
 		b := read(d)
 		want[filepath.Join(componentDir, filepath.Base(d))] = b
 		want[filepath.Join(chartFilesDir, "dashboards", filepath.Base(d))] = b
+	}
+	if _, err := os.Stat(filepath.Join(root, vmRuleSource)); err == nil {
+		vm := read(vmRuleSource)
+		want[filepath.Join(vmComponentDir, filepath.Base(vmRuleSource))] = vm
+		want[filepath.Join(chartFilesDir, filepath.Base(vmRuleSource))] = vm
 	}
 	// Every file in the packaged folders is one of these: a rule or a
 	// dashboard removed at the source goes from the copies too.

@@ -71,7 +71,7 @@ type querier struct {
 }
 
 // limitError is an answer that a smaller query may avoid: too many points,
-// too many samples, or a timeout.
+// too many samples, or a timeout, as Prometheus or VictoriaMetrics says it.
 func limitError(err error) bool {
 	var e *v1.Error
 	if !errors.As(err, &e) {
@@ -82,7 +82,10 @@ func limitError(err error) bool {
 		return true
 	}
 	m := strings.ToLower(e.Msg + " " + e.Detail)
+	// VictoriaMetrics: "too many points for the given step …; cannot exceed
+	// -search.maxPointsPerTimeseries".
 	return strings.Contains(m, "maximum resolution") || strings.Contains(m, "too many samples") ||
+		strings.Contains(m, "too many points") ||
 		strings.Contains(m, "timed out") || strings.Contains(m, "timeout")
 }
 

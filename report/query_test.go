@@ -25,10 +25,13 @@ import (
 // 12:00, every step half peak, half off-peak.
 type fakeProm struct {
 	maxPoints int
-	gap       [2]time.Time
-	mu        sync.Mutex
-	refused   int
-	answered  int
+	// refusal is the status and body of a refused query; Prometheus' when empty.
+	refusal  string
+	code     int
+	gap      [2]time.Time
+	mu       sync.Mutex
+	refused  int
+	answered int
 }
 
 func (f *fakeProm) ServeHTTP(w http.ResponseWriter, r *http.Request) {
@@ -43,6 +46,11 @@ func (f *fakeProm) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		f.mu.Lock()
 		f.refused++
 		f.mu.Unlock()
+		if f.refusal != "" {
+			w.WriteHeader(f.code)
+			fmt.Fprint(w, f.refusal)
+			return
+		}
 		w.WriteHeader(http.StatusBadRequest)
 		fmt.Fprint(w, `{"status":"error","errorType":"bad_data","error":"exceeded maximum resolution of 11,000 points per timeseries. Try decreasing the query resolution (?step=XX)"}`)
 		return
@@ -140,6 +148,29 @@ func TestBuildSplitsAndFindsGaps(t *testing.T) {
 	if !strings.Contains(text.String(), "gpuxray node-b: no data Tue 2026-12-01 10:00 → Tue 2026-12-01 12:00") {
 		t.Errorf("text report does not say what is missing:\n%s", text.String())
 	}
+}
+
+// TestBuildSplitsOnVictoriaMetrics: VictoriaMetrics refuses a query of
+// more points than its -search.maxPointsPerTimeseries in words of its own
+// (HTTP 422, as 1.79 answers); the report splits it as it does for
+// Prometheus' maximum resolution.
+func TestBuildSplitsOnVictoriaMetrics(t *testing.T) {
+	t.Parallel()
+	end := time.Date(2026, 12, 2, 0, 0, 0, 0, time.UTC)
+	f := &fakeProm{maxPoints: 10, code: http.StatusUnprocessableEntity,
+		refusal: `{"status":"error","errorType":"422","error":"error when executing query=\"up\" on the time range (start=1795997700000, end=1796083200000, step=3600000): too many points for the given step=3600000, start=1795997700000 and end=1796083200000: 48; cannot exceed -search.maxPointsPerTimeseries=10"}`}
+	srv := httptest.NewServer(f)
+	defer srv.Close()
+	c := testConfig(end)
+	c.MaxPoints = 48
+	r, err := Build(context.Background(), newAPI(t, srv.URL), c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if f.refused == 0 || f.answered < 5*15 {
+		t.Errorf("refused %d, answered %d: want the 48-point queries split into chunks of at most 10", f.refused, f.answered)
+	}
+	approx(t, "owned GPU-hours", r.Funnel.All.Owned, 8*48)
 }
 
 func TestBuildErrors(t *testing.T) {

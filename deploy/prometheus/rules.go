@@ -1,9 +1,10 @@
 // Package prometheus holds gpuxray's Prometheus rules: gpuxray-rules.yaml, a
-// plain rule file and the one source, and gpuxray-prometheusrule.yaml, the
-// same rules as a PrometheusRule for the Prometheus Operator, generated from
-// it by `go generate ./deploy/prometheus` (which runs the test below with
-// -update). The tests check both with promtool and fail when the generated
-// file is out of date.
+// plain rule file and the one source; gpuxray-prometheusrule.yaml, the same
+// rules as a PrometheusRule for the Prometheus Operator; and
+// gpuxray-vmrule.yaml, as a VMRule for the VictoriaMetrics operator. Both
+// are generated from it by `go generate ./deploy/prometheus` (which runs the
+// tests below with -update). The tests check the rules with promtool and
+// vmalert and fail when a generated file is out of date.
 package prometheus
 
 import (
@@ -14,12 +15,13 @@ import (
 	"go.yaml.in/yaml/v3"
 )
 
-//go:generate go test -run TestPrometheusRuleUpToDate -update .
+//go:generate go test -run TestPrometheusRuleUpToDate|TestVMRuleUpToDate -update .
 
 // Paths of the rule files, relative to this directory.
 const (
 	RulesFile          = "gpuxray-rules.yaml"
 	PrometheusRuleFile = "gpuxray-prometheusrule.yaml"
+	VMRuleFile         = "gpuxray-vmrule.yaml"
 )
 
 // Rules is the content of gpuxray-rules.yaml.
@@ -64,14 +66,35 @@ func Parse(b []byte) (*RuleFile, error) {
 // (monitoring.coreos.com/v1) whose spec is the file itself: the groups are
 // copied line by line, comments included, so the two cannot differ.
 func PrometheusRule(rules []byte) []byte {
-	var b strings.Builder
-	b.WriteString(`# Code generated from gpuxray-rules.yaml by "go generate ./deploy/prometheus"; DO NOT EDIT.
+	return ruleObject(`# Code generated from gpuxray-rules.yaml by "go generate ./deploy/prometheus"; DO NOT EDIT.
 #
 # gpuxray's Prometheus rules for the Prometheus Operator. Add the labels your
 # Prometheus' ruleSelector expects (kustomize, or the Helm chart, does).
 apiVersion: monitoring.coreos.com/v1
 kind: PrometheusRule
-metadata:
+`, rules)
+}
+
+// VMRule renders a rule file as a VMRule
+// (operator.victoriametrics.com/v1beta1), whose spec is the file itself, as
+// PrometheusRule does: vmalert evaluates the same groups.
+func VMRule(rules []byte) []byte {
+	return ruleObject(`# Code generated from gpuxray-rules.yaml by "go generate ./deploy/prometheus"; DO NOT EDIT.
+#
+# gpuxray's rules for the VictoriaMetrics operator, evaluated by vmalert.
+# Add the labels your VMAlert's ruleSelector expects (kustomize, or the Helm
+# chart, does).
+apiVersion: operator.victoriametrics.com/v1beta1
+kind: VMRule
+`, rules)
+}
+
+// ruleObject is head, then the metadata and a spec holding the rule file's
+// groups, copied line by line with their comments.
+func ruleObject(head string, rules []byte) []byte {
+	var b strings.Builder
+	b.WriteString(head)
+	b.WriteString(`metadata:
   name: gpuxray
   labels:
     app.kubernetes.io/name: gpuxray

@@ -261,3 +261,71 @@ func TestRecipesParse(t *testing.T) {
 		t.Errorf("promtool check rules on docs/promql.md's recipes: %v\n%s", err, res)
 	}
 }
+
+func TestVMRuleUpToDate(t *testing.T) {
+	want := VMRule(Rules)
+	if *update {
+		if err := os.WriteFile(VMRuleFile, want, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	got, err := os.ReadFile(VMRuleFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(got, want) {
+		t.Fatalf("%s is out of date with %s: run go generate ./deploy/prometheus", VMRuleFile, RulesFile)
+	}
+}
+
+// vmRule is a VMRule (operator.victoriametrics.com/v1beta1) as far as
+// gpuxray uses it, with the operator's field names: a strict decode refuses
+// any other.
+type vmRule struct {
+	APIVersion string `yaml:"apiVersion"`
+	Kind       string `yaml:"kind"`
+	Metadata   struct {
+		Name   string            `yaml:"name"`
+		Labels map[string]string `yaml:"labels"`
+	} `yaml:"metadata"`
+	Spec RuleFile `yaml:"spec"`
+}
+
+// TestVMRuleSpec: the VMRule's spec holds exactly the rule file's groups,
+// and vmalert accepts them (-dryRun validates the rules with MetricsQL and
+// their templates).
+func TestVMRuleSpec(t *testing.T) {
+	t.Parallel()
+	b, err := os.ReadFile(VMRuleFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var obj vmRule
+	dec := yaml.NewDecoder(bytes.NewReader(b))
+	dec.KnownFields(true)
+	if err := dec.Decode(&obj); err != nil {
+		t.Fatal(err)
+	}
+	if obj.APIVersion != "operator.victoriametrics.com/v1beta1" || obj.Kind != "VMRule" || obj.Metadata.Name != "gpuxray" {
+		t.Errorf("got %s %s %q, want operator.victoriametrics.com/v1beta1 VMRule \"gpuxray\"", obj.APIVersion, obj.Kind, obj.Metadata.Name)
+	}
+	src, err := Parse(Rules)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !reflect.DeepEqual(obj.Spec, *src) {
+		t.Errorf("the VMRule's spec differs from %s", RulesFile)
+	}
+	vmalert := need(t, "vmalert")
+	spec, err := yaml.Marshal(obj.Spec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f := filepath.Join(t.TempDir(), "vmrule-spec.yaml")
+	if err := os.WriteFile(f, spec, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if out, err := exec.Command(vmalert, "-dryRun", "-rule="+f, "-loggerLevel=ERROR").CombinedOutput(); err != nil {
+		t.Errorf("vmalert -dryRun -rule=%s: %v\n%s", f, err, out)
+	}
+}

@@ -78,3 +78,71 @@ metricRelabelings:
   {{- toYaml . | nindent 2 }}
 {{- end }}
 {{- end }}
+
+{{/*
+The scrape endpoint of a VMServiceScrape or a VMPodScrape: the VictoriaMetrics
+operator's spelling of gpuxray.scrapeEndpoint (relabelConfigs for relabelings).
+*/}}
+{{- define "gpuxray.vmScrapeEndpoint" -}}
+port: metrics
+path: {{ .root.Values.web.telemetryPath }}
+{{- with .monitor.interval }}
+interval: {{ . }}
+{{- end }}
+{{- with .monitor.scrapeTimeout }}
+scrapeTimeout: {{ . }}
+{{- end }}
+{{- with .monitor.scheme }}
+scheme: {{ . }}
+{{- end }}
+{{- with .monitor.tlsConfig }}
+tlsConfig:
+  {{- toYaml . | nindent 2 }}
+{{- end }}
+{{- with .monitor.basicAuth }}
+basicAuth:
+  {{- toYaml . | nindent 2 }}
+{{- end }}
+relabelConfigs:
+  - sourceLabels: [__meta_kubernetes_pod_node_name]
+    targetLabel: node
+  {{- with .monitor.relabelConfigs }}
+  {{- toYaml . | nindent 2 }}
+  {{- end }}
+{{- with .monitor.metricRelabelConfigs }}
+metricRelabelConfigs:
+  {{- toYaml . | nindent 2 }}
+{{- end }}
+{{- end }}
+
+{{/*
+The rule groups of a packaged rule object (files/…), with the per-alert
+overrides of prometheusRule.alerts: the PrometheusRule and the VMRule share
+them. Call with (dict "root" . "file" "files/….yaml").
+*/}}
+{{- define "gpuxray.ruleGroups" -}}
+{{- $source := .root.Files.Get .file }}
+{{- if not $source }}
+{{- fail (printf "this chart holds no %s" .file) }}
+{{- end }}
+{{- $rule := fromYaml $source }}
+{{- $alerts := .root.Values.prometheusRule.alerts }}
+groups:
+  {{- range $group := $rule.spec.groups }}
+  {{- $rules := list }}
+  {{- range $r := $group.rules }}
+  {{- $o := dict }}
+  {{- if $r.alert }}{{ $o = get $alerts $r.alert | default dict }}{{ end }}
+  {{- if not (and (hasKey $o "enabled") (not $o.enabled)) }}
+  {{- $r = deepCopy $r }}
+  {{- with $o.expr }}{{ $_ := set $r "expr" . }}{{ end }}
+  {{- with $o.for }}{{ $_ := set $r "for" . }}{{ end }}
+  {{- with $o.severity }}{{ $_ := set $r "labels" (merge (dict "severity" .) ($r.labels | default dict)) }}{{ end }}
+  {{- with $o.labels }}{{ $_ := set $r "labels" (merge (deepCopy .) ($r.labels | default dict)) }}{{ end }}
+  {{- with $o.annotations }}{{ $_ := set $r "annotations" (merge (deepCopy .) ($r.annotations | default dict)) }}{{ end }}
+  {{- $rules = append $rules $r }}
+  {{- end }}
+  {{- end }}
+  - {{- toYaml (set (omit $group "rules") "rules" $rules) | nindent 4 }}
+  {{- end }}
+{{- end }}

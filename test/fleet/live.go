@@ -1,0 +1,594 @@
+package fleet
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"math"
+	"net/url"
+	"sort"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/gpuxray/gpuxray/agent"
+	promrules "github.com/gpuxray/gpuxray/deploy/prometheus"
+)
+
+// liveRun is what the live phase's checks need.
+type liveRun struct {
+	agents []*liveAgent
+	// targetsAt is when the targets file was written: no scrape before.
+	targetsAt time.Time
+	// end is when the live phase stopped looking.
+	end    time.Time
+	scrape time.Duration
+	// poll is the agents' poll interval.
+	poll   time.Duration
+	sched  *agent.Schedule
+	vm     string
+	shards []string
+	alert  string
+	hook   *webhook
+	// nodeOf is each target's node, by address.
+	nodeOf map[string]string
+
+	mu    sync.Mutex
+	spans map[[2]time.Time][][2]*totals
+}
+
+// alertKey is an alert's subject: the node, and the pod and GPU or
+// namespace its rule names.
+type alertKey struct{ alert, node, namespace, pod, gpu string }
+
+func (k alertKey) String() string {
+	s := k.alert
+	for _, p := range []string{k.node, k.namespace, k.pod} {
+		if p != "" {
+			s += " " + p
+		}
+	}
+	if k.gpu != "" {
+		s += " gpu " + k.gpu
+	}
+	return s
+}
+
+// Margins of the live alert checks. vmalert sees a series some 35 s after
+// its scrape (VictoriaMetrics' -search.latencyOffset, 30 s, and a scrape
+// interval), and an alert fires one `for:` after it is first seen pending,
+// then Alertmanager sends it within its group_wait: an allocation idle for
+// 30 minutes plus this margin must have reached the webhook.
+const firingMargin = 150 * time.Second
+
+// idleAllocations are the allocations (pod × GPU) the GPUAllocatedButIdle
+// rule must have fired for by the end (idle for 30 minutes and the margin,
+// and still), and those it must not have fired for (never idle for 30
+// minutes while live).
+func (l *liveRun) idleAllocations() (must, mustNot map[alertKey]bool) {
+	must, mustNot = map[alertKey]bool{}, map[alertKey]bool{}
+	for _, a := range l.agents {
+		sc := a.scenario
+		end := l.end.Sub(sc.Start)
+		from := l.targetsAt.Sub(sc.Start)
+		blind := noMIGActivity(sc.System)
+		for _, p := range sc.Pods {
+			for _, d := range p.Devices {
+				k := alertKey{alert: "GPUAllocatedButIdle", node: a.node.Name, namespace: p.Namespace, pod: p.Name, gpu: fmt.Sprint(d.GPU)}
+				if blind && d.MIG {
+					mustNot[k] = true
+					continue
+				}
+				// The longest streak while live, checked every 5 s.
+				longest := time.Duration(0)
+				for t := from; t <= end; t += 5 * time.Second {
+					if t >= p.From && t < p.To {
+						longest = max(longest, streakAt(p, t))
+					}
+				}
+				switch {
+				case end < p.To && streakAt(p, end) >= 30*time.Minute+firingMargin:
+					must[k] = true
+				case longest < 30*time.Minute:
+					mustNot[k] = true
+				}
+			}
+		}
+	}
+	return must, mustNot
+}
+
+// checkAlerts: the allocations idle for 30 minutes reached Alertmanager,
+// with their node, pod and GPU, and no other alert fired; vmalert holds
+// the slower alerts pending for the right subjects.
+func (l *liveRun) checkAlerts(ctx context.Context, res *Result) {
+	must, mustNot := l.idleAllocations()
+	got := map[alertKey]bool{}
+	var others []string
+	for _, n := range l.hook.received() {
+		if n.Status != "firing" {
+			continue
+		}
+		lb := n.Labels
+		k := alertKey{alert: lb["alertname"], node: lb["node"], namespace: lb["namespace"], pod: lb["pod"], gpu: lb["gpu"]}
+		if k.alert != "GPUAllocatedButIdle" {
+			others = append(others, k.String())
+			continue
+		}
+		got[k] = true
+	}
+	var missing, wrong []string
+	for k := range must {
+		if !got[k] {
+			missing = append(missing, k.String())
+		}
+	}
+	for k := range got {
+		if mustNot[k] || (!must[k] && !l.known(k)) {
+			wrong = append(wrong, k.String())
+		}
+	}
+	sort.Strings(missing)
+	sort.Strings(wrong)
+	res.pass("live", fmt.Sprintf("Alertmanager: GPUAllocatedButIdle for the %d allocations idle 30 min", len(must)),
+		len(must) > 0 && len(missing) == 0, fmt.Sprintf("%d received; missing %s", len(got), firstOf(missing)))
+	res.pass("live", "Alertmanager: no alert for a busy or younger allocation", len(wrong) == 0, "unexpected "+firstOf(wrong))
+	res.pass("live", "Alertmanager: no other alert fires within minutes", len(others) == 0, "fired "+firstOf(others))
+	res.summary(fmt.Sprintf("%d/%d idle allocations alerted at Alertmanager", len(must)-len(missing), len(must)))
+
+	// The slower alerts, pending in vmalert: its ALERTS series over the run.
+	span := l.end.Sub(l.targetsAt).Truncate(time.Second)
+	q := fmt.Sprintf(`max by (alertname, node, instance, namespace, pod, gpu) (max_over_time(ALERTS[%ds]))`, int(span.Seconds()))
+	var v vector
+	if err := query(ctx, l.vm, queryPath(q, l.end), &v); err != nil {
+		res.pass("live", "vmalert: alerts", false, err.Error())
+		return
+	}
+	active := map[alertKey]string{}
+	for _, a := range v {
+		lb := a.Metric
+		k := alertKey{alert: lb["alertname"], node: lb["node"], namespace: lb["namespace"], pod: lb["pod"], gpu: lb["gpu"]}
+		if k.node == "" {
+			// GPUUnattributedActivity keeps the target's instance, not node.
+			k.node = l.nodeOf[lb["instance"]]
+		}
+		if k.alert == "GPUIdleAtPeak" {
+			k.node, k.pod, k.gpu = "", "", ""
+		}
+		active[k] = "pending or firing"
+	}
+	unattributed := l.unattributed()
+	var miss, extra []string
+	for k := range unattributed {
+		if active[k] == "" {
+			miss = append(miss, k.String())
+		}
+	}
+	for k := range active {
+		if k.alert == "GPUUnattributedActivity" && !unattributed[k] {
+			extra = append(extra, k.String())
+		}
+	}
+	res.pass("live", fmt.Sprintf("vmalert: GPUUnattributedActivity pending on the %d GPUs busy with no pod", len(unattributed)),
+		len(unattributed) > 0 && len(miss) == 0 && len(extra) == 0, fmt.Sprintf("missing %s; unexpected %s", firstOf(miss), firstOf(extra)))
+	pendingK := alertKey{alert: "GPUPodsPendingWhileGPUsIdle"}
+	res.pass("live", "vmalert: GPUPodsPendingWhileGPUsIdle pending", active[pendingK] != "", fmt.Sprintf("state %q", active[pendingK]))
+	for k, st := range active {
+		if k.alert == "GpuxraySourceDown" {
+			res.pass("live", "vmalert: no source down", false, fmt.Sprintf("%s %s", k, st))
+		}
+	}
+}
+
+// known reports whether k names a pod and GPU of the fleet.
+func (l *liveRun) known(k alertKey) bool {
+	for _, a := range l.agents {
+		if a.node.Name != k.node {
+			continue
+		}
+		for _, p := range a.scenario.Pods {
+			if p.Namespace == k.namespace && p.Name == k.pod {
+				for _, d := range p.Devices {
+					if fmt.Sprint(d.GPU) == k.gpu {
+						return true
+					}
+				}
+			}
+		}
+	}
+	return false
+}
+
+// unattributed are the GPUs busy beyond GPUUnattributedActivity's 5% with
+// no pod holding them, over the live run.
+func (l *liveRun) unattributed() map[alertKey]bool {
+	out := map[alertKey]bool{}
+	for _, a := range l.agents {
+		from, to := l.targetsAt.Sub(a.scenario.Start), l.end.Sub(a.scenario.Start)
+		for gpu := 0; gpu < a.scenario.GPUs; gpu++ {
+			if _, mig := a.scenario.MIG[gpu]; mig || len(a.scenario.Unallocated) == 0 {
+				continue
+			}
+			if g := gpuBusyUnheld(a, gpu, from, to); g > 0.05*1.2 {
+				out[alertKey{alert: "GPUUnattributedActivity", node: a.node.Name, gpu: fmt.Sprint(gpu)}] = true
+			}
+		}
+	}
+	return out
+}
+
+// gpuBusyUnheld is gpu's mean busy ratio with no pod holding it over [a, b).
+func gpuBusyUnheld(a *liveAgent, gpu int, from, to time.Duration) float64 {
+	sc := a.scenario
+	var sum float64
+	n := 0
+	for t := from; t < to; t += 10 * time.Second {
+		held := false
+		for _, p := range sc.Pods {
+			if t >= p.From && t < p.To {
+				for _, d := range p.Devices {
+					held = held || (d.GPU == gpu && !d.MIG)
+				}
+			}
+		}
+		if !held {
+			sum += sc.GPUUtilAt(gpu, t)
+		}
+		n++
+	}
+	return sum / float64(max(n, 1))
+}
+
+// checkTargets: every agent is a target of exactly one shard, both shards
+// have some, and the engine holds one scrape of each agent per interval.
+func (l *liveRun) checkTargets(ctx context.Context, res *Result) {
+	owner := map[string][]int{}
+	perShard := make([]int, len(l.shards))
+	for i, s := range l.shards {
+		var t struct {
+			ActiveTargets []struct {
+				Labels    map[string]string `json:"labels"`
+				Health    string            `json:"health"`
+				ScrapeURL string            `json:"scrapeUrl"`
+			} `json:"activeTargets"`
+		}
+		if err := apiGet(ctx, s, "/api/v1/targets", &t); err != nil {
+			res.pass("live", "shards' targets", false, err.Error())
+			return
+		}
+		for _, at := range t.ActiveTargets {
+			if at.Labels["job"] != "gpuxray" {
+				continue
+			}
+			owner[at.Labels["node"]] = append(owner[at.Labels["node"]], i)
+			perShard[i]++
+		}
+	}
+	var twice, none []string
+	for _, a := range l.agents {
+		switch n := len(owner[a.node.Name]); {
+		case n == 0:
+			none = append(none, a.node.Name)
+		case n > 1:
+			twice = append(twice, a.node.Name)
+		}
+	}
+	split := fmt.Sprint(perShard)
+	// Both shards take a share; with fewer than 16 targets, the hash of
+	// their (random) addresses may give one shard all of them.
+	res.pass("live", fmt.Sprintf("shards: each of %d agents a target of exactly one shard (%s)", len(l.agents), split),
+		len(none) == 0 && len(twice) == 0 && (len(l.agents) < 16 || !slicesHasZero(perShard)),
+		fmt.Sprintf("unscraped %s; scraped twice %s", firstOf(none), firstOf(twice)))
+
+	// In the engine: one `up` series per node, a sample per scrape
+	// interval (two shards scraping one target would give two).
+	at := l.end.Add(-40 * time.Second) // VictoriaMetrics' latency, and a scrape
+	span := at.Sub(l.targetsAt.Add(20 * time.Second)).Truncate(time.Second)
+	q := fmt.Sprintf(`count_over_time(up{job="gpuxray"}[%ds])`, int(span.Seconds()))
+	var v vector
+	if err := query(ctx, l.vm, queryPath(q, at), &v); err != nil {
+		res.pass("live", "engine: scrapes per node", false, err.Error())
+		return
+	}
+	want := span.Seconds() / l.scrape.Seconds()
+	seen := map[string]int{}
+	var off []string
+	for _, s := range v {
+		seen[s.Metric["node"]]++
+		if n := sampleValue(s.Value[1]); math.Abs(n-want) > 1 {
+			off = append(off, fmt.Sprintf("%s: %.0f", s.Metric["node"], n))
+		}
+	}
+	for _, a := range l.agents {
+		if seen[a.node.Name] != 1 {
+			off = append(off, fmt.Sprintf("%s: %d series", a.node.Name, seen[a.node.Name]))
+		}
+	}
+	sort.Strings(off)
+	res.pass("live", fmt.Sprintf("engine: one series of up per agent, %.0f±1 samples in %s", want, span), len(off) == 0, "off: "+firstOf(off))
+	res.summary(fmt.Sprintf("%d targets on %d shards %s", len(l.agents), len(l.shards), split))
+}
+
+func slicesHasZero(xs []int) bool {
+	for _, x := range xs {
+		if x == 0 {
+			return true
+		}
+	}
+	return false
+}
+
+// recorded is one sample of a recording rule, as vmalert wrote it.
+type recorded struct {
+	name   string
+	labels map[string]string
+	at     time.Time
+	value  float64
+}
+
+// exportRecorded reads back every sample the recording rules wrote.
+func exportRecorded(ctx context.Context, vm string, from time.Time) ([]recorded, error) {
+	q := `{__name__=~"cluster_window:gpuxray_.+|namespace_workload_model_window:gpuxray_.+|cluster:gpuxray_idle_gpus:rate5m|namespace:kube_pod_container_resource_requests_gpu_pending:sum|cluster:kube_pod_container_resource_requests_gpu_pending:sum"}`
+	code, b, err := httpGet(ctx, fmt.Sprintf("http://%s/api/v1/export?match[]=%s&start=%d", vm, url.QueryEscape(q), from.Unix()))
+	if err != nil {
+		return nil, err
+	}
+	if code != 200 {
+		return nil, fmt.Errorf("export: HTTP %d: %s", code, b)
+	}
+	var out []recorded
+	sc := bufio.NewScanner(bytes.NewReader(b))
+	sc.Buffer(make([]byte, 1<<20), 1<<26)
+	for sc.Scan() {
+		var line struct {
+			Metric     map[string]string `json:"metric"`
+			Values     []float64         `json:"values"`
+			Timestamps []int64           `json:"timestamps"`
+		}
+		if err := json.Unmarshal(sc.Bytes(), &line); err != nil {
+			return nil, err
+		}
+		name := line.Metric["__name__"]
+		delete(line.Metric, "__name__")
+		for i, ts := range line.Timestamps {
+			out = append(out, recorded{name: name, labels: line.Metric, at: time.UnixMilli(ts), value: line.Values[i]})
+		}
+	}
+	return out, sc.Err()
+}
+
+// Windows the truth of a recorded rate is taken over. A rule evaluated at
+// T reads a rate over the samples VictoriaMetrics holds at T less its
+// latency (-search.latencyOffset, 30 s), from the last sample before the
+// window (or the first, for a series younger than the window): the
+// window's end lags T by 0 to a minute, its start by a scrape interval
+// more or less. The truth is taken over each such window; a recorded
+// value is checked where those truths agree within stableSpread (no pod
+// came, went or changed near the window's edges), and skipped otherwise.
+const (
+	maxLag       = 60 * time.Second
+	stableSpread = 0.002
+)
+
+// checkRules sets every recorded sample of every recording rule against
+// the truth of its window.
+func (l *liveRun) checkRules(ctx context.Context, res *Result) {
+	rs, err := exportRecorded(ctx, l.vm, l.targetsAt)
+	if err != nil {
+		res.pass("live", "recording rules", false, err.Error())
+		return
+	}
+	trs := make([]*truther, len(l.agents))
+	for i, a := range l.agents {
+		trs[i] = newTruther(asPolled(a.scenario, l.poll))
+	}
+	derived := derivedRules()
+	means := map[string]*seriesMean{}
+	byRule := map[string]*worst{}
+	skipped := map[string]int{}
+	var names []string
+	for _, r := range rs {
+		w := byRule[r.name]
+		if w == nil {
+			unit := "GPUs"
+			w = newWorst("live", "rule "+r.name, unit, floorGPUs)
+			byRule[r.name] = w
+			names = append(names, r.name)
+		}
+		// Too early: the first samples are not yet in every window; a rule
+		// built on recorded series reads them an evaluation and a latency
+		// later.
+		first, lagMax := l.targetsAt.Add(l.scrape+45*time.Second), maxLag
+		if derived[r.name] {
+			first, lagMax = first.Add(30*time.Second), maxLag+30*time.Second
+		}
+		if r.at.Before(first) {
+			continue
+		}
+		lo, hi := math.Inf(1), math.Inf(-1)
+		var mean float64
+		n := 0
+		for lag := time.Duration(0); lag <= lagMax; lag += l.scrape {
+			for _, before := range []time.Duration{0, l.scrape} {
+				for _, first := range []time.Duration{0, l.scrape} {
+					end := r.at.Add(-lag)
+					start := end.Add(-5*time.Minute - before)
+					if min := l.targetsAt.Add(first); start.Before(min) {
+						start = min
+					}
+					if end.Sub(start) < time.Minute {
+						continue // no window the engine could have used
+					}
+					v := l.truthOf(trs, r, start, end)
+					lo, hi = math.Min(lo, v), math.Max(hi, v)
+					mean += v
+					n++
+				}
+			}
+		}
+		if n == 0 {
+			continue
+		}
+		mean /= float64(n)
+		if hi-lo > stableSpread*math.Max(math.Abs(mean), floorGPUs*10) {
+			skipped[r.name]++
+			continue
+		}
+		if perWorkload(r.name) {
+			k := r.name + "\x00" + seriesKey(r.labels)
+			m := means[k]
+			if m == nil {
+				m = &seriesMean{labels: r.labels}
+				means[k] = m
+			}
+			m.got, m.want, m.n = m.got+r.value, m.want+mean, m.n+1
+			continue
+		}
+		w.add(fmt.Sprintf("%v at %s", r.labels, r.at.Format("15:04:05")), r.value, mean)
+	}
+	for k, m := range means {
+		name := k[:strings.IndexByte(k, 0)]
+		byRule[name].add(fmt.Sprintf("%v, mean of %d", m.labels, m.n), m.got/float64(m.n), m.want/float64(m.n))
+	}
+	sort.Strings(names)
+	for _, n := range names {
+		w := byRule[n]
+		if s := skipped[n]; s > 0 {
+			w.notes = append(w.notes, fmt.Sprintf("%d samples near a change skipped", s))
+		}
+		res.addWorst(w)
+	}
+	if len(names) == 0 {
+		res.pass("live", "recording rules", false, "vmalert recorded nothing")
+	}
+}
+
+// A workload's series is mostly one GPU of one node, whose rate is off by
+// as much as its agent's poll or its scrape lags (on a loaded machine,
+// seconds: a 5-minute rate of one GPU off by 2 or 3%), in one window and
+// not the next. Such a series is checked by its mean over the run's
+// evaluations against the mean of its truths; a cluster-wide rule, which
+// sums many nodes, evaluation by evaluation.
+func perWorkload(rule string) bool {
+	return strings.HasPrefix(rule, "namespace_workload_model_window:")
+}
+
+type seriesMean struct {
+	labels    map[string]string
+	got, want float64
+	n         int
+}
+
+// truthOf is the truth of recorded sample r over [start, end): a mean
+// number of GPUs, or pending GPUs at end.
+func (l *liveRun) truthOf(trs []*truther, r recorded, start, end time.Time) float64 {
+	secs := end.Sub(start).Seconds()
+	name := r.name
+	if strings.Contains(name, "resource_requests_gpu_pending") {
+		v := 0.0
+		for _, a := range l.agents {
+			t := end.Sub(a.scenario.Start)
+			for _, u := range a.scenario.Unscheduled {
+				if (r.labels["namespace"] == "" || r.labels["namespace"] == u.Namespace) && t >= u.From && t < u.To {
+					v += float64(u.GPUs)
+				}
+			}
+		}
+		return v
+	}
+	window := r.labels["window"]
+	spans := l.nodeSpans(trs, start, end)
+	var v float64
+	for _, sp := range spans {
+		var vi float64
+		for _, t := range sp {
+			if window != "" && (window == "peak") != (t == sp[0]) {
+				continue
+			}
+			vi += totalsFor(name, r.labels, t)
+		}
+		v += vi
+	}
+	return v / secs
+}
+
+// nodeSpans is each node's truth over [start, end), peak and off-peak,
+// cached: every rule evaluated at one time reads the same spans.
+func (l *liveRun) nodeSpans(trs []*truther, start, end time.Time) [][2]*totals {
+	k := [2]time.Time{start, end}
+	l.mu.Lock()
+	c, ok := l.spans[k]
+	l.mu.Unlock()
+	if ok {
+		return c
+	}
+	c = make([][2]*totals, len(l.agents))
+	for i, a := range l.agents {
+		pk, op := trs[i].span(start.Sub(a.scenario.Start), end.Sub(a.scenario.Start), l.sched)
+		c[i] = [2]*totals{pk, op}
+	}
+	l.mu.Lock()
+	if l.spans == nil {
+		l.spans = map[[2]time.Time][][2]*totals{}
+	}
+	l.spans[k] = c
+	l.mu.Unlock()
+	return c
+}
+
+// totalsFor is the seconds rule name sums, for the labels it keeps.
+func totalsFor(name string, labels map[string]string, t *totals) float64 {
+	metric := strings.SplitN(name, ":", 3)[1]
+	if strings.HasPrefix(name, "namespace_workload_model_window:") {
+		k := wkey{labels["namespace"], labels["workload_kind"], labels["workload"], labels["model"]}
+		p := t.Work[k]
+		return podField(metric, p)
+	}
+	switch metric {
+	case "gpuxray_device_observed_seconds":
+		return t.Observed
+	case "gpuxray_device_allocated_seconds":
+		return t.Allocated
+	case "gpuxray_device_allocated_idle_seconds":
+		return t.AllocIdle
+	case "gpuxray_device_allocated_active_seconds":
+		return t.AllocActive
+	case "gpuxray_device_unallocated_seconds":
+		return t.Unallocated
+	case "gpuxray_device_unallocated_active_seconds":
+		return t.UnallocActive
+	case "gpuxray_idle_gpus":
+		return t.reclaimable()
+	}
+	return podField(metric, t.pods())
+}
+
+func podField(metric string, p podSeconds) float64 {
+	switch metric {
+	case "gpuxray_allocated_idle_seconds":
+		return p.Idle
+	case "gpuxray_allocated_active_seconds":
+		return p.Active
+	}
+	return p.Allocated
+}
+
+// derivedRules are the recording rules that read other recorded series.
+func derivedRules() map[string]bool {
+	f, err := promrules.Parse(promrules.Rules)
+	if err != nil {
+		return nil
+	}
+	out := map[string]bool{}
+	inlined := inlineRecorded(f)
+	for _, g := range f.Groups {
+		for _, r := range g.Rules {
+			if r.Record != "" && strings.TrimSpace(r.Expr) != inlined[r.Record] {
+				out[r.Record] = true
+			}
+		}
+	}
+	return out
+}

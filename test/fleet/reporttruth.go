@@ -1,0 +1,232 @@
+package fleet
+
+import (
+	"slices"
+	"time"
+
+	"github.com/NVIDIA/go-nvml/pkg/nvml/mock/gpus"
+
+	"github.com/gpuxray/gpuxray/agent"
+	"github.com/gpuxray/gpuxray/collector/sim"
+	"github.com/gpuxray/gpuxray/report"
+)
+
+// memTotal is each system's GPU memory as the simulated driver reports
+// it: the go-nvml mock's, which the simulation is built on.
+var memTotal = map[string]float64{
+	"dgxa100": float64(gpus.A100_SXM4_40GB.MemoryMB << 20),
+	"dgxh100": float64(gpus.H100_SXM5_80GB.MemoryMB << 20),
+	"dgxh200": float64(gpus.H200_SXM5_141GB.MemoryMB << 20),
+	"dgxb200": float64(gpus.B200_SXM5_180GB.MemoryMB << 20),
+}
+
+// gpuName is each system's GPU product name as the simulated driver
+// reports it, which the report's MIG hint reads from gpuxray_device_info.
+var gpuName = map[string]string{
+	"dgxa100": gpus.A100_SXM4_40GB.Name,
+	"dgxh100": gpus.H100_SXM5_80GB.Name,
+	"dgxh200": gpus.H200_SXM5_141GB.Name,
+	"dgxb200": gpus.B200_SXM5_180GB.Name,
+}
+
+// member is a node of a fleet whose history is a copy of another's: its
+// scenario's truth, its workloads renamed.
+type member struct {
+	tr     *truther
+	rename func(string) string
+	// shift is how much later than the scenario's own time its samples
+	// are stamped: a scraper that is not in step with the replay's.
+	shift time.Duration
+}
+
+// reportTruth is what `gpuxray report` must answer over a range, from the
+// scenarios alone.
+type reportTruth struct {
+	report.Report
+	// steps are the figures of each step of the range, fleet-wide.
+	steps []stepTruth
+}
+
+type stepTruth struct {
+	// peak is the step's share of observed time in the peak window, as
+	// the agents' window label says.
+	peak, peakObserved                                        float64
+	observed, allocated, active, idle, unallocated, unallocAc float64 // GPUs
+	pending                                                   float64
+}
+
+// historyTruth is the report's truth over [start, start+rng) at step, for
+// a fleet of members, with the history scraped every scrape (the idle
+// streak is a gauge, read at scrapes).
+func historyTruth(members []member, start time.Time, rng, step, scrape time.Duration, sched *agent.Schedule, c report.Config) reportTruth {
+	n := int(rng / step)
+	stepS, stepH := step.Seconds(), step.Hours()
+	var rt reportTruth
+	rt.steps = make([]stepTruth, n)
+	type wacc struct {
+		w            report.Workload
+		alloc, activ []float64
+	}
+	work := map[wkey]*wacc{}
+	get := func(k wkey) *wacc {
+		a := work[k]
+		if a == nil {
+			a = &wacc{w: report.Workload{Namespace: k.Namespace, Kind: k.Kind, Name: k.Workload, Model: k.Model, GPUNames: []string{}},
+				alloc: make([]float64, n), activ: make([]float64, n)}
+			work[k] = a
+		}
+		return a
+	}
+	for _, m := range members {
+		sc := m.tr.sc
+		off := start.Sub(sc.Start) - m.shift
+		for i := 0; i < n; i++ {
+			a, b := off+time.Duration(i)*step, off+time.Duration(i+1)*step
+			pk, op := m.tr.span(a, b, sched)
+			st := &rt.steps[i]
+			st.peakObserved += pk.Observed / stepS
+			for _, t := range []*totals{pk, op} {
+				st.observed += t.Observed / stepS
+				st.allocated += t.Allocated / stepS
+				st.active += t.AllocActive / stepS
+				st.idle += t.AllocIdle / stepS
+				st.unallocated += t.Unallocated / stepS
+				st.unallocAc += t.UnallocActive / stepS
+				isPeak := t == pk
+				if isPeak {
+					fp := &rt.Report.Funnel.Peak
+					fp.Owned += t.Observed / 3600
+					fp.Allocated += t.Allocated / 3600
+					fp.Active += t.AllocActive / 3600
+					fp.Idle += t.AllocIdle / 3600
+					fp.Unallocated += t.Unallocated / 3600
+					fp.UnallocatedActive += t.UnallocActive / 3600
+				}
+				for k, v := range t.Work {
+					k.Workload = m.rename(k.Workload)
+					acc := get(k)
+					w := &acc.w
+					w.Allocated += v.Allocated / 3600
+					w.Idle += v.Idle / 3600
+					w.Active += v.Active / 3600
+					if isPeak {
+						w.PeakAllocated += v.Allocated / 3600
+						w.PeakIdle += v.Idle / 3600
+						w.PeakActive += v.Active / 3600
+					}
+					acc.alloc[i] += v.Allocated
+					acc.activ[i] += v.Active
+				}
+			}
+			// Pending demand is a gauge, read at the middle of the step.
+			mid := a + step/2
+			for _, u := range sc.Unscheduled {
+				if mid >= u.From && mid < u.To {
+					st.pending += float64(u.GPUs)
+				}
+			}
+		}
+		// The idle streak, memory: per pod, at the scrapes in range.
+		for _, p := range sc.Pods {
+			k := workloadOf(p)
+			k.Workload = m.rename(k.Workload)
+			acc := get(k)
+			w := &acc.w
+			blind := noMIGActivity(sc.System) && len(p.Devices) > 0 && p.Devices[0].MIG
+			if !blind {
+				// The scrapes in range, on the replay's grid from the start.
+				first := (off + scrape) / scrape * scrape
+				for t := first; t <= off+rng; t += scrape {
+					if t >= p.From && t < p.To {
+						w.LongestIdleStreakSeconds = max(w.LongestIdleStreakSeconds, streakAt(p, t).Seconds())
+					}
+				}
+			}
+			if p.From < off+rng && p.To > off {
+				w.PeakMemoryBytes = max(w.PeakMemoryBytes, float64(p.Memory))
+				if len(p.Devices) > 0 && !p.Devices[0].MIG {
+					w.MemoryTotalBytes = max(w.MemoryTotalBytes, memTotal[sc.System])
+				}
+				// As the agent marks an allocation shared: a
+				// time-slicing replica or the shared resource.
+				for _, d := range p.Devices {
+					w.SharedGPU = w.SharedGPU || d.Replicated || p.Resource == sim.ResourceGPUShared
+					// Whole GPUs (replicas included) carry a name; MIG
+					// instances none.
+					if n := gpuName[sc.System]; !d.MIG && !slices.Contains(w.GPUNames, n) {
+						w.GPUNames = append(w.GPUNames, n)
+						slices.Sort(w.GPUNames)
+					}
+				}
+			}
+		}
+	}
+	var ws []report.Workload
+	for _, acc := range work {
+		w := acc.w
+		for i := range acc.alloc {
+			if a := acc.alloc[i]; a >= stepS/2 {
+				w.PeakActivity = max(w.PeakActivity, acc.activ[i]/a)
+			}
+		}
+		w.Efficiency = ratio(w.Active, w.Allocated)
+		w.PeakEfficiency = ratio(w.PeakActive, w.PeakAllocated)
+		if w.Allocated == 0 {
+			w.LongestIdleStreakSeconds, w.PeakMemoryBytes, w.MemoryTotalBytes = 0, 0, 0
+		}
+		ws = append(ws, w)
+	}
+	r := &rt.Report
+	f := &r.Funnel
+	f.All.Hours = rng.Hours()
+	demand := make([]report.DemandStep, n)
+	var idle, obs [7][24]float64
+	for i := range rt.steps {
+		st := &rt.steps[i]
+		f.All.Owned += st.observed * stepH
+		f.All.Allocated += st.allocated * stepH
+		f.All.Active += st.active * stepH
+		f.All.Idle += st.idle * stepH
+		f.All.Unallocated += st.unallocated * stepH
+		f.All.UnallocatedActive += st.unallocAc * stepH
+		st.peak = ratio(st.peakObserved, st.observed)
+		f.Peak.Hours += st.peak * stepH
+		demand[i] = report.DemandStep{Hours: stepH, Peak: st.peak, Pending: st.pending, IdleAllocated: st.idle, Unallocated: st.unallocated, UnallocatedActive: st.unallocAc}
+		mid := start.Add(time.Duration(i)*step + step/2).In(c.Location)
+		idle[mid.Weekday()][mid.Hour()] += st.idle
+		obs[mid.Weekday()][mid.Hour()]++
+	}
+	for d := range idle {
+		for h := range idle[d] {
+			if obs[d][h] > 0 {
+				v := idle[d][h] / obs[d][h]
+				r.Heatmap.IdleAllocatedGPUs[d][h] = &v
+			}
+		}
+	}
+	r.Demand = report.SetAgainst(demand, c.Quantile, true)
+	r.Verdict = report.Decide(r.Demand)
+	r.TopWorkloads = report.TopByPeakIdle(ws, len(ws))
+	r.TopModels = report.Models(ws, len(ws))
+	r.Hints = report.Hints(r.TopWorkloads, c.Hints)
+	return rt
+}
+
+func ratio(a, b float64) float64 {
+	if b <= 0 {
+		return 0
+	}
+	return a / b
+}
+
+// renameNode is the rename of a copy of node from's history as node to's.
+func renameNode(from, to string) func(string) string {
+	id := identity{from: from, to: to}
+	return func(s string) string {
+		if id.from == id.to {
+			return s
+		}
+		out := &series{labels: []label{{"x", s}}}
+		return id.apply(out).labels[0].value
+	}
+}

@@ -1,0 +1,152 @@
+package fleet
+
+import (
+	"math"
+	"testing"
+	"time"
+
+	"github.com/gpuxray/gpuxray/agent"
+	"github.com/gpuxray/gpuxray/collector/sim"
+)
+
+const truthScenario = `start: 2026-11-23T08:00:00Z
+duration: 3h
+node: t
+system: dgxh100
+gpus: 3
+pods:
+  - {namespace: ml, name: a-0, owner: {kind: Job, name: a}, devices: ["gpu:0", "gpu:1"], from: 10m, to: 2h,
+     util: [{at: 10m, value: 0.8}, {at: 1h, value: 0}, {at: 1h30m, value: 0.5}]}
+  - {namespace: ml, name: b-0, owner: {kind: ReplicaSet, name: b-5f6c8d9b4z}, labels: {pod-template-hash: 5f6c8d9b4z, model: m},
+     devices: ["gpu:2"], util: {duty: {period: 4s, busy: 1s, value: 0.9}}}
+unallocated:
+  - {device: "gpu:0", at: 2h30m, value: 0.4}
+`
+
+func parse(t *testing.T, y string) *sim.Scenario {
+	t.Helper()
+	sc, err := sim.ParseScenario([]byte(y), "t.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return sc
+}
+
+func near(a, b float64) bool { return math.Abs(a-b) <= 1e-6*math.Max(1, math.Abs(b)) }
+
+// TestTrutherAddsUp: the truth of the whole scenario is GPUTruth's and
+// Truth's, and spans add up to it whatever the cuts.
+func TestTrutherAddsUp(t *testing.T) {
+	t.Parallel()
+	sc := parse(t, truthScenario)
+	tr := newTruther(sc)
+	whole := tr.cumulative(sc.Duration)
+	var alloc, idle float64
+	for _, g := range sc.GPUTruth(idleThreshold) {
+		alloc += g.AllocatedSeconds
+		idle += g.AllocatedIdleSeconds
+	}
+	if !near(whole.Allocated, alloc) || !near(whole.AllocIdle, idle) {
+		t.Errorf("cumulative at the end: allocated %g idle %g, want GPUTruth's %g %g", whole.Allocated, whole.AllocIdle, alloc, idle)
+	}
+	var podAlloc float64
+	for _, r := range sc.Truth(idleThreshold) {
+		podAlloc += r.AllocatedSeconds
+	}
+	if p := whole.pods(); !near(p.Allocated, podAlloc) {
+		t.Errorf("pod-seconds %g, want Truth's %g", p.Allocated, podAlloc)
+	}
+	if w := whole.Work[wkey{"ml", "Deployment", "b", "m"}]; !near(w.Allocated, 3*3600) {
+		t.Errorf("workload b (Deployment of ReplicaSet b-5f6c8d9b4z): %+v, want 3h allocated", w)
+	}
+	sched, _ := agent.ParseSchedule(agent.DefaultPeakSchedule, time.UTC)
+	sum := newTotals()
+	for _, cut := range [][2]time.Duration{{0, 37 * time.Minute}, {37 * time.Minute, time.Hour + 17*time.Second}, {time.Hour + 17*time.Second, 3 * time.Hour}} {
+		pk, op := tr.span(cut[0], cut[1], sched)
+		sum.add(pk, 1, nil)
+		sum.add(op, 1, nil)
+	}
+	for name, p := range map[string][2]float64{
+		"observed": {sum.Observed, whole.Observed}, "allocated": {sum.Allocated, whole.Allocated},
+		"idle": {sum.AllocIdle, whole.AllocIdle}, "active": {sum.AllocActive, whole.AllocActive},
+		"unallocated active": {sum.UnallocActive, whole.UnallocActive}, "pod idle": {sum.pods().Idle, whole.pods().Idle},
+	} {
+		if !near(p[0], p[1]) {
+			t.Errorf("%s: spans add up to %g, want %g", name, p[0], p[1])
+		}
+	}
+	// 08:00-11:00 under Mon-Fri 09:00-18:00: two hours of peak.
+	pk, op := tr.span(0, sc.Duration, sched)
+	if !near(pk.Observed, 2*3600*3) || !near(op.Observed, 3600*3) {
+		t.Errorf("observed at peak %g, off-peak %g; want 2 and 1 hours of 3 GPUs", pk.Observed, op.Observed)
+	}
+}
+
+func TestWindowSplit(t *testing.T) {
+	t.Parallel()
+	sched, _ := agent.ParseSchedule(agent.DefaultPeakSchedule, time.UTC)
+	start := time.Date(2026, 11, 23, 8, 0, 0, 0, time.UTC) // a Monday
+	got := windowSplit(start, 58*time.Minute+30*time.Second, 62*time.Minute, sched)
+	want := []piece{{58*time.Minute + 30*time.Second, time.Hour, false}, {time.Hour, 62 * time.Minute, true}}
+	if len(got) != len(want) || got[0] != want[0] || got[1] != want[1] {
+		t.Errorf("windowSplit across 09:00 = %+v, want %+v", got, want)
+	}
+	if got := windowSplit(start, 0, 30*time.Minute, sched); len(got) != 1 || got[0].peak {
+		t.Errorf("08:00-08:30 = %+v, want one off-peak piece", got)
+	}
+}
+
+func TestStreakAt(t *testing.T) {
+	t.Parallel()
+	sc := parse(t, truthScenario)
+	a, b := sc.Pods[0], sc.Pods[1]
+	for _, c := range []struct {
+		name string
+		p    sim.Pod
+		at   time.Duration
+		want time.Duration
+	}{
+		{"busy", a, 30 * time.Minute, 0},
+		{"idle since 1h", a, 80 * time.Minute, 20 * time.Minute},
+		{"just before busy again", a, 90 * time.Minute, 30 * time.Minute},
+		{"busy again", a, 100 * time.Minute, 0},
+		{"before it starts", a, 5 * time.Minute, 0},
+		{"in a burst", b, 10*time.Minute + 500*time.Millisecond, 0},
+		{"between bursts", b, 10*time.Minute + 2500*time.Millisecond, 1500 * time.Millisecond},
+		{"at a burst's start", b, 10*time.Minute + 4*time.Second, 3 * time.Second},
+	} {
+		if got := streakAt(c.p, c.at); got != c.want {
+			t.Errorf("%s: streak at %s = %s, want %s", c.name, c.at, got, c.want)
+		}
+	}
+}
+
+// TestAsPolled: pods move half a poll earlier on whole GPUs, a whole poll
+// on MIG instances; none moves before the start.
+func TestAsPolled(t *testing.T) {
+	t.Parallel()
+	sc := parse(t, `start: 2026-11-23T08:00:00Z
+duration: 1h
+system: dgxh100
+gpus: 2
+mig:
+  "gpu:1": [7g.80gb]
+pods:
+  - {namespace: ml, name: a-0, devices: ["gpu:0"], from: 10m, to: 20m}
+  - {namespace: ml, name: b-0, devices: ["mig:1/0"], from: 10m, to: 20m}
+  - {namespace: ml, name: c-0, devices: ["gpu:0"], from: 30m}
+`)
+	p := asPolled(sc, 15*time.Second).Pods
+	for i, want := range [][2]time.Duration{
+		{10*time.Minute - 7500*time.Millisecond, 20*time.Minute - 7500*time.Millisecond},
+		{10*time.Minute - 15*time.Second, 20*time.Minute - 15*time.Second},
+		{30*time.Minute - 7500*time.Millisecond, time.Hour - 7500*time.Millisecond},
+	} {
+		if p[i].From != want[0] || p[i].To != want[1] {
+			t.Errorf("pod %d as polled: [%s, %s), want [%s, %s)", i, p[i].From, p[i].To, want[0], want[1])
+		}
+	}
+	if sc.Pods[0].From != 10*time.Minute {
+		t.Error("asPolled changed the scenario it was given")
+	}
+}
