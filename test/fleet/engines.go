@@ -220,18 +220,34 @@ func inlineRecorded(f *promrules.RuleFile) map[string]string {
 	return out
 }
 
-// fleetRules is the recording rules the fleet can check: those that read
-// ResourceClaims from kube-state-metrics' custom-resource-state metrics
-// (DRA demand) are left out, for the fleet's kube-state-metrics, like
-// collector/sim's, serves pods only; deploy/prometheus/tests checks them.
+// fleetRules is the recording rules the fleet can check. Left out:
+//   - those that read ResourceClaims from kube-state-metrics'
+//     custom-resource-state metrics (DRA demand), for the fleet's
+//     kube-state-metrics, like collector/sim's, serves pods only;
+//   - the queue X-ray's (gpuxray.queue.rules), for the generated fleet has
+//     no priority classes or Kueue queues: its pods all rank 0.
+//
+// deploy/prometheus/tests checks both with promtool, and report's tests the
+// queue X-ray's matching.
 func fleetRules(exprs map[string]string) map[string]string {
 	out := map[string]string{}
 	for name, e := range exprs {
-		if !strings.Contains(e, "kube_customresource_") {
+		if !strings.Contains(e, "kube_customresource_") && !queueRule(e) {
 			out[name] = e
 		}
 	}
 	return out
+}
+
+// queueRule is whether expression e is one of the queue X-ray's: it reads
+// PriorityClass values, pods' priority classes or Kueue.
+func queueRule(e string) bool {
+	for _, s := range []string{"gpuxray_priority_class_value", "kube_pod_info", "kueue_", "cluster_queue"} {
+		if strings.Contains(e, s) {
+			return true
+		}
+	}
+	return false
 }
 
 func seriesKey(m map[string]string) string {

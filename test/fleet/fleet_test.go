@@ -3,6 +3,7 @@ package fleet
 import (
 	"bytes"
 	"context"
+	"github.com/prometheus/prometheus/promql/parser"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -189,8 +190,16 @@ func TestFleetRules(t *testing.T) {
 	checked := fleetRules(all)
 	for name := range all {
 		_, ok := checked[name]
-		if dra := strings.Contains(name, "resourceclaim"); ok == dra {
+		left := strings.Contains(name, "resourceclaim") || strings.Contains(name, "priority") || strings.Contains(name, "queue")
+		if ok == left {
 			t.Errorf("%s checked: %v", name, ok)
+		}
+	}
+	// What the engines are asked must parse: a selector on an inlined
+	// recorded series would not.
+	for name, e := range checked {
+		if _, err := parser.NewParser(parser.Options{}).ParseExpr(e); err != nil {
+			t.Errorf("%s, inlined, does not parse: %v", name, err)
 		}
 	}
 	if _, ok := checked["cluster:gpuxray_idle_gpus:rate5m"]; !ok || len(checked) < 15 {
