@@ -128,6 +128,20 @@ kube_pod_status_phase{namespace="inference",pod="vllm-0",uid="8f1e",phase="Runni
 kube_pod_container_resource_requests{namespace="research",pod="train-1",uid="2b9c",container="trainer",node="",resource="nvidia_com_gpu",unit="integer"} 2
 kube_pod_container_resource_requests{namespace="research",pod="train-1",uid="2b9c",container="trainer",node="",resource="cpu",unit="core"} 16
 kube_pod_container_resource_requests{namespace="inference",pod="vllm-0",uid="8f1e",container="vllm",node="demo-node",resource="nvidia_com_gpu",unit="integer"} 1
+# HELP kube_pod_info [STABLE] Information about pod.
+# TYPE kube_pod_info gauge
+kube_pod_info{namespace="research",pod="train-1",uid="2b9c",node="",priority_class="training",created_by_kind="Job",created_by_name="train"} 1
+kube_pod_info{namespace="inference",pod="vllm-0",uid="8f1e",node="demo-node",priority_class="",created_by_kind="StatefulSet",created_by_name="vllm"} 1
+# HELP kube_pod_labels [STABLE] Kubernetes labels converted to Prometheus labels.
+# TYPE kube_pod_labels gauge
+kube_pod_labels{namespace="research",pod="train-1",uid="2b9c",label_kueue_x_k8s_io_queue_name="team-a"} 1
+kube_pod_labels{namespace="inference",pod="vllm-0",uid="8f1e",label_kueue_x_k8s_io_queue_name=""} 1
+# HELP kueue_cluster_queue_nominal_quota Reports the cluster_queue's resource nominal quota within all the flavors
+# TYPE kueue_cluster_queue_nominal_quota gauge
+kueue_cluster_queue_nominal_quota{cohort="ml",cluster_queue="research",flavor="default",resource="nvidia.com/gpu"} 4
+# HELP kueue_cluster_queue_resource_usage Reports the cluster_queue's total resource usage within all the flavors
+# TYPE kueue_cluster_queue_resource_usage gauge
+kueue_cluster_queue_resource_usage{cohort="ml",cluster_queue="research",flavor="default",resource="nvidia.com/gpu"} 4
 # HELP kube_customresource_resourceclaim_request_devices Devices a request of a DRA ResourceClaim asks for (exactly.count).
 # TYPE kube_customresource_resourceclaim_request_devices gauge
 kube_customresource_resourceclaim_request_devices{customresource_group="resource.k8s.io",customresource_kind="ResourceClaim",customresource_version="v1",namespace="research",resourceclaim="train-2-gpu",request="gpu",device_class="gpu.nvidia.com",allocation_mode="ExactCount"} 1
