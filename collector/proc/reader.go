@@ -54,7 +54,11 @@ type Reader struct {
 
 	mu    sync.Mutex
 	cache map[uint32]entry
-	buf   []byte // stat reads, reused
+	// next becomes the cache at the end of a Resolve, and out is its
+	// answer: both are reused from call to call.
+	next map[uint32]entry
+	out  map[uint32]collector.ProcessInfo
+	buf  []byte // stat reads, reused
 }
 
 // entry is a resolved PID, the start time of the process it was read from,
@@ -71,31 +75,24 @@ func New(cfg Config, logger *zap.Logger) *Reader {
 	if logger == nil {
 		logger = zap.NewNop()
 	}
-	return &Reader{root: cfg.Root, logger: logger, cache: map[uint32]entry{}, buf: make([]byte, maxStatBytes)}
-}
-
-// Close closes the stat files of the cached PIDs and empties the cache; the
-// Reader stays usable.
-func (r *Reader) Close() {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	for pid, e := range r.cache {
-		e.stat.Close()
-		delete(r.cache, pid)
-	}
+	return &Reader{root: cfg.Root, logger: logger, cache: map[uint32]entry{}, next: map[uint32]entry{},
+		out: map[uint32]collector.ProcessInfo{}, buf: make([]byte, maxStatBytes)}
 }
 
 // Resolve returns what /proc says of each PID: pod UID and container ID (empty
 // for a process in no pod) and command line. A PID whose process has exited
 // is left out without an error; any other failure leaves the PID out and is
 // returned as a *collector.SourceError (source "proc", reason "read" or
-// "parse"). Cached PIDs not in pids are forgotten, so the cache holds only
-// the GPU processes of the latest call.
+// "parse"). Cached PIDs not in pids are forgotten, and their stat files
+// closed, so the cache holds only the GPU processes of the latest call
+// (Resolve(nil) closes them all). The map returned is the Reader's, valid
+// until the next call: a poll resolves its PIDs once and allocates no map.
 func (r *Reader) Resolve(pids []uint32) (map[uint32]collector.ProcessInfo, []error) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	out := make(map[uint32]collector.ProcessInfo, len(pids))
-	next := make(map[uint32]entry, len(pids))
+	out, next := r.out, r.next
+	clear(out)
+	clear(next)
 	var errs []error
 	for _, pid := range pids {
 		if _, done := next[pid]; done {
@@ -115,7 +112,7 @@ func (r *Reader) Resolve(pids []uint32) (map[uint32]collector.ProcessInfo, []err
 	for _, e := range r.cache { // PIDs NVML no longer lists
 		e.stat.Close()
 	}
-	r.cache = next
+	r.cache, r.next = next, r.cache
 	return out, errs
 }
 

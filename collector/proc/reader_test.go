@@ -379,7 +379,8 @@ func TestResolveRealProc(t *testing.T) {
 }
 
 // TestResolveClosesDropped checks that a PID NVML stops listing has its stat
-// file closed, and that Close closes the rest and leaves the Reader usable.
+// file closed, and that Resolve(nil) closes the rest and leaves the Reader
+// usable.
 // (Not parallel: it counts this process's descriptors.)
 func TestResolveClosesDropped(t *testing.T) {
 	root := t.TempDir()
@@ -400,14 +401,14 @@ func TestResolveClosesDropped(t *testing.T) {
 	if n := openFDs(t); n != base+2 {
 		t.Errorf("%d descriptors with 2 cached, want %d", n, base+2)
 	}
-	r.Close()
+	r.Resolve(nil)
 	if n := openFDs(t); n != base {
-		t.Errorf("%d descriptors after Close, want %d", n, base)
+		t.Errorf("%d descriptors after Resolve(nil), want %d", n, base)
 	}
 	if got, _ := r.Resolve([]uint32{3}); got[3].PodUID != uidA {
-		t.Errorf("Resolve after Close: %v", got)
+		t.Errorf("Resolve after Resolve(nil): %v", got)
 	}
-	r.Close()
+	r.Resolve(nil)
 }
 
 // TestAncestors: a vLLM tensor-parallel worker titles itself, and its model
