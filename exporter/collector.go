@@ -17,6 +17,23 @@ type SnapshotSource interface {
 	Snapshot() *agent.Snapshot
 }
 
+// snapshotLender is a SnapshotSource that lends its snapshots: one from
+// AcquireSnapshot stays as it is until its Release, then the source may
+// fill it again (agent.Engine). A scrape holds the snapshot it renders
+// this way, so that the engine's polls allocate none.
+type snapshotLender interface {
+	AcquireSnapshot() *agent.Snapshot
+}
+
+// snapshot returns the snapshot to render, to be released when rendered
+// (Release does nothing on a snapshot that was not lent).
+func (c *Collector) snapshot() *agent.Snapshot {
+	if l, ok := c.src.(snapshotLender); ok {
+		return l.AcquireSnapshot()
+	}
+	return c.src.Snapshot()
+}
+
 // BuildInfo identifies the running binary in gpuxray_build_info.
 type BuildInfo struct {
 	Version, Revision, GoVersion string
@@ -80,7 +97,8 @@ func (c *Collector) Describe(ch chan<- *prometheus.Desc) {
 
 // Collect renders the latest snapshot.
 func (c *Collector) Collect(ch chan<- prometheus.Metric) {
-	s := c.src.Snapshot()
+	s := c.snapshot()
+	defer s.Release()
 	d := c.d
 
 	// The label pairs of this snapshot's series, looked up (and built where a

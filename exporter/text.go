@@ -344,7 +344,8 @@ func (c *Collector) appendText(buf []byte, ends []int, om bool) (_ []byte, _ []i
 	if c.text == nil {
 		return buf, ends, false
 	}
-	s := c.src.Snapshot()
+	s := c.snapshot()
+	defer s.Release()
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.labels.update(s, c.d, c.extra)
