@@ -155,25 +155,25 @@ func resolved(rd collector.DeviceReading, owners map[uint32]procOwner) bool {
 	return true
 }
 
-// holderOf returns which of holders the process belongs to.
-func holderOf(o procOwner, holders []allocKey) (allocKey, bool) {
+// holderOf returns the index in holders of the holder the process belongs
+// to, or -1.
+func holderOf(o procOwner, holders []allocKey) int {
 	if o.pod == "" {
-		return allocKey{}, false
+		return -1
 	}
-	var podMatch allocKey
-	found := false
-	for _, k := range holders {
+	podMatch := -1
+	for i, k := range holders {
 		if k.Namespace != o.namespace || k.Pod != o.pod {
 			continue
 		}
 		if o.container == "" || k.Container == o.container {
-			return k, true
+			return i
 		}
-		if !found {
-			podMatch, found = k, true
+		if podMatch < 0 {
+			podMatch = i
 		}
 	}
-	return podMatch, found
+	return podMatch
 }
 
 // processShares splits the per-process samples of one device by the
@@ -188,10 +188,10 @@ type processShares struct {
 	next     int
 }
 
-// period fills shares with each holder's share of the period ending at to
+// period sets shares[i] to holders[i]'s share of the period ending at to
 // (capped at 1) and returns the unattributed share. Periods must come in
 // time order.
-func (p *processShares) period(to time.Time, holders []allocKey, shares map[allocKey]float64) float64 {
+func (p *processShares) period(to time.Time, holders []allocKey, shares []float64) float64 {
 	clear(shares)
 	var unattributed float64
 	for ; p.next < len(p.samples); p.next++ {
@@ -203,8 +203,8 @@ func (p *processShares) period(to time.Time, holders []allocKey, shares map[allo
 			continue
 		}
 		if o, ok := p.owners[s.PID]; ok {
-			if k, ok := holderOf(o, holders); ok {
-				shares[k] = min(shares[k]+s.Value, 1)
+			if i := holderOf(o, holders); i >= 0 {
+				shares[i] = min(shares[i]+s.Value, 1)
 				continue
 			}
 		}
@@ -244,8 +244,8 @@ func (e *Engine) memory(ds *deviceState, rd collector.DeviceReading, owners map[
 	}
 	for _, p := range rd.Processes {
 		if o, ok := owners[p.PID]; ok {
-			if k, ok := holderOf(o, holders); ok {
-				e.alloc[k].memory += p.UsedMemoryBytes
+			if i := holderOf(o, holders); i >= 0 {
+				e.alloc[holders[i]].memory += p.UsedMemoryBytes
 				continue
 			}
 		}

@@ -87,14 +87,20 @@ type Engine struct {
 
 	// Scratch space reused from poll to poll, so that a poll like the last
 	// one allocates next to nothing: see the fields' users.
-	states     []*allocState
-	shares     map[allocKey]float64
-	seen       map[string]bool
-	current    map[allocKey]bool
-	foldedNext map[allocKey]bool
-	pids       []uint32
-	ownerMap   map[uint32]procOwner
-	uids       map[string]bool
+	states   []*allocState
+	statesAt []int
+	// statesOf and statesLen identify the holders slice states are of
+	// (see holderStates).
+	statesOf     *allocKey
+	statesLen    int
+	statesShared bool
+	shares       []float64
+	seen         map[string]bool
+	current      map[allocKey]bool
+	foldedNext   map[allocKey]bool
+	pids         []uint32
+	ownerMap     map[uint32]procOwner
+	uids         map[string]bool
 	// noModel remembers the command lines in which no model was found, by
 	// PID, so that a process's is parsed once, not at every poll: the
 	// value is the first argument's address, which changes when
@@ -199,7 +205,6 @@ func New(cfg Config, devices DeviceSource, allocs AllocationSource, clock Clock,
 
 		cmdModels: map[string]string{},
 
-		shares:     map[allocKey]float64{},
 		seen:       map[string]bool{},
 		current:    map[allocKey]bool{},
 		foldedNext: map[allocKey]bool{},
@@ -307,6 +312,8 @@ func (e *Engine) Run(ctx context.Context) error {
 func (e *Engine) Poll(ctx context.Context) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
+	// The holders slices of the history are reused from poll to poll.
+	e.statesOf, e.statesLen = nil, 0
 	ctx, cancel := context.WithTimeout(ctx, e.cfg.PollTimeout)
 	defer cancel()
 
@@ -776,15 +783,7 @@ func (e *Engine) unpartitioned(ds *deviceState, now time.Time) {
 // instance's device counters reach its GPU too, weighted by its share.
 func (e *Engine) credit(ds *deviceState, from, to time.Time, v float64, known bool, procs *processShares) {
 	holders, holdersKnown := e.holdersAt(ds.info.UUID, to)
-	states := e.states[:0]
-	shared := false
-	for _, k := range holders {
-		if as := e.alloc[k]; as != nil {
-			states = append(states, as)
-			shared = shared || as.shared
-		}
-	}
-	e.states = states
+	states, at, shared := e.holderStates(holders)
 	// Several holders of an exclusive device (resolveConflict) split it.
 	split := 1.0
 	if !shared && len(states) > 1 {
@@ -792,8 +791,11 @@ func (e *Engine) credit(ds *deviceState, from, to time.Time, v float64, known bo
 	}
 	byProcess := known && shared && procs != nil
 	var unattributed float64
+	shares := e.shares[:0]
 	if procs != nil && known {
-		unattributed = procs.period(to, holders, e.shares)
+		shares = slices.Grow(shares, len(holders))[:len(holders)]
+		e.shares = shares
+		unattributed = procs.period(to, holders, shares)
 	}
 	deviceIdle := known && v < e.cfg.IdleThreshold
 	// The device's own allocated time: idle only when every holder is,
@@ -803,8 +805,8 @@ func (e *Engine) credit(ds *deviceState, from, to time.Time, v float64, known bo
 	allIdle, busy := deviceIdle, v
 	if byProcess {
 		allIdle, busy = true, 0
-		for _, as := range states {
-			u := e.shares[as.key]
+		for j := range states {
+			u := shares[at[j]]
 			allIdle = allIdle && u < e.cfg.IdleThreshold
 			busy += u
 		}
@@ -846,7 +848,7 @@ func (e *Engine) credit(ds *deviceState, from, to time.Time, v float64, known bo
 		if parent != nil {
 			parent.c[w].add(&c, frac)
 		}
-		for _, as := range states {
+		for j, as := range states {
 			ac := &as.c[w]
 			s := sec * split
 			ac.Allocated += s
@@ -855,7 +857,7 @@ func (e *Engine) credit(ds *deviceState, from, to time.Time, v float64, known bo
 			}
 			u := v
 			if byProcess {
-				u = e.shares[as.key]
+				u = shares[at[j]]
 			}
 			ac.Active += s * u
 			if u < e.cfg.IdleThreshold {
@@ -866,10 +868,10 @@ func (e *Engine) credit(ds *deviceState, from, to time.Time, v float64, known bo
 	if !known {
 		return
 	}
-	for _, as := range states {
+	for j, as := range states {
 		u := v
 		if byProcess {
-			u = e.shares[as.key]
+			u = shares[at[j]]
 		}
 		as.hasStreak, as.byProcess = true, byProcess
 		if u < e.cfg.IdleThreshold {
@@ -878,6 +880,31 @@ func (e *Engine) credit(ds *deviceState, from, to time.Time, v float64, known bo
 			as.streak = 0
 		}
 	}
+}
+
+// holderStates returns the states of holders that the engine tracks, the
+// index in holders of each, and whether one of them is shared. Samples of
+// one device in one poll mostly have the same holders: the answer for the
+// last holders is kept until the next poll (Poll resets it), so that each
+// sample does not look every holder up.
+func (e *Engine) holderStates(holders []allocKey) (states []*allocState, at []int, shared bool) {
+	if len(holders) > 0 && &holders[0] == e.statesOf && len(holders) == e.statesLen {
+		return e.states, e.statesAt, e.statesShared
+	}
+	states, at = e.states[:0], e.statesAt[:0]
+	for i, k := range holders {
+		if as := e.alloc[k]; as != nil {
+			states = append(states, as)
+			at = append(at, i)
+			shared = shared || as.shared
+		}
+	}
+	e.states, e.statesAt, e.statesShared = states, at, shared
+	e.statesOf, e.statesLen = nil, 0
+	if len(holders) > 0 {
+		e.statesOf, e.statesLen = &holders[0], len(holders)
+	}
+	return states, at, shared
 }
 
 // expire drops allocations that ended more than Retention ago and that no
