@@ -51,6 +51,9 @@ const (
 type Reader struct {
 	root   string
 	logger *zap.Logger
+	// procfs is set when root is a proc filesystem, where a read of an
+	// exited process's stat fails: its check needs no fstat.
+	procfs bool
 
 	mu    sync.Mutex
 	cache map[uint32]entry
@@ -75,8 +78,16 @@ func New(cfg Config, logger *zap.Logger) *Reader {
 	if logger == nil {
 		logger = zap.NewNop()
 	}
-	return &Reader{root: cfg.Root, logger: logger, cache: map[uint32]entry{}, next: map[uint32]entry{},
+	return &Reader{root: cfg.Root, logger: logger, procfs: isProcfs(cfg.Root), cache: map[uint32]entry{}, next: map[uint32]entry{},
 		out: map[uint32]collector.ProcessInfo{}, buf: make([]byte, maxStatBytes)}
+}
+
+// procSuperMagic is the f_type statfs(2) gives a proc filesystem.
+const procSuperMagic = 0x9fa0
+
+func isProcfs(root string) bool {
+	var st syscall.Statfs_t
+	return syscall.Statfs(root, &st) == nil && st.Type == procSuperMagic
 }
 
 // Resolve returns what /proc says of each PID: pod UID and container ID (empty
@@ -185,14 +196,15 @@ func (r *Reader) path(pid uint32, file string) string {
 // process's start time in clock ticks since boot; errGone when the process
 // has exited (ESRCH on procfs, an unlinked file elsewhere).
 func (r *Reader) heldStartTime(pid uint32, f *os.File) (uint64, error) {
-	// One pread and one fstat, straight to the kernel: os.File.ReadAt would
-	// read again to find the end of file, and Stat would allocate.
+	// One pread, and elsewhere than on procfs one fstat, straight to the
+	// kernel: os.File.ReadAt would read again to find the end of file, and
+	// Stat would allocate.
 	fd := int(f.Fd())
 	n, err := syscall.Pread(fd, r.buf, 0)
 	if err == nil && n == len(r.buf) {
 		err = fmt.Errorf("longer than %d bytes", len(r.buf))
 	}
-	if err == nil {
+	if err == nil && !r.procfs {
 		var st syscall.Stat_t
 		if err = syscall.Fstat(fd, &st); err == nil && st.Nlink == 0 {
 			return 0, errGone

@@ -344,7 +344,8 @@ func openFDs(t *testing.T) int {
 
 // TestResolveRealProc resolves a live child process through the real /proc:
 // read once, then answered through its held stat file while it lives, and
-// gone without an error once it has exited and been reaped, its file closed.
+// gone without an error once it has exited and been reaped (its stat read
+// fails: procfs needs no fstat), its file closed.
 // (Not parallel: it counts this process's descriptors.)
 func TestResolveRealProc(t *testing.T) {
 	cmd := exec.Command("sleep", "60")
@@ -355,6 +356,9 @@ func TestResolveRealProc(t *testing.T) {
 	base := openFDs(t) // after Start: os.Process may hold a pidfd
 	pid := uint32(cmd.Process.Pid)
 	r := New(Config{Root: "/proc"}, nil)
+	if !r.procfs {
+		t.Error("/proc is not taken for a proc filesystem: its checks would fstat")
+	}
 	for i := range 2 {
 		got, errs := r.Resolve([]uint32{pid})
 		if len(errs) != 0 || !reflect.DeepEqual(got[pid].Cmdline, []string{"sleep", "60"}) || got[pid].PID != pid {
