@@ -3,6 +3,7 @@ package proc
 import (
 	"bytes"
 	"errors"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -10,6 +11,7 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 	"unicode"
 
 	"github.com/gpuxray/gpuxray/collector"
@@ -355,6 +357,10 @@ func TestResolveRealProc(t *testing.T) {
 	defer cmd.Process.Kill()
 	base := openFDs(t) // after Start: os.Process may hold a pidfd
 	pid := uint32(cmd.Process.Pid)
+	// Start returns once exec has closed the child's close-on-exec
+	// descriptors, which is before the kernel has laid out the new
+	// argument vector: until then /proc/<pid>/cmdline reads empty.
+	awaitCmdline(t, pid, "sleep\x0060\x00")
 	r := New(Config{Root: "/proc"}, nil)
 	if !r.procfs {
 		t.Error("/proc is not taken for a proc filesystem: its checks would fstat")
@@ -450,4 +456,16 @@ func TestAncestors(t *testing.T) {
 	if p, err := ParsePPID([]byte(statLine(7, "a) S 9 (b", 1))); err != nil || p != 1 {
 		t.Errorf("ParsePPID = %d, %v; want 1 (after the last parenthesis)", p, err)
 	}
+}
+
+// awaitCmdline waits, for up to 10 s, until /proc/<pid>/cmdline reads want.
+func awaitCmdline(t *testing.T, pid uint32, want string) {
+	t.Helper()
+	path := fmt.Sprintf("/proc/%d/cmdline", pid)
+	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(time.Millisecond) {
+		if b, err := os.ReadFile(path); err == nil && string(b) == want {
+			return
+		}
+	}
+	t.Fatalf("%s never read %q", path, want)
 }
