@@ -16,7 +16,6 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
-	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/prometheus/exporter-toolkit/web"
 	"go.uber.org/zap"
 	"go.uber.org/zap/exp/zapslog"
@@ -222,18 +221,11 @@ func NewHandler(g prometheus.Gatherer, metricsPath string, ready func() bool, lo
 		opt(&o)
 	}
 	mux := http.NewServeMux()
-	opts := promhttp.HandlerOpts{
-		ErrorLog:      zap.NewStdLog(logger),
-		ErrorHandling: promhttp.ContinueOnError,
-		// limitInFlight limits, with a wait in line.
-		MaxRequestsInFlight: 0,
-		EnableOpenMetrics:   true,
-		// withGzip compresses, at a cheaper level than promhttp's.
-		DisableCompression: true,
-	}
 	// promhttp's answers (a *Registry's text and OpenMetrics written by the
-	// fast path), each family named once in OpenMetrics (openmetrics.go).
-	metrics := newTextHandler(g, opts)
+	// fast path), each family named once in OpenMetrics (openmetrics.go);
+	// limitInFlight limits, with a wait in line, and withGzip compresses,
+	// at a cheaper level than promhttp's.
+	metrics := newTextHandler(g, zap.NewStdLog(logger))
 	// The timeout is promhttp's Timeout (same handler, same message), set
 	// here so that it is outside the compression: http.TimeoutHandler
 	// buffers the whole body, which costs about as much again as gzip at

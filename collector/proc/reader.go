@@ -19,6 +19,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/gpuxray/gpuxray/collector"
+	"github.com/gpuxray/gpuxray/internal/procstat"
 )
 
 const (
@@ -292,21 +293,9 @@ func (r *Reader) readError(pid uint32, name string, err error) error {
 	return collector.NewSourceError(collector.SourceProc, "read", fmt.Errorf("pid %d %s: %w", pid, name, err))
 }
 
-// StatAfterComm returns what of a /proc/<pid>/stat line follows field 2,
-// comm: fields 3 (state) onwards, separated by spaces. comm is in
-// parentheses and may itself hold spaces and parentheses, so it ends at the
-// last ')'.
-func StatAfterComm(stat []byte) ([]byte, error) {
-	i := bytes.LastIndexByte(stat, ')')
-	if i < 0 {
-		return nil, errors.New("stat: no ')' after comm")
-	}
-	return stat[i+1:], nil
-}
-
 // ParsePPID returns field 4 of a /proc/<pid>/stat line, the parent's PID.
 func ParsePPID(stat []byte) (uint32, error) {
-	rest, err := StatAfterComm(stat)
+	rest, err := procstat.AfterComm(stat)
 	if err != nil {
 		return 0, err
 	}
@@ -326,7 +315,7 @@ func ParsePPID(stat []byte) (uint32, error) {
 
 // ParseStartTime returns field 22 of a /proc/<pid>/stat line, starttime.
 func ParseStartTime(stat []byte) (uint64, error) {
-	rest, err := StatAfterComm(stat)
+	rest, err := procstat.AfterComm(stat)
 	if err != nil {
 		return 0, err
 	}
