@@ -89,7 +89,9 @@ func runAgent(ctx context.Context, args []string, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
-	routeKlog(logger)
+	if ownsProcess(ctx) {
+		routeKlog(logger)
+	}
 	defer logger.Sync() //nolint:errcheck // nothing to do if stderr is gone
 
 	var (

@@ -28,7 +28,7 @@ func main() {
 	// back: a second SIGINT or SIGTERM ends a process that does not stop.
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	context.AfterFunc(ctx, stop)
-	code := run(ctx, os.Args[1:], os.Stdout, os.Stderr)
+	code := run(context.WithValue(ctx, wholeProcess{}, true), os.Args[1:], os.Stdout, os.Stderr)
 	stop()
 	os.Exit(code)
 }

@@ -39,6 +39,8 @@ type simulation struct {
 	// through DRA, and draSrc is the real DRA source reading them.
 	api    *sim.APIServer
 	draSrc *dra.Source
+	// apiWasDown is set while replay plays an apiserver_down fault.
+	apiWasDown bool
 }
 
 // maxScenarioBytes bounds the scenario file: the largest real one (test/bench's
@@ -185,8 +187,19 @@ func (s *simulation) allocations(ctx context.Context, kube dra.Lister, c draSour
 // ResourceSlices up to the clock's now (a MIG device the driver made), so a
 // replay's poll does not depend on how fast the real clock ran.
 func (s *simulation) syncDRA(ctx context.Context) error {
-	if s.draSrc == nil || s.api.Down() {
+	if s.draSrc == nil {
 		return nil
+	}
+	if s.api.Down() {
+		s.apiWasDown = true
+		return nil
+	}
+	if s.apiWasDown {
+		// Back from an apiserver_down fault: list now, not when the
+		// reflector's backoff, which grew in real time while the replay
+		// played the outage, next allows.
+		s.apiWasDown = false
+		s.draSrc.Relist()
 	}
 	ctx, cancel := context.WithTimeout(ctx, settleTimeout)
 	defer cancel()

@@ -86,6 +86,8 @@ type Source struct {
 	// lastSync is set by Run: the controller, for its reflector's resource
 	// version.
 	lastSync atomic.Pointer[cache.Controller]
+	// relist asks Run to start its list and watch again (Relist).
+	relist chan struct{}
 
 	mu     sync.Mutex
 	synced bool
@@ -134,6 +136,7 @@ func New(cfg Config, client SliceClient, logger *zap.Logger) (*Source, error) {
 		slices:   map[string]*slice{},
 		changed:  make(chan struct{}),
 		syncedCh: make(chan struct{}),
+		relist:   make(chan struct{}, 1),
 	}, nil
 }
 
@@ -171,6 +174,41 @@ func (s *Source) Run(ctx context.Context) error {
 			return s.health.ObserveWatch(ctx, w), nil
 		},
 	}
+	s.log.Info("watching ResourceSlices", zap.String("node", s.cfg.NodeName), zap.Strings("drivers", s.cfg.Drivers))
+	for {
+		runCtx, stop := context.WithCancel(ctx)
+		done := make(chan struct{})
+		go func() {
+			defer close(done)
+			s.runOnce(runCtx, lw)
+		}()
+		select {
+		case <-ctx.Done():
+		case <-s.relist:
+		}
+		stop()
+		<-done
+		if ctx.Err() != nil {
+			return nil
+		}
+		s.log.Debug("listing ResourceSlices again, as asked")
+	}
+}
+
+// Relist makes Run list the slices again now and watch from there, instead
+// of when client-go's reflector backoff next allows. A replay calls it when
+// its simulated API server is back from an outage, so that the outage's
+// real duration does not decide when the agent sees the slices again; the
+// store keeps what it has until the list replaces it.
+func (s *Source) Relist() {
+	select {
+	case s.relist <- struct{}{}:
+	default:
+	}
+}
+
+// runOnce runs one controller (a reflector over lw) until ctx is done.
+func (s *Source) runOnce(ctx context.Context, lw *cache.ListWatch) {
 	q := &queue{store: (*store)(s), closed: make(chan struct{})}
 	ctl := cache.New(&cache.Config{
 		Queue:         q,
@@ -187,9 +225,7 @@ func (s *Source) Run(ctx context.Context) error {
 		},
 	})
 	s.lastSync.Store(&ctl)
-	s.log.Info("watching ResourceSlices", zap.String("node", s.cfg.NodeName), zap.Strings("drivers", s.cfg.Drivers))
 	ctl.RunWithContext(ctx)
-	return nil
 }
 
 // noAPI records that the API server serves no ResourceSlices: nothing can
