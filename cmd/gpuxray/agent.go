@@ -180,7 +180,7 @@ func runAgent(ctx context.Context, args []string, stderr io.Writer) error {
 		collectors.NewGoCollector(),
 		exporter.NewProcessCollector(),
 	)
-	handler := exporter.NewHandler(reg, webCfg.MetricsPath, engine.Ready, logger.Named("web"), exporter.WithMaxRequests(webCfg.MaxRequests))
+	handler := exporter.NewHandler(reg, webCfg.MetricsPath, engine.Ready, logger.Named("web"), webCfg.MaxRequests)
 	if live != nil {
 		if handler, err = live.withKubeState(handler, webCfg.MetricsPath); err != nil {
 			return err
