@@ -62,7 +62,7 @@ func (e *Engine) owners(snap collector.DeviceSnapshot) map[uint32]procOwner {
 	if e.procs == nil || e.pods == nil {
 		return nil
 	}
-	var pids []uint32
+	pids := e.pids[:0]
 	for _, rd := range snap.Devices {
 		for _, p := range rd.Processes {
 			pids = append(pids, p.PID)
@@ -73,9 +73,13 @@ func (e *Engine) owners(snap collector.DeviceSnapshot) map[uint32]procOwner {
 	}
 	slices.Sort(pids)
 	pids = slices.Compact(pids)
+	e.pids = pids
 	infos, errs := e.procs.Resolve(pids)
 	e.observeSource(collector.SourceProc, nil, errs)
-	out := make(map[uint32]procOwner, len(infos))
+	out := e.ownerMap
+	clear(out)
+	checked := e.checked
+	clear(checked)
 	for pid, info := range infos {
 		if info.PodUID == "" {
 			out[pid] = procOwner{}
@@ -86,15 +90,7 @@ func (e *Engine) owners(snap collector.DeviceSnapshot) map[uint32]procOwner {
 			continue
 		}
 		if pod.Model == "" && e.cmdModels[pod.UID] == "" {
-			// Only the model name derived from the command line is kept;
-			// the command line itself can hold secrets.
-			// A worker that titles itself carries the model on a parent's.
-			for _, c := range append([][]string{info.Cmdline}, info.Ancestors...) {
-				if m := workload.ModelFromCmdline(c); m != "" {
-					e.cmdModels[pod.UID] = m
-					break
-				}
-			}
+			e.cmdlineModel(pid, pod.UID, info, checked)
 		}
 		o := procOwner{namespace: pod.Namespace, pod: pod.Name}
 		if info.ContainerID != "" {
@@ -106,7 +102,38 @@ func (e *Engine) owners(snap collector.DeviceSnapshot) map[uint32]procOwner {
 		}
 		out[pid] = o
 	}
+	e.noModel, e.checked = checked, e.noModel
 	return out
+}
+
+// cmdlineModel looks for a model name in the command line of process pid
+// of pod uid, then in its parents' (a worker that titles itself carries
+// the model on a parent's), and keeps the first found. Only the model
+// name is kept; a command line can hold secrets. A command line that
+// names none is remembered in checked, and not parsed again while
+// collector/proc answers the PID from its cache.
+func (e *Engine) cmdlineModel(pid uint32, uid string, info collector.ProcessInfo, checked map[uint32]*string) {
+	var first *string // the read's identity: see Engine.noModel
+	if len(info.Cmdline) > 0 {
+		first = &info.Cmdline[0]
+		if e.noModel[pid] == first {
+			checked[pid] = first
+			return
+		}
+	}
+	if m := workload.ModelFromCmdline(info.Cmdline); m != "" {
+		e.cmdModels[uid] = m
+		return
+	}
+	for _, c := range info.Ancestors {
+		if m := workload.ModelFromCmdline(c); m != "" {
+			e.cmdModels[uid] = m
+			return
+		}
+	}
+	if first != nil {
+		checked[pid] = first
+	}
 }
 
 // resolved reports whether every process the reading lists has an owner,
@@ -128,25 +155,25 @@ func resolved(rd collector.DeviceReading, owners map[uint32]procOwner) bool {
 	return true
 }
 
-// holderOf returns which of holders the process belongs to.
-func holderOf(o procOwner, holders []allocKey) (allocKey, bool) {
+// holderOf returns the index in holders of the holder the process belongs
+// to, or -1.
+func holderOf(o procOwner, holders []allocKey) int {
 	if o.pod == "" {
-		return allocKey{}, false
+		return -1
 	}
-	var podMatch allocKey
-	found := false
-	for _, k := range holders {
+	podMatch := -1
+	for i, k := range holders {
 		if k.Namespace != o.namespace || k.Pod != o.pod {
 			continue
 		}
 		if o.container == "" || k.Container == o.container {
-			return k, true
+			return i
 		}
-		if !found {
-			podMatch, found = k, true
+		if podMatch < 0 {
+			podMatch = i
 		}
 	}
-	return podMatch, found
+	return podMatch
 }
 
 // processShares splits the per-process samples of one device by the
@@ -161,10 +188,10 @@ type processShares struct {
 	next     int
 }
 
-// period fills shares with each holder's share of the period ending at to
+// period sets shares[i] to holders[i]'s share of the period ending at to
 // (capped at 1) and returns the unattributed share. Periods must come in
 // time order.
-func (p *processShares) period(to time.Time, holders []allocKey, shares map[allocKey]float64) float64 {
+func (p *processShares) period(to time.Time, holders []allocKey, shares []float64) float64 {
 	clear(shares)
 	var unattributed float64
 	for ; p.next < len(p.samples); p.next++ {
@@ -176,8 +203,8 @@ func (p *processShares) period(to time.Time, holders []allocKey, shares map[allo
 			continue
 		}
 		if o, ok := p.owners[s.PID]; ok {
-			if k, ok := holderOf(o, holders); ok {
-				shares[k] = min(shares[k]+s.Value, 1)
+			if i := holderOf(o, holders); i >= 0 {
+				shares[i] = min(shares[i]+s.Value, 1)
 				continue
 			}
 		}
@@ -217,8 +244,8 @@ func (e *Engine) memory(ds *deviceState, rd collector.DeviceReading, owners map[
 	}
 	for _, p := range rd.Processes {
 		if o, ok := owners[p.PID]; ok {
-			if k, ok := holderOf(o, holders); ok {
-				e.alloc[k].memory += p.UsedMemoryBytes
+			if i := holderOf(o, holders); i >= 0 {
+				e.alloc[holders[i]].memory += p.UsedMemoryBytes
 				continue
 			}
 		}

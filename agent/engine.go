@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"slices"
 	"strings"
 	"sync"
@@ -72,10 +73,45 @@ type Engine struct {
 	cmdModels map[string]string
 
 	snap atomic.Pointer[Snapshot]
+	// spare are published snapshots the engine may fill again once no
+	// reader holds them (see AcquireSnapshot).
+	spare []*Snapshot
+	// order is e.alloc's states sorted as the snapshot lists them; nil
+	// when an allocation came or went since it was sorted.
+	order []*allocState
+	// devOrder is e.dev's states, sorted as the snapshot lists them at
+	// each poll.
+	devOrder []*deviceState
+	// sourceNames are e.sources' names, sorted.
+	sourceNames []string
 
-	// Scratch space reused by credit, so a poll does not allocate per sample.
-	states []*allocState
-	shares map[allocKey]float64
+	// Scratch space reused from poll to poll, so that a poll like the last
+	// one allocates next to nothing: see the fields' users.
+	states   []*allocState
+	statesAt []int
+	// statesOf and statesLen identify the holders slice states are of
+	// (see holderStates).
+	statesOf     *allocKey
+	statesLen    int
+	statesShared bool
+	shares       []float64
+	seen         map[string]bool
+	current      map[allocKey]bool
+	foldedNext   map[allocKey]bool
+	pids         []uint32
+	ownerMap     map[uint32]procOwner
+	uids         map[string]bool
+	// noModel remembers the command lines in which no model was found, by
+	// PID, so that a process's is parsed once, not at every poll: the
+	// value is the first argument's address, which changes when
+	// collector/proc reads the PID afresh (a new process). checked is
+	// the next poll's.
+	noModel, checked map[uint32]*string
+	// parts is split's result, and splitEmit the function that fills it,
+	// made once: a closure passed to Windows.Split at each call would be
+	// allocated at each call.
+	parts     [NumWindows]time.Duration
+	splitEmit func(Window, time.Duration)
 }
 
 type allocKey struct {
@@ -165,10 +201,20 @@ func New(cfg Config, devices DeviceSource, allocs AllocationSource, clock Clock,
 		dev:     map[string]*deviceState{},
 		alloc:   map[allocKey]*allocState{},
 		sources: map[string]*sourceState{},
-		shares:  map[allocKey]float64{},
+		folded:  map[allocKey]bool{},
 
 		cmdModels: map[string]string{},
+
+		seen:       map[string]bool{},
+		current:    map[allocKey]bool{},
+		foldedNext: map[allocKey]bool{},
+		ownerMap:   map[uint32]procOwner{},
+		uids:       map[string]bool{},
+		noModel:    map[uint32]*string{},
+		checked:    map[uint32]*string{},
+		history:    make([]holdings, 0, historyLen),
 	}
+	e.splitEmit = func(w Window, d time.Duration) { e.parts[w] += d }
 	for _, o := range opts {
 		o(e)
 	}
@@ -185,12 +231,65 @@ func New(cfg Config, devices DeviceSource, allocs AllocationSource, clock Clock,
 	for _, s := range sources {
 		e.sources[s] = &sourceState{errors: map[string]uint64{}}
 	}
-	e.snap.Store(&Snapshot{})
+	e.sourceNames = slices.Sorted(maps.Keys(e.sources))
+	e.snap.Store(&Snapshot{ref: &snapshotRef{}})
 	return e, nil
 }
 
-// Snapshot returns the state after the latest poll. Safe for concurrent use.
-func (e *Engine) Snapshot() *Snapshot { return e.snap.Load() }
+// Snapshot returns the state after the latest poll, the caller's to keep:
+// the engine never reuses it. Safe for concurrent use.
+func (e *Engine) Snapshot() *Snapshot {
+	s := e.AcquireSnapshot()
+	s.ref.pinned.Store(true)
+	s.Release()
+	return s
+}
+
+// AcquireSnapshot returns the state after the latest poll, which stays as
+// it is until the caller calls its Release; after that, a later poll may
+// fill its memory with a newer state. A scrape holds a snapshot this way,
+// so that a poll allocates none. Safe for concurrent use.
+func (e *Engine) AcquireSnapshot() *Snapshot {
+	for {
+		s := e.snap.Load()
+		s.ref.refs.Add(1)
+		// A snapshot the engine may be filling is never the published
+		// one, and one filled since the Load has been published again,
+		// whole: either way the published one is held now.
+		if e.snap.Load() == s {
+			return s
+		}
+		s.ref.refs.Add(-1)
+	}
+}
+
+// maxSpare bounds the superseded snapshots kept for reuse: more are held
+// only while scrapes overlap, and are left to the garbage collector.
+const maxSpare = 3
+
+// spareSnapshot returns a superseded snapshot that no reader holds, to be
+// filled, or a new one.
+func (e *Engine) spareSnapshot() *Snapshot {
+	for i, s := range e.spare {
+		if s.ref.refs.Load() == 0 && !s.ref.pinned.Load() {
+			e.spare = slices.Delete(e.spare, i, i+1)
+			return s
+		}
+	}
+	return &Snapshot{ref: &snapshotRef{}}
+}
+
+// publish makes s the latest snapshot, and the one it replaces a spare.
+func (e *Engine) publish(s *Snapshot) {
+	old := e.snap.Swap(s)
+	e.spare = slices.DeleteFunc(e.spare, func(s *Snapshot) bool { return s.ref.pinned.Load() })
+	if !old.ref.pinned.Load() {
+		e.spare = append(e.spare, old)
+	}
+	if n := len(e.spare); n > maxSpare {
+		e.spare = slices.Delete(e.spare, 0, n-maxSpare)
+	}
+}
 
 // Ready reports whether a poll has completed.
 func (e *Engine) Ready() bool { return e.snap.Load().Polls > 0 }
@@ -213,6 +312,8 @@ func (e *Engine) Run(ctx context.Context) error {
 func (e *Engine) Poll(ctx context.Context) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
+	// The holders slices of the history are reused from poll to poll.
+	e.statesOf, e.statesLen = nil, 0
 	ctx, cancel := context.WithTimeout(ctx, e.cfg.PollTimeout)
 	defer cancel()
 
@@ -234,13 +335,15 @@ func (e *Engine) Poll(ctx context.Context) {
 			ds.present = false
 		}
 	} else {
-		seen := make(map[string]bool, len(devSnap.Devices))
+		seen := e.seen
+		clear(seen)
 		for _, rd := range devSnap.Devices {
 			seen[rd.Device.UUID] = true
 			ds := e.dev[rd.Device.UUID]
 			if ds == nil {
 				ds = &deviceState{period: defaultSamplePeriod}
 				e.dev[rd.Device.UUID] = ds
+				e.devOrder = nil
 			}
 			ds.info, ds.present, ds.reading = rd.Device, true, rd
 			ds.goneAt = time.Time{}
@@ -267,7 +370,7 @@ func (e *Engine) Poll(ctx context.Context) {
 	e.expire(now)
 	e.forget(now)
 	e.polls++
-	e.snap.Store(e.buildSnapshot(now))
+	e.publish(e.buildSnapshot(now))
 }
 
 func (e *Engine) observeSource(name string, err error, partial []error) {
@@ -303,12 +406,26 @@ func (e *Engine) observeSource(name string, err error, partial []error) {
 // who holds each device is unknown: its time is unattributed.
 func (e *Engine) updateAllocations(list collector.AllocationList, fresh bool, now time.Time) {
 	expired := !fresh && !list.At.IsZero() && now.Sub(list.At) > e.cfg.StaleGrace
-	h := holdings{at: now, known: !list.At.IsZero() && !expired, byDevice: map[string][]allocKey{}}
+	// The oldest list leaves the history now: its map and slices hold the
+	// new one.
+	var byDevice map[string][]allocKey
+	if len(e.history) == historyLen {
+		byDevice = e.history[0].byDevice
+		copy(e.history, e.history[1:])
+		e.history = e.history[:historyLen-1]
+		for uuid, keys := range byDevice {
+			byDevice[uuid] = keys[:0]
+		}
+	} else {
+		byDevice = map[string][]allocKey{}
+	}
+	h := holdings{at: now, known: !list.At.IsZero() && !expired, byDevice: byDevice}
 	// A DRA device that could not be resolved is held, by whom is unknown:
 	// no device's time may be called unallocated meanwhile (holders).
 	unresolved := list.Unresolved
-	current := make(map[allocKey]bool, len(list.Allocations))
-	folded := map[allocKey]bool{}
+	current, folded := e.current, e.foldedNext
+	clear(current)
+	clear(folded)
 	nvmlUp := e.sources[collector.SourceNVML].up && len(e.dev) > 0
 	for _, a := range list.Allocations {
 		uuid, gpu, ok := e.resolve(a.Device)
@@ -360,11 +477,17 @@ func (e *Engine) updateAllocations(list collector.AllocationList, fresh bool, no
 		if as == nil {
 			as = &allocState{key: k}
 			e.alloc[k] = as
+			e.order = nil
 		}
 		as.gpu, as.resource, as.shared, as.pod, as.dra = gpu, a.Resource, a.Shared, pod, a.DRA
 		as.live, as.stale, as.ended = true, list.Stale || !fresh, time.Time{}
 	}
 	h.unresolved = unresolved > 0
+	for uuid, keys := range h.byDevice {
+		if len(keys) == 0 { // held in the recycled list, not in this one
+			delete(h.byDevice, uuid)
+		}
+	}
 	// Several pods on one device share it whatever the resource says,
 	// except a device the NVIDIA device plugin hands out whole: see
 	// resolveConflict.
@@ -386,11 +509,8 @@ func (e *Engine) updateAllocations(list collector.AllocationList, fresh bool, no
 		}
 	}
 	// An allocation is counted as overflowed once while it stays listed.
-	e.folded = folded
+	e.folded, e.foldedNext = folded, e.folded
 	e.history = append(e.history, h)
-	if len(e.history) > historyLen {
-		e.history = e.history[1:]
-	}
 }
 
 // exclusive reports whether every holder in keys was allocated the device
@@ -584,14 +704,24 @@ func (e *Engine) integrate(ds *deviceState, rd collector.DeviceReading, now time
 	}
 }
 
+// split returns how much of [from, to) falls in each window.
+func (e *Engine) split(from, to time.Time) [NumWindows]time.Duration {
+	e.parts = [NumWindows]time.Duration{}
+	e.cfg.Windows.Split(from, to, e.splitEmit)
+	return e.parts
+}
+
 func (e *Engine) gap(ds *deviceState, from, to time.Time) {
 	parent, frac := e.migParent(ds)
-	e.cfg.Windows.Split(from, to, func(w Window, d time.Duration) {
+	for w, d := range e.split(from, to) {
+		if d == 0 {
+			continue
+		}
 		ds.c[w].Gap += d.Seconds()
 		if parent != nil {
 			parent.c[w].Gap += frac * d.Seconds()
 		}
-	})
+	}
 }
 
 // migParent returns the GPU in MIG mode that ds is an instance of, and the
@@ -636,11 +766,14 @@ func (e *Engine) unpartitioned(ds *deviceState, now time.Time) {
 	if free <= 1e-9 {
 		return
 	}
-	e.cfg.Windows.Split(from, now, func(w Window, d time.Duration) {
+	for w, d := range e.split(from, now) {
+		if d == 0 {
+			continue
+		}
 		sec := free * d.Seconds()
 		ds.c[w].Observed += sec
 		ds.c[w].Unallocated += sec
-	})
+	}
 }
 
 // credit adds the period [from, to) with busy ratio v (when known) to the
@@ -650,15 +783,7 @@ func (e *Engine) unpartitioned(ds *deviceState, now time.Time) {
 // instance's device counters reach its GPU too, weighted by its share.
 func (e *Engine) credit(ds *deviceState, from, to time.Time, v float64, known bool, procs *processShares) {
 	holders, holdersKnown := e.holdersAt(ds.info.UUID, to)
-	states := e.states[:0]
-	shared := false
-	for _, k := range holders {
-		if as := e.alloc[k]; as != nil {
-			states = append(states, as)
-			shared = shared || as.shared
-		}
-	}
-	e.states = states
+	states, at, shared := e.holderStates(holders)
 	// Several holders of an exclusive device (resolveConflict) split it.
 	split := 1.0
 	if !shared && len(states) > 1 {
@@ -666,8 +791,11 @@ func (e *Engine) credit(ds *deviceState, from, to time.Time, v float64, known bo
 	}
 	byProcess := known && shared && procs != nil
 	var unattributed float64
+	shares := e.shares[:0]
 	if procs != nil && known {
-		unattributed = procs.period(to, holders, e.shares)
+		shares = slices.Grow(shares, len(holders))[:len(holders)]
+		e.shares = shares
+		unattributed = procs.period(to, holders, shares)
 	}
 	deviceIdle := known && v < e.cfg.IdleThreshold
 	// The device's own allocated time: idle only when every holder is,
@@ -677,15 +805,18 @@ func (e *Engine) credit(ds *deviceState, from, to time.Time, v float64, known bo
 	allIdle, busy := deviceIdle, v
 	if byProcess {
 		allIdle, busy = true, 0
-		for _, as := range states {
-			u := e.shares[as.key]
+		for j := range states {
+			u := shares[at[j]]
 			allIdle = allIdle && u < e.cfg.IdleThreshold
 			busy += u
 		}
 		busy = min(busy, 1)
 	}
 	parent, frac := e.migParent(ds)
-	e.cfg.Windows.Split(from, to, func(w Window, d time.Duration) {
+	for w, d := range e.split(from, to) {
+		if d == 0 {
+			continue
+		}
 		sec := d.Seconds()
 		c := DeviceCounters{Observed: sec}
 		if deviceIdle {
@@ -717,7 +848,7 @@ func (e *Engine) credit(ds *deviceState, from, to time.Time, v float64, known bo
 		if parent != nil {
 			parent.c[w].add(&c, frac)
 		}
-		for _, as := range states {
+		for j, as := range states {
 			ac := &as.c[w]
 			s := sec * split
 			ac.Allocated += s
@@ -726,21 +857,21 @@ func (e *Engine) credit(ds *deviceState, from, to time.Time, v float64, known bo
 			}
 			u := v
 			if byProcess {
-				u = e.shares[as.key]
+				u = shares[at[j]]
 			}
 			ac.Active += s * u
 			if u < e.cfg.IdleThreshold {
 				ac.Idle += s
 			}
 		}
-	})
+	}
 	if !known {
 		return
 	}
-	for _, as := range states {
+	for j, as := range states {
 		u := v
 		if byProcess {
-			u = e.shares[as.key]
+			u = shares[at[j]]
 		}
 		as.hasStreak, as.byProcess = true, byProcess
 		if u < e.cfg.IdleThreshold {
@@ -751,14 +882,41 @@ func (e *Engine) credit(ds *deviceState, from, to time.Time, v float64, known bo
 	}
 }
 
+// holderStates returns the states of holders that the engine tracks, the
+// index in holders of each, and whether one of them is shared. Samples of
+// one device in one poll mostly have the same holders: the answer for the
+// last holders is kept until the next poll (Poll resets it), so that each
+// sample does not look every holder up.
+func (e *Engine) holderStates(holders []allocKey) (states []*allocState, at []int, shared bool) {
+	if len(holders) > 0 && &holders[0] == e.statesOf && len(holders) == e.statesLen {
+		return e.states, e.statesAt, e.statesShared
+	}
+	states, at = e.states[:0], e.statesAt[:0]
+	for i, k := range holders {
+		if as := e.alloc[k]; as != nil {
+			states = append(states, as)
+			at = append(at, i)
+			shared = shared || as.shared
+		}
+	}
+	e.states, e.statesAt, e.statesShared = states, at, shared
+	e.statesOf, e.statesLen = nil, 0
+	if len(holders) > 0 {
+		e.statesOf, e.statesLen = &holders[0], len(holders)
+	}
+	return states, at, shared
+}
+
 // expire drops allocations that ended more than Retention ago and that no
 // kept allocation list can still credit.
 func (e *Engine) expire(now time.Time) {
 	oldest := e.history[0].at
-	uids := make(map[string]bool, len(e.cmdModels))
+	uids := e.uids
+	clear(uids)
 	for k, as := range e.alloc {
 		if !as.live && now.Sub(as.ended) > e.cfg.Retention && as.ended.Before(oldest) {
 			delete(e.alloc, k)
+			e.order = nil
 			continue
 		}
 		uids[as.pod.UID] = true
@@ -782,21 +940,29 @@ func (e *Engine) forget(now time.Time) {
 		}
 		if parent := e.dev[ds.info.ParentUUID]; parent != nil && parent.present {
 			delete(e.dev, uuid)
+			e.devOrder = nil
 		}
 	}
 }
 
+// buildSnapshot fills a spare snapshot with the state now: the devices and
+// allocations in the order they are listed (kept while no allocation
+// comes or goes), the sources' health.
 func (e *Engine) buildSnapshot(now time.Time) *Snapshot {
-	s := &Snapshot{
-		At:          now,
-		Polls:       e.polls,
-		Devices:     make([]DeviceSnapshot, 0, len(e.dev)),
-		Allocations: make([]AllocationSnapshot, 0, len(e.alloc)),
-		Sources:     make([]SourceSnapshot, 0, len(e.sources)),
-		Overflowed:  e.overflowed,
+	s := e.spareSnapshot()
+	s.At, s.Polls, s.Overflowed = now, e.polls, e.overflowed
+
+	if e.devOrder == nil {
+		e.devOrder = slices.Collect(maps.Values(e.dev))
 	}
-	for _, ds := range e.dev {
-		s.Devices = append(s.Devices, DeviceSnapshot{
+	// A device's index may change (a GPU re-enumerated): sorted at each
+	// poll, a few dozen at most.
+	slices.SortFunc(e.devOrder, func(a, b *deviceState) int {
+		return cmp.Or(cmp.Compare(a.info.GPU, b.info.GPU), cmp.Compare(a.info.UUID, b.info.UUID))
+	})
+	s.Devices = s.Devices[:0]
+	for _, ds := range e.devOrder {
+		d := DeviceSnapshot{
 			Device:         ds.info,
 			Present:        ds.present,
 			Counters:       ds.c,
@@ -807,15 +973,22 @@ func (e *Engine) buildSnapshot(now time.Time) *Snapshot {
 
 			HasUnattributedMemory:   ds.hasUnattributed && ds.present,
 			UnattributedMemoryBytes: ds.unattributedMem,
-		})
-		if !ds.present {
-			s.Devices[len(s.Devices)-1].GPMGauges = collector.GPMGauges{}
 		}
+		if !ds.present {
+			d.GPMGauges = collector.GPMGauges{}
+		}
+		s.Devices = append(s.Devices, d)
 	}
-	slices.SortFunc(s.Devices, func(a, b DeviceSnapshot) int {
-		return cmp.Or(cmp.Compare(a.GPU, b.GPU), cmp.Compare(a.UUID, b.UUID))
-	})
-	for _, as := range e.alloc {
+
+	if e.order == nil {
+		e.order = slices.Collect(maps.Values(e.alloc))
+		slices.SortFunc(e.order, func(a, b *allocState) int {
+			return cmp.Or(cmp.Compare(a.key.UUID, b.key.UUID), cmp.Compare(a.key.Namespace, b.key.Namespace),
+				cmp.Compare(a.key.Pod, b.key.Pod), cmp.Compare(a.key.Container, b.key.Container))
+		})
+	}
+	s.Allocations = s.Allocations[:0]
+	for _, as := range e.order {
 		attribution := "device"
 		if as.byProcess {
 			attribution = "process"
@@ -844,18 +1017,21 @@ func (e *Engine) buildSnapshot(now time.Time) *Snapshot {
 			MemoryUsedBytes: as.memory,
 		})
 	}
-	slices.SortFunc(s.Allocations, func(a, b AllocationSnapshot) int {
-		return cmp.Or(cmp.Compare(a.UUID, b.UUID), cmp.Compare(a.Namespace, b.Namespace),
-			cmp.Compare(a.Pod, b.Pod), cmp.Compare(a.Container, b.Container))
-	})
-	for name, st := range e.sources {
-		errs := make(map[string]uint64, len(st.errors))
-		for r, n := range st.errors {
-			errs[r] = n
-		}
-		s.Sources = append(s.Sources, SourceSnapshot{Name: name, Up: st.up, Errors: errs})
+
+	if len(s.Sources) != len(e.sourceNames) {
+		s.Sources = make([]SourceSnapshot, len(e.sourceNames))
 	}
-	slices.SortFunc(s.Sources, func(a, b SourceSnapshot) int { return cmp.Compare(a.Name, b.Name) })
+	for i, name := range e.sourceNames {
+		st, src := e.sources[name], &s.Sources[i]
+		src.Name, src.Up = name, st.up
+		if src.Errors == nil {
+			src.Errors = make(map[string]uint64, len(st.errors))
+		}
+		clear(src.Errors)
+		for r, n := range st.errors {
+			src.Errors[r] = n
+		}
+	}
 	return s
 }
 

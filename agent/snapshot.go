@@ -1,13 +1,16 @@
 package agent
 
 import (
+	"sync/atomic"
 	"time"
 
 	"github.com/gpuxray/gpuxray/collector"
 )
 
 // Snapshot is the engine's state after one poll. It is immutable once
-// published: the exporter renders it at scrape time without locks.
+// published: the exporter renders it at scrape time without locks. One
+// from Engine.Snapshot is the caller's to keep; one from
+// Engine.AcquireSnapshot, until its Release.
 type Snapshot struct {
 	// At is when the poll that made it finished.
 	At time.Time
@@ -19,6 +22,26 @@ type Snapshot struct {
 	// Overflowed counts the allocations folded into OverflowPod by the
 	// MaxAllocations guard, each once while it stays listed.
 	Overflowed uint64
+
+	// ref is how many readers hold the snapshot; nil for one the engine
+	// did not make.
+	ref *snapshotRef
+}
+
+// snapshotRef is the state of an engine's snapshot that lets the engine
+// reuse its memory.
+type snapshotRef struct {
+	refs atomic.Int32 // readers that acquired it and have not released it
+	// pinned is set on a snapshot that Engine.Snapshot gave away: it is
+	// never reused.
+	pinned atomic.Bool
+}
+
+// Release ends the hold AcquireSnapshot took on s.
+func (s *Snapshot) Release() {
+	if s.ref != nil {
+		s.ref.refs.Add(-1)
+	}
 }
 
 // DeviceCounters are a device's monotonic counters in one window, in seconds.

@@ -17,6 +17,23 @@ type SnapshotSource interface {
 	Snapshot() *agent.Snapshot
 }
 
+// snapshotLender is a SnapshotSource that lends its snapshots: one from
+// AcquireSnapshot stays as it is until its Release, then the source may
+// fill it again (agent.Engine). A scrape holds the snapshot it renders
+// this way, so that the engine's polls allocate none.
+type snapshotLender interface {
+	AcquireSnapshot() *agent.Snapshot
+}
+
+// snapshot returns the snapshot to render, to be released when rendered
+// (Release does nothing on a snapshot that was not lent).
+func (c *Collector) snapshot() *agent.Snapshot {
+	if l, ok := c.src.(snapshotLender); ok {
+		return l.AcquireSnapshot()
+	}
+	return c.src.Snapshot()
+}
+
 // BuildInfo identifies the running binary in gpuxray_build_info.
 type BuildInfo struct {
 	Version, Revision, GoVersion string
@@ -35,9 +52,10 @@ type Collector struct {
 
 	buildLabels labels // of gpuxray_build_info, fixed
 
-	// text are the families as the text fast path writes them (text.go),
-	// nil when it cannot.
-	text []textFamily
+	// fams are the families (families.go); text says whether the text
+	// fast path (text.go) can write them.
+	fams []family
+	text bool
 
 	mu     sync.Mutex
 	labels labelCache
@@ -64,7 +82,7 @@ func NewCollector(src SnapshotSource, build *BuildInfo, opts ...CollectorOption)
 	}
 	c.d = newDescs(c.extra)
 	c.labels = newLabelCache()
-	c.text = newTextFamilies(c.d)
+	c.fams, c.text = newFamilies(c.d)
 	if build != nil {
 		c.buildLabels = makeLabels(c.d.buildInfo, build.Version, build.Revision, build.GoVersion)
 	}
@@ -73,97 +91,67 @@ func NewCollector(src SnapshotSource, build *BuildInfo, opts ...CollectorOption)
 
 // Describe sends every description.
 func (c *Collector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range c.d.all() {
-		ch <- d
+	for i := range c.fams {
+		ch <- c.fams[i].desc
 	}
 }
 
 // Collect renders the latest snapshot.
 func (c *Collector) Collect(ch chan<- prometheus.Metric) {
-	s := c.src.Snapshot()
-	d := c.d
-
-	// The label pairs of this snapshot's series, looked up (and built where a
-	// series is new or a label value changed) under the lock; the entries
-	// are never modified once built, so the series are sent without it.
+	s := c.snapshot()
+	defer s.Release()
+	// Under the lock: the label cache's slices are reused by the next
+	// scrape. The samples sent keep only labels, which are never modified
+	// once built, and their own values.
 	c.mu.Lock()
-	devs, allocs := c.labels.update(s, d, c.extra)
-	c.mu.Unlock()
+	defer c.mu.Unlock()
+	devs, allocs := c.labels.update(s, c.d, c.extra)
 
 	var out samples
-	gauge := func(desc *prometheus.Desc, v float64, l labels) { ch <- out.gauge(desc, v, l) }
-	counter := func(desc *prometheus.Desc, v float64, l labels) { ch <- out.counter(desc, v, l) }
-
-	if c.build != nil {
-		gauge(d.buildInfo, 1, c.buildLabels)
-	}
-
-	for i := range s.Devices {
-		dev, l := &s.Devices[i], devs[i]
-		gauge(d.deviceInfo, 1, l.info)
-		gauge(d.deviceUp, boolValue(dev.Present), l.base)
-		if dev.HasUtilization {
-			gauge(d.deviceUtil, dev.Utilization, l.base)
-		}
-		if dev.HasMemory {
-			gauge(d.deviceMemUsed, float64(dev.MemoryUsedBytes), l.base)
-			gauge(d.deviceMemTotal, float64(dev.MemoryTotalBytes), l.base)
-		}
-		if dev.HasPower {
-			gauge(d.devicePower, dev.PowerWatts, l.base)
-		}
-		if dev.HasEnergy {
-			counter(d.deviceEnergy, dev.EnergyJoules, l.base)
-		}
-		if dev.HasGPM {
-			gauge(d.deviceSMActive, dev.SMActive, l.base)
-			gauge(d.deviceSMOccupancy, dev.SMOccupancy, l.base)
-			gauge(d.deviceTensorActive, dev.TensorActive, l.base)
-		}
-		if dev.HasUnattributedMemory {
-			gauge(d.deviceUnattributedMem, float64(dev.UnattributedMemoryBytes), l.base)
-		}
-		for w := agent.Window(0); w < agent.NumWindows; w++ {
-			wc, wl := &dev.Counters[w], l.win[w]
-			counter(d.deviceObserved, wc.Observed, wl)
-			counter(d.deviceIdle, wc.Idle, wl)
-			counter(d.deviceUnalloc, wc.Unallocated, wl)
-			counter(d.deviceUnallocActive, wc.UnallocatedActive, wl)
-			counter(d.deviceGap, wc.Gap, wl)
-			counter(d.deviceUnattributed, wc.Unattributed, wl)
-			counter(d.deviceAllocated, wc.Allocated, wl)
-			counter(d.deviceAllocIdle, wc.AllocatedIdle, wl)
-			counter(d.deviceAllocActive, wc.AllocatedActive, wl)
-		}
-	}
-
-	for i := range s.Allocations {
-		a, l := &s.Allocations[i], allocs[i]
-		if a.Live {
-			gauge(d.allocInfo, 1, l.info)
-		}
-		for w := agent.Window(0); w < agent.NumWindows; w++ {
-			ac, wl := &a.Counters[w], l.win[w]
-			counter(d.allocSeconds, ac.Allocated, wl)
-			counter(d.allocIdle, ac.Idle, wl)
-			counter(d.allocActive, ac.Active, wl)
-		}
-		if a.HasIdleStreak {
-			gauge(d.allocStreak, a.IdleStreak, l.base)
-		}
-		if a.HasMemory {
-			gauge(d.allocMemory, float64(a.MemoryUsedBytes), l.base)
-		}
-	}
-
-	if s.Overflowed > 0 {
-		counter(d.allocOverflow, float64(s.Overflowed), nil)
-	}
-	// A handful of series: their label pairs are built each scrape.
-	for _, src := range s.Sources {
-		gauge(d.sourceUp, boolValue(src.Up), makeLabels(d.sourceUp, src.Name))
-		for reason, n := range src.Errors {
-			counter(d.sourceErrors, float64(n), makeLabels(d.sourceErrors, src.Name, reason))
+	var rows []textRow
+	for i := range c.fams {
+		f := &c.fams[i]
+		emit := func(v float64, l labels) { ch <- out.sample(f.desc, f.typ, v, l) }
+		switch f.kind {
+		case kindDevInfo:
+			for _, l := range devs {
+				emit(1, l.info)
+			}
+		case kindDevBase:
+			for j := range s.Devices {
+				if v, ok := f.dev(&s.Devices[j]); ok {
+					emit(v, devs[j].base)
+				}
+			}
+		case kindDevWin:
+			for j := range s.Devices {
+				for w := range agent.NumWindows {
+					emit(f.devWin(&s.Devices[j].Counters[w]), devs[j].win[w])
+				}
+			}
+		case kindAllocInfo:
+			for j := range s.Allocations {
+				if s.Allocations[j].Live {
+					emit(1, allocs[j].info)
+				}
+			}
+		case kindAllocBase:
+			for j := range s.Allocations {
+				if v, ok := f.alloc(&s.Allocations[j]); ok {
+					emit(v, allocs[j].base)
+				}
+			}
+		case kindAllocWin:
+			for j := range s.Allocations {
+				for w := range agent.NumWindows {
+					emit(f.allocWin(&s.Allocations[j].Counters[w]), allocs[j].win[w])
+				}
+			}
+		case kindOther:
+			rows = f.other(c, s, rows[:0])
+			for _, r := range rows {
+				emit(r.v, r.l)
+			}
 		}
 	}
 }

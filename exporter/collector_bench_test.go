@@ -76,7 +76,7 @@ func cpuTime(b *testing.B) time.Duration {
 
 // handler is the agent's metrics handler over g.
 func handler(g prometheus.Gatherer) http.Handler {
-	return exporter.NewHandler(g, "/metrics", func() bool { return true }, zap.NewNop())
+	return exporter.NewHandler(g, "/metrics", func() bool { return true }, zap.NewNop(), exporter.DefaultMaxRequests)
 }
 
 // encodings are the scrapes measured: identity, and gzip as Prometheus asks

@@ -128,7 +128,7 @@ func TestHandler(t *testing.T) {
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(NewCollector(fixed{testSnapshot()}, nil))
 	ready := false
-	h := NewHandler(reg, "/metrics", func() bool { return ready }, zap.NewNop())
+	h := NewHandler(reg, "/metrics", func() bool { return ready }, zap.NewNop(), DefaultMaxRequests)
 	get := func(path string) (int, string) {
 		rec := httptest.NewRecorder()
 		h.ServeHTTP(rec, httptest.NewRequest(http.MethodGet, path, nil))

@@ -25,6 +25,12 @@ var gzipWriters = sync.Pool{New: func() any {
 // withGzip compresses h's responses with gzip when the request accepts it
 // (see acceptsGzip), except for HEAD and empty responses; h must not
 // compress them itself. Every response says it varies with Accept-Encoding.
+//
+// It is the exporter's one gzip path (promhttp's own is off), and ours
+// rather than klauspost's gzhttp wrapper, tried in its place: gzhttp
+// compresses for a scraper that prefers identity ("gzip;q=0.5, identity")
+// and gives an empty response a gzip body and a Content-Encoding
+// (TestHandlerGzip and TestGzipNoBody fail with it).
 func withGzip(h http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		gw := &gzipResponseWriter{ResponseWriter: w, accept: r.Method != http.MethodHead && acceptsGzip(r.Header)}

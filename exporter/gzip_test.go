@@ -51,7 +51,7 @@ func TestHandlerGzip(t *testing.T) {
 	t.Parallel()
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(NewCollector(fixed{testSnapshot()}, nil))
-	h := NewHandler(reg, "/metrics", func() bool { return true }, zap.NewNop())
+	h := NewHandler(reg, "/metrics", func() bool { return true }, zap.NewNop(), DefaultMaxRequests)
 	srv := httptest.NewServer(h)
 	defer srv.Close()
 	// A client that does not decode gzip itself, so the test sees the wire.

@@ -11,7 +11,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 
-	"github.com/gpuxray/gpuxray/collector/proc"
+	"github.com/gpuxray/gpuxray/internal/procstat"
 )
 
 // NewProcessCollector returns a collector of the agent's own process_*
@@ -150,7 +150,7 @@ func (c *processCollector) readStat() (procStat, error) {
 }
 
 func parseStat(b []byte) (procStat, error) {
-	rest, err := proc.StatAfterComm(b)
+	rest, err := procstat.AfterComm(b)
 	if err != nil {
 		return procStat{}, errProcFormat
 	}

@@ -1,7 +1,6 @@
 package exporter
 
 import (
-	"fmt"
 	"mime"
 	"net/http"
 	"slices"
@@ -55,32 +54,24 @@ func (r *Registry) MustRegister(cs ...prometheus.Collector) {
 	}
 }
 
-// Unregister unregisters c, registered with Register.
-func (r *Registry) Unregister(c prometheus.Collector) bool {
-	r.others.Unregister(c)
-	return r.all.Unregister(c)
-}
-
 // Gather gathers every collector, the engine's included.
 func (r *Registry) Gather() ([]*dto.MetricFamily, error) { return r.all.Gather() }
 
-var _ prometheus.Registerer = (*Registry)(nil)
-
 // textHandler serves a gatherer's metrics as promhttp.HandlerFor(g, opts)
-// does, except that an OpenMetrics 1 scrape gathers through
-// openMetricsGatherer (see openmetrics.go). A Registry's are served by the
-// fast path when the scrape negotiates the classic text format or
-// OpenMetrics 0.0.1 or 1.0.0 (what Prometheus asks for first) and filters
-// no name (name[]), by that handler otherwise (protobuf, a filter).
+// does with the options of newTextHandler, except that an OpenMetrics 1
+// scrape gathers through openMetricsGatherer (see openmetrics.go). A
+// Registry's are served by the fast path when the scrape negotiates the
+// classic text format or OpenMetrics 0.0.1 or 1.0.0 (what Prometheus asks
+// for first) and filters no name (name[]), by that handler otherwise
+// (protobuf, a filter).
 type textHandler struct {
 	r          *Registry // nil for another gatherer: no fast path
-	opts       promhttp.HandlerOpts
-	formats    []expfmt.Format // the formats promhttp offers with opts
+	errorLog   promhttp.Logger
+	formats    []expfmt.Format // the formats promhttp offers
 	names      []string        // the engine's text families, in order
 	omNames    []string        // and their OpenMetrics family names, sorted
-	fallback   http.Handler    // promhttp's, without its in-flight limit
+	fallback   http.Handler    // promhttp's
 	omFallback http.Handler    // the same for OpenMetrics 1
-	inFlight   chan struct{}   // the in-flight limit of all, nil for none
 }
 
 // textScrapes counts the scrapes the fast path served, for the tests.
@@ -95,43 +86,27 @@ type textBuf struct {
 }
 
 // newTextHandler returns g's metrics handler, with the fast path where g is
-// a *Registry; opts must not compress, set a timeout, a process start time,
-// a Registry for promhttp's error counter or accepted formats, nor coalesce
-// gathers (the fast path does none of them).
-func newTextHandler(g prometheus.Gatherer, opts promhttp.HandlerOpts) http.Handler {
-	if opts.Timeout > 0 || !opts.DisableCompression || !opts.ProcessStartTime.IsZero() || opts.Registry != nil ||
-		len(opts.AcceptedFormats) > 0 || opts.CoalesceGather || opts.EnableOpenMetricsTextCreatedSamples {
-		panic("exporter: the text fast path does not implement these handler options")
+// a *Registry. Its options are the ones the fast path implements: errors
+// logged to errorLog and the rest served (promhttp.ContinueOnError),
+// OpenMetrics offered, no compression (withGzip compresses), no timeout
+// and no in-flight limit (NewHandler sets them around it).
+func newTextHandler(g prometheus.Gatherer, errorLog promhttp.Logger) http.Handler {
+	opts := promhttp.HandlerOpts{
+		ErrorLog:           errorLog,
+		ErrorHandling:      promhttp.ContinueOnError,
+		EnableOpenMetrics:  true,
+		DisableCompression: true,
 	}
-	h := &textHandler{opts: opts}
+	h := &textHandler{errorLog: errorLog, formats: expfmt.DefaultOpenMetricsAcceptedFormats()}
 	if r, ok := g.(*Registry); ok {
 		h.r, h.names, h.omNames, g = r, r.engine.textFamilyNames(), r.engine.textOpenMetricsNames(), r.all
 	}
-	h.formats = expfmt.DefaultAcceptedFormats()
-	if opts.EnableOpenMetrics {
-		h.formats = expfmt.DefaultOpenMetricsAcceptedFormats()
-	}
-	if opts.MaxRequestsInFlight > 0 {
-		h.inFlight = make(chan struct{}, opts.MaxRequestsInFlight)
-	}
-	fallbackOpts := opts
-	fallbackOpts.MaxRequestsInFlight = 0
-	h.fallback = promhttp.HandlerFor(g, fallbackOpts)
-	h.omFallback = promhttp.HandlerFor(openMetricsGatherer{g}, fallbackOpts)
+	h.fallback = promhttp.HandlerFor(g, opts)
+	h.omFallback = promhttp.HandlerFor(openMetricsGatherer{g}, opts)
 	return h
 }
 
 func (h *textHandler) ServeHTTP(w http.ResponseWriter, req *http.Request) {
-	if h.inFlight != nil {
-		select {
-		case h.inFlight <- struct{}{}:
-			defer func() { <-h.inFlight }()
-		default:
-			http.Error(w, fmt.Sprintf("Limit of concurrent requests reached (%d), try again later.", h.opts.MaxRequestsInFlight),
-				http.StatusServiceUnavailable)
-			return
-		}
-	}
 	format := expfmt.NegotiateAccept(req.Header, h.formats...)
 	text, om := format.FormatType() == expfmt.TypeTextPlain, isOpenMetrics1(format)
 	if h.names == nil || !text && !om ||
@@ -188,22 +163,12 @@ func (h *textHandler) serveText(w http.ResponseWriter, format expfmt.Format, om 
 		}
 	}
 
-	// From here as promhttp's handler, with the engine's families as a
-	// part of mfs.
+	// From here as promhttp's handler with ContinueOnError, with the
+	// engine's families as a part of mfs.
 	textScrapes.Add(1)
 	if err != nil {
-		if h.opts.ErrorLog != nil {
-			h.opts.ErrorLog.Println("error gathering metrics:", err)
-		}
-		switch h.opts.ErrorHandling {
-		case promhttp.PanicOnError:
-			panic(err)
-		case promhttp.ContinueOnError:
-			if len(mfs) == 0 && len(tb.b) == 0 {
-				httpError(w, err)
-				return true
-			}
-		case promhttp.HTTPErrorOnError:
+		h.errorLog.Println("error gathering metrics:", err)
+		if len(mfs) == 0 && len(tb.b) == 0 {
 			httpError(w, err)
 			return true
 		}
@@ -212,18 +177,10 @@ func (h *textHandler) serveText(w http.ResponseWriter, format expfmt.Format, om 
 	w.Header().Set("Content-Type", string(format))
 
 	enc := expfmt.NewEncoder(w, format)
+	// An error writing is logged and the rest is written, as promhttp does.
 	handleError := func(err error) bool {
-		if err == nil {
-			return false
-		}
-		if h.opts.ErrorLog != nil {
-			h.opts.ErrorLog.Println("error encoding and sending metric family:", err)
-		}
-		switch h.opts.ErrorHandling {
-		case promhttp.PanicOnError:
-			panic(err)
-		case promhttp.HTTPErrorOnError:
-			return true
+		if err != nil {
+			h.errorLog.Println("error encoding and sending metric family:", err)
 		}
 		return false
 	}

@@ -130,6 +130,8 @@ type labelCache struct {
 	version uint64 // changes whenever an entry is added or dropped
 	devices map[string]*deviceEntry
 	allocs  map[allocKey]*allocEntry
+	// devs and allocsOf are update's answers, reused by the next.
+	devs, allocsOf []*seriesLabels
 }
 
 func newLabelCache() labelCache {
@@ -137,21 +139,24 @@ func newLabelCache() labelCache {
 }
 
 // update returns the labels of s's devices and allocations, in their order,
-// and drops the entries s does not have. An entry is never modified once
-// built (a change makes a new one), so the caller may read the labels
-// returned without the lock.
+// and drops the entries s does not have. The slices returned are reused by
+// the next update; an entry is never modified once built (a change makes
+// a new one), so the labels in it may be kept.
 func (c *labelCache) update(s *agent.Snapshot, d *descs, extra []string) (devs, allocs []*seriesLabels) {
 	c.gen++
-	devs = make([]*seriesLabels, len(s.Devices))
+	devs = c.devs[:0]
 	for i := range s.Devices {
-		devs[i] = &c.device(&s.Devices[i], d).seriesLabels
-		devs[i].slot = i
+		l := &c.device(&s.Devices[i], d).seriesLabels
+		l.slot = i
+		devs = append(devs, l)
 	}
-	allocs = make([]*seriesLabels, len(s.Allocations))
+	allocs = c.allocsOf[:0]
 	for i := range s.Allocations {
-		allocs[i] = &c.alloc(&s.Allocations[i], d, extra).seriesLabels
-		allocs[i].slot = i
+		l := &c.alloc(&s.Allocations[i], d, extra).seriesLabels
+		l.slot = i
+		allocs = append(allocs, l)
 	}
+	c.devs, c.allocsOf = devs, allocs
 	for k, e := range c.devices {
 		if e.seen != c.gen {
 			delete(c.devices, k)
@@ -267,6 +272,14 @@ const sampleChunk = 256
 type samples struct {
 	counters []counterSample
 	gauges   []gaugeSample
+}
+
+// sample is a counter's or a gauge's sample, as typ says.
+func (p *samples) sample(desc *prometheus.Desc, typ prometheus.ValueType, v float64, l labels) prometheus.Metric {
+	if typ == prometheus.CounterValue {
+		return p.counter(desc, v, l)
+	}
+	return p.gauge(desc, v, l)
 }
 
 func (p *samples) counter(desc *prometheus.Desc, v float64, l labels) prometheus.Metric {

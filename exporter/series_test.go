@@ -19,7 +19,10 @@ import (
 
 // constCollector renders a snapshot as the collector did before it cached
 // label pairs: a prometheus.MustNewConstMetric per series and scrape. It is
-// the reference the cached rendering must match byte for byte.
+// the reference the cached rendering must match byte for byte, and it
+// spells the families out apart from families.go, which both renderings
+// take them from, so that a wrong entry there (a family missing, a value
+// or a label set swapped) fails here rather than agreeing with itself.
 type constCollector struct{ *Collector }
 
 func (c constCollector) Collect(ch chan<- prometheus.Metric) {

@@ -16,7 +16,6 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
-	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/prometheus/exporter-toolkit/web"
 	"go.uber.org/zap"
 	"go.uber.org/zap/exp/zapslog"
@@ -41,7 +40,7 @@ type Config struct {
 	// listener, behind its TLS and authentication.
 	EnablePprof bool
 	// MaxRequests is how many scrapes are rendered at once (see
-	// WithMaxRequests); 0 is no limit.
+	// NewHandler); 0 is no limit.
 	MaxRequests int
 }
 
@@ -138,21 +137,6 @@ const DefaultMaxRequests = 40
 // maxQueueWait is the longest a scrape waits for a slot; see queueWait.
 const maxQueueWait = scrapeTimeout / 2
 
-// handlerOptions are NewHandler's options.
-type handlerOptions struct {
-	maxRequests int
-}
-
-// HandlerOption is an option of NewHandler.
-type HandlerOption func(*handlerOptions)
-
-// WithMaxRequests sets how many scrapes are rendered at once (default
-// DefaultMaxRequests; 0 is no limit). A scrape beyond them waits in line
-// for half its scrape timeout, then gets a 503.
-func WithMaxRequests(n int) HandlerOption {
-	return func(o *handlerOptions) { o.maxRequests = n }
-}
-
 // limitInFlight lets max requests into h at once. One that finds every
 // slot taken waits for one, first come first served (blocked channel
 // senders are woken in order), for queueWait, then gets a 503: an instant
@@ -215,25 +199,16 @@ func onlyGetHead(h http.HandlerFunc) http.HandlerFunc {
 // are gzipped at BestSpeed when the scraper accepts gzip (see withGzip). A
 // *Registry's text and OpenMetrics scrapes are written by the fast path (see
 // Registry). In OpenMetrics a counter foo_total beside a family foo is
-// served as unknown (see openMetricsFamilies).
-func NewHandler(g prometheus.Gatherer, metricsPath string, ready func() bool, logger *zap.Logger, options ...HandlerOption) http.Handler {
-	o := handlerOptions{maxRequests: DefaultMaxRequests}
-	for _, opt := range options {
-		opt(&o)
-	}
+// served as unknown (see openMetricsFamilies). maxRequests scrapes are
+// rendered at once (0 is no limit); one beyond them waits in line for half
+// its scrape timeout, then gets a 503.
+func NewHandler(g prometheus.Gatherer, metricsPath string, ready func() bool, logger *zap.Logger, maxRequests int) http.Handler {
 	mux := http.NewServeMux()
-	opts := promhttp.HandlerOpts{
-		ErrorLog:      zap.NewStdLog(logger),
-		ErrorHandling: promhttp.ContinueOnError,
-		// limitInFlight limits, with a wait in line.
-		MaxRequestsInFlight: 0,
-		EnableOpenMetrics:   true,
-		// withGzip compresses, at a cheaper level than promhttp's.
-		DisableCompression: true,
-	}
 	// promhttp's answers (a *Registry's text and OpenMetrics written by the
-	// fast path), each family named once in OpenMetrics (openmetrics.go).
-	metrics := newTextHandler(g, opts)
+	// fast path), each family named once in OpenMetrics (openmetrics.go);
+	// limitInFlight limits, with a wait in line, and withGzip compresses,
+	// at a cheaper level than promhttp's.
+	metrics := newTextHandler(g, zap.NewStdLog(logger))
 	// The timeout is promhttp's Timeout (same handler, same message), set
 	// here so that it is outside the compression: http.TimeoutHandler
 	// buffers the whole body, which costs about as much again as gzip at
@@ -241,7 +216,7 @@ func NewHandler(g prometheus.Gatherer, metricsPath string, ready func() bool, lo
 	// to.
 	// The wait for a slot is outside the timeout, which bounds rendering.
 	mux.HandleFunc(metricsPath, onlyGetHead(limitInFlight(http.TimeoutHandler(withGzip(metrics), scrapeTimeout,
-		fmt.Sprintf("Exceeded configured timeout of %v.\n", scrapeTimeout)), o.maxRequests).ServeHTTP))
+		fmt.Sprintf("Exceeded configured timeout of %v.\n", scrapeTimeout)), maxRequests).ServeHTTP))
 	mux.HandleFunc("/healthz", onlyGetHead(func(w http.ResponseWriter, _ *http.Request) {
 		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
 		_, _ = w.Write([]byte("ok\n"))

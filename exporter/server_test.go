@@ -74,7 +74,7 @@ func TestConfigValidate(t *testing.T) {
 			err := c.Validate()
 			if err == nil {
 				// A valid path registers without a panic.
-				NewHandler(prometheus.NewRegistry(), c.MetricsPath, func() bool { return true }, zap.NewNop())
+				NewHandler(prometheus.NewRegistry(), c.MetricsPath, func() bool { return true }, zap.NewNop(), DefaultMaxRequests)
 			}
 			switch {
 			case tc.want == "" && err != nil:
@@ -91,7 +91,7 @@ func serve(t *testing.T, cfg Config) *Server {
 	t.Helper()
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(NewCollector(fixed{testSnapshot()}, nil))
-	h := NewHandler(reg, cfg.MetricsPath, func() bool { return true }, zap.NewNop())
+	h := NewHandler(reg, cfg.MetricsPath, func() bool { return true }, zap.NewNop(), DefaultMaxRequests)
 	s, err := Listen(cfg, h, zap.NewNop())
 	if err != nil {
 		t.Fatal(err)
@@ -338,7 +338,7 @@ func (g blockingGatherer) Gather() ([]*dto.MetricFamily, error) {
 func TestInFlightQueue(t *testing.T) {
 	t.Parallel()
 	g := blockingGatherer{entered: make(chan struct{}, 8), release: make(chan struct{})}
-	srv := httptest.NewServer(NewHandler(g, "/metrics", func() bool { return true }, zap.NewNop(), WithMaxRequests(2)))
+	srv := httptest.NewServer(NewHandler(g, "/metrics", func() bool { return true }, zap.NewNop(), 2))
 	defer srv.Close()
 	get := func(timeout string) <-chan int {
 		c := make(chan int, 1)
@@ -380,7 +380,7 @@ func TestInFlightQueue(t *testing.T) {
 func TestInFlightDefault(t *testing.T) {
 	t.Parallel()
 	g := blockingGatherer{entered: make(chan struct{}, 64), release: make(chan struct{})}
-	srv := httptest.NewServer(NewHandler(g, "/metrics", func() bool { return true }, zap.NewNop()))
+	srv := httptest.NewServer(NewHandler(g, "/metrics", func() bool { return true }, zap.NewNop(), DefaultMaxRequests))
 	defer srv.Close()
 	codes := make(chan int, 41)
 	scrape := func(timeout string) {
@@ -419,7 +419,7 @@ func TestServeStopsCleanlyWithSilentClient(t *testing.T) {
 	t.Parallel()
 	reg := prometheus.NewRegistry()
 	s, err := Listen(Config{ListenAddress: "127.0.0.1:0", MetricsPath: "/metrics"},
-		NewHandler(reg, "/metrics", func() bool { return true }, zap.NewNop()), zap.NewNop())
+		NewHandler(reg, "/metrics", func() bool { return true }, zap.NewNop(), DefaultMaxRequests), zap.NewNop())
 	if err != nil {
 		t.Fatal(err)
 	}

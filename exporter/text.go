@@ -7,9 +7,6 @@ import (
 	"strconv"
 	"strings"
 
-	"github.com/prometheus/client_golang/prometheus"
-	"github.com/prometheus/common/model"
-
 	"github.com/gpuxray/gpuxray/agent"
 )
 
@@ -135,41 +132,6 @@ func compareLabels(a, b labels) int {
 	return 0
 }
 
-// The kinds of series a text family is made of: which label sets it
-// carries, so which cached order it is written in.
-const (
-	kindDevBase = iota
-	kindDevWin
-	kindDevInfo
-	kindAllocBase
-	kindAllocWin
-	kindAllocInfo
-	kindOther // a handful of series, labelled and sorted at each scrape
-	numKinds
-)
-
-// textFamily is one of the Collector's families in the text fast path.
-type textFamily struct {
-	name     string
-	omName   string // its family's name in OpenMetrics
-	header   string // its # HELP and # TYPE lines in the text format
-	omHeader string // and in OpenMetrics
-	kind     int
-
-	// The series' values, by kind: ok false where the series is absent.
-	dev      func(*agent.DeviceSnapshot) (float64, bool)
-	devWin   func(*agent.DeviceCounters) float64
-	alloc    func(*agent.AllocationSnapshot) (float64, bool)
-	allocWin func(*agent.AllocationCounters) float64
-	other    func(*Collector, *agent.Snapshot, []textRow) []textRow
-}
-
-// textRow is a series of a kindOther family.
-type textRow struct {
-	l labels
-	v float64
-}
-
 // seriesRef is a series in a cached order: its device's or allocation's
 // labels, and the window (for a windowed kind).
 type seriesRef struct {
@@ -187,134 +149,14 @@ type textOrders struct {
 	dup     bool // two series of a kind carry the same labels
 }
 
-// newTextFamilies returns the text families of c's descriptions, sorted by
-// name as Gather sorts families; nil when one of their names would be
-// written differently from how the fast path writes it (not a legacy name:
-// expfmt quotes or escapes it).
-func newTextFamilies(d *descs) []textFamily {
-	gauge, counter := "gauge", "counter"
-	fams := []textFamily{}
-	add := func(desc *prometheus.Desc, typ string, kind int, f textFamily) {
-		m := d.meta[desc]
-		f.name, f.kind = m.name, kind
-		f.header = "# HELP " + m.name + " " + escapeHelp(m.help) + "\n# TYPE " + m.name + " " + typ + "\n"
-		// OpenMetrics names a counter family without its _total, and
-		// escapes quotes in the help too (expfmt's
-		// MetricFamilyToOpenMetrics).
-		omName, omType := m.name, typ
-		if typ == counter {
-			var ok bool
-			if omName, ok = strings.CutSuffix(m.name, "_total"); !ok {
-				omType = "unknown"
-			}
-		}
-		f.omName = omName
-		f.omHeader = "# HELP " + omName + " " + escapeQuoted(m.help) + "\n# TYPE " + omName + " " + omType + "\n"
-		fams = append(fams, f)
-	}
-	devGauge := func(desc *prometheus.Desc, v func(*agent.DeviceSnapshot) (float64, bool)) {
-		add(desc, gauge, kindDevBase, textFamily{dev: v})
-	}
-	devCounter := func(desc *prometheus.Desc, v func(*agent.DeviceCounters) float64) {
-		add(desc, counter, kindDevWin, textFamily{devWin: v})
-	}
-	allocCounter := func(desc *prometheus.Desc, v func(*agent.AllocationCounters) float64) {
-		add(desc, counter, kindAllocWin, textFamily{allocWin: v})
-	}
-
-	add(d.deviceInfo, gauge, kindDevInfo, textFamily{})
-	devGauge(d.deviceUp, func(dev *agent.DeviceSnapshot) (float64, bool) { return boolValue(dev.Present), true })
-	devGauge(d.deviceUtil, func(dev *agent.DeviceSnapshot) (float64, bool) { return dev.Utilization, dev.HasUtilization })
-	devGauge(d.deviceMemUsed, func(dev *agent.DeviceSnapshot) (float64, bool) {
-		return float64(dev.MemoryUsedBytes), dev.HasMemory
-	})
-	devGauge(d.deviceMemTotal, func(dev *agent.DeviceSnapshot) (float64, bool) {
-		return float64(dev.MemoryTotalBytes), dev.HasMemory
-	})
-	devGauge(d.devicePower, func(dev *agent.DeviceSnapshot) (float64, bool) { return dev.PowerWatts, dev.HasPower })
-	add(d.deviceEnergy, counter, kindDevBase, textFamily{dev: func(dev *agent.DeviceSnapshot) (float64, bool) {
-		return dev.EnergyJoules, dev.HasEnergy
-	}})
-	devGauge(d.deviceSMActive, func(dev *agent.DeviceSnapshot) (float64, bool) { return dev.SMActive, dev.HasGPM })
-	devGauge(d.deviceSMOccupancy, func(dev *agent.DeviceSnapshot) (float64, bool) { return dev.SMOccupancy, dev.HasGPM })
-	devGauge(d.deviceTensorActive, func(dev *agent.DeviceSnapshot) (float64, bool) { return dev.TensorActive, dev.HasGPM })
-	devGauge(d.deviceUnattributedMem, func(dev *agent.DeviceSnapshot) (float64, bool) {
-		return float64(dev.UnattributedMemoryBytes), dev.HasUnattributedMemory
-	})
-	devCounter(d.deviceObserved, func(c *agent.DeviceCounters) float64 { return c.Observed })
-	devCounter(d.deviceIdle, func(c *agent.DeviceCounters) float64 { return c.Idle })
-	devCounter(d.deviceUnalloc, func(c *agent.DeviceCounters) float64 { return c.Unallocated })
-	devCounter(d.deviceUnallocActive, func(c *agent.DeviceCounters) float64 { return c.UnallocatedActive })
-	devCounter(d.deviceGap, func(c *agent.DeviceCounters) float64 { return c.Gap })
-	devCounter(d.deviceUnattributed, func(c *agent.DeviceCounters) float64 { return c.Unattributed })
-	devCounter(d.deviceAllocated, func(c *agent.DeviceCounters) float64 { return c.Allocated })
-	devCounter(d.deviceAllocIdle, func(c *agent.DeviceCounters) float64 { return c.AllocatedIdle })
-	devCounter(d.deviceAllocActive, func(c *agent.DeviceCounters) float64 { return c.AllocatedActive })
-
-	add(d.allocInfo, gauge, kindAllocInfo, textFamily{})
-	allocCounter(d.allocSeconds, func(c *agent.AllocationCounters) float64 { return c.Allocated })
-	allocCounter(d.allocIdle, func(c *agent.AllocationCounters) float64 { return c.Idle })
-	allocCounter(d.allocActive, func(c *agent.AllocationCounters) float64 { return c.Active })
-	add(d.allocStreak, gauge, kindAllocBase, textFamily{alloc: func(a *agent.AllocationSnapshot) (float64, bool) {
-		return a.IdleStreak, a.HasIdleStreak
-	}})
-	add(d.allocMemory, gauge, kindAllocBase, textFamily{alloc: func(a *agent.AllocationSnapshot) (float64, bool) {
-		return float64(a.MemoryUsedBytes), a.HasMemory
-	}})
-
-	add(d.allocOverflow, counter, kindOther, textFamily{other: func(_ *Collector, s *agent.Snapshot, rows []textRow) []textRow {
-		if s.Overflowed > 0 {
-			rows = append(rows, textRow{nil, float64(s.Overflowed)})
-		}
-		return rows
-	}})
-	add(d.sourceUp, gauge, kindOther, textFamily{other: func(c *Collector, s *agent.Snapshot, rows []textRow) []textRow {
-		for _, src := range s.Sources {
-			rows = append(rows, textRow{makeLabels(c.d.sourceUp, src.Name), boolValue(src.Up)})
-		}
-		return rows
-	}})
-	add(d.sourceErrors, counter, kindOther, textFamily{other: func(c *Collector, s *agent.Snapshot, rows []textRow) []textRow {
-		for _, src := range s.Sources {
-			for reason, n := range src.Errors {
-				rows = append(rows, textRow{makeLabels(c.d.sourceErrors, src.Name, reason), float64(n)})
-			}
-		}
-		return rows
-	}})
-	add(d.buildInfo, gauge, kindOther, textFamily{other: func(c *Collector, _ *agent.Snapshot, rows []textRow) []textRow {
-		if c.build != nil {
-			rows = append(rows, textRow{c.buildLabels, 1})
-		}
-		return rows
-	}})
-
-	if len(fams) != len(d.all()) {
-		panic("exporter: a description has no text family")
-	}
-	for _, desc := range d.all() {
-		m := d.meta[desc]
-		if !model.LegacyValidation.IsValidMetricName(m.name) {
-			return nil
-		}
-		for _, l := range m.labels {
-			if !model.LegacyValidation.IsValidMetricName(l) {
-				return nil
-			}
-		}
-	}
-	slices.SortFunc(fams, func(a, b textFamily) int { return strings.Compare(a.name, b.name) })
-	return fams
-}
-
 // textFamilyNames are the names of the families the fast path writes, in
 // order; nil when it cannot write them.
 func (c *Collector) textFamilyNames() []string {
-	if c.text == nil {
+	if !c.text {
 		return nil
 	}
-	names := make([]string, len(c.text))
-	for i, f := range c.text {
+	names := make([]string, len(c.fams))
+	for i, f := range c.fams {
 		names[i] = f.name
 	}
 	return names
@@ -323,11 +165,11 @@ func (c *Collector) textFamilyNames() []string {
 // textOpenMetricsNames are the OpenMetrics family names of the families the
 // fast path writes, sorted; nil when it cannot write them.
 func (c *Collector) textOpenMetricsNames() []string {
-	if c.text == nil {
+	if !c.text {
 		return nil
 	}
-	names := make([]string, len(c.text))
-	for i, f := range c.text {
+	names := make([]string, len(c.fams))
+	for i, f := range c.fams {
 		names[i] = f.omName
 	}
 	slices.Sort(names)
@@ -341,10 +183,11 @@ func (c *Collector) textOpenMetricsNames() []string {
 // buf and ends as they were, where the exposition would not be the
 // registry's: the caller must gather through client_golang.
 func (c *Collector) appendText(buf []byte, ends []int, om bool) (_ []byte, _ []int, ok bool) {
-	if c.text == nil {
+	if !c.text {
 		return buf, ends, false
 	}
-	s := c.src.Snapshot()
+	s := c.snapshot()
+	defer s.Release()
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.labels.update(s, c.d, c.extra)
@@ -367,8 +210,8 @@ func (c *Collector) appendText(buf []byte, ends []int, om bool) (_ []byte, _ []i
 		appendV = appendOpenMetricsValue
 	}
 	var rows []textRow
-	for i := range c.text {
-		f := &c.text[i]
+	for i := range c.fams {
+		f := &c.fams[i]
 		header := f.header
 		if om {
 			header = f.omHeader

@@ -191,7 +191,7 @@ func runAgent(ctx context.Context, args []string, stderr io.Writer) error {
 	if classes != nil {
 		reg.MustRegister(exporter.NewPriorityClassCollector(classes))
 	}
-	handler := exporter.NewHandler(reg, webCfg.MetricsPath, engine.Ready, logger.Named("web"), exporter.WithMaxRequests(webCfg.MaxRequests))
+	handler := exporter.NewHandler(reg, webCfg.MetricsPath, engine.Ready, logger.Named("web"), webCfg.MaxRequests)
 	if live != nil {
 		if handler, err = live.withKubeState(handler, webCfg.MetricsPath); err != nil {
 			return err

@@ -52,7 +52,7 @@ func TestConcurrentScrapes(t *testing.T) {
 	}
 	reg := prometheus.NewPedanticRegistry()
 	reg.MustRegister(exporter.NewCollector(engine, nil))
-	srv := httptest.NewServer(exporter.NewHandler(reg, "/metrics", engine.Ready, zap.NewNop()))
+	srv := httptest.NewServer(exporter.NewHandler(reg, "/metrics", engine.Ready, zap.NewNop(), exporter.DefaultMaxRequests))
 	defer srv.Close()
 
 	var polling atomic.Bool

@@ -59,6 +59,17 @@ var errDRAOff = errors.New("DRA resolution is off (--dra.enabled=false, no node 
 func (r *Resolver) List(ctx context.Context) (collector.AllocationList, error) {
 	list, err := r.next.List(ctx)
 	fresh := err == nil
+	if !slices.ContainsFunc(list.Allocations, func(a collector.Allocation) bool { return a.Device.Kind == collector.RefDRA }) {
+		// No DRA device (a device plugin's node): next's answer as it is,
+		// without a copy a poll.
+		if fresh {
+			r.mu.Lock()
+			clear(r.others)
+			clear(r.unresolved)
+			r.mu.Unlock()
+		}
+		return list, err
+	}
 	out := list
 	out.Allocations = make([]collector.Allocation, 0, len(list.Allocations))
 	out.Problems = slices.Clip(list.Problems) // the kubelet client's slice is shared

@@ -74,6 +74,17 @@ type Client struct {
 
 	malformed atomic.Uint64
 
+	// listMu serialises List calls, which share the answer's buffer, the
+	// decoder and the allocation buffers.
+	listMu sync.Mutex
+	raw    rawAnswer
+	dec    *decoder
+	// bufs are the two allocation slices List fills in turn: one is the
+	// last good list's, which a stale answer repeats, the other is the
+	// next answer's.
+	bufs [2][]collector.Allocation
+	good int // the index in bufs of the last good list's
+
 	mu       sync.Mutex
 	lastGood collector.AllocationList
 	backoff  time.Duration // length of the current window; 0 after a success
@@ -118,6 +129,7 @@ func New(cfg Config, logger *zap.Logger) (*Client, error) {
 		log:   logger,
 		conn:  conn,
 		api:   podresourcesv1.NewPodResourcesListerClient(conn),
+		dec:   newDecoder(),
 	}, nil
 }
 
@@ -138,7 +150,9 @@ func (c *Client) MalformedTotal() uint64 {
 // through a device plugin (devices) or a DRA claim (dynamic_resources, as
 // allocations of kind collector.RefDRA, any driver's) — and returns them
 // sorted by namespace, pod, container and device ID. The
-// Allocations slice is shared with later stale answers: treat it as read-only.
+// Allocations slice is shared with later stale answers, and its memory is
+// reused by the fresh answer after the next: treat it as read-only, and
+// be done with it by then (the engine is, within its poll).
 //
 // The error contract lets a caller set gpuxray_source_up from err != nil and
 // count gpuxray_source_errors_total from the *collector.SourceError values
@@ -158,13 +172,23 @@ func (c *Client) List(ctx context.Context) (collector.AllocationList, error) {
 	if c.backingOff() {
 		return c.stale(), ErrBackoff
 	}
+	c.listMu.Lock()
+	defer c.listMu.Unlock()
 	ctx, cancel := context.WithTimeout(ctx, c.cfg.Timeout)
 	defer cancel()
-	resp, err := c.api.List(ctx, &podresourcesv1.ListPodResourcesRequest{})
+	// The answer's bytes are decoded by c.dec rather than by the
+	// generated types (see decode.go).
+	err := c.conn.Invoke(ctx, podresourcesv1.PodResourcesLister_List_FullMethodName, (*podresourcesv1.ListPodResourcesRequest)(nil), &c.raw,
+		grpc.ForceCodecV2(rawCodec{}))
 	if err != nil {
 		return c.stale(), c.failed("list pod resources", err)
 	}
-	allocs, problems := c.allocations(resp)
+	next := 1 - c.good
+	allocs, problems, err := c.allocations(c.raw.b, c.bufs[next][:0])
+	if err != nil {
+		return c.stale(), collector.NewSourceError(collector.SourceKubelet, ReasonOther, fmt.Errorf("list pod resources: the answer: %w", err))
+	}
+	c.bufs[next], c.good = allocs, next
 	list := collector.AllocationList{At: c.clock.Now(), Allocations: allocs, Problems: problems}
 	c.mu.Lock()
 	c.lastGood, c.backoff, c.retryAt = list, 0, time.Time{}
@@ -192,7 +216,7 @@ func (c *Client) Allocatable(ctx context.Context) ([]collector.DeviceRef, error)
 			continue
 		}
 		for _, id := range dev.GetDeviceIds() {
-			if ref, ok := c.parse(id, dev.GetResourceName(), zap.Skip()); ok {
+			if ref, ok := c.parse(id, dev.GetResourceName(), "", ""); ok {
 				refs = append(refs, ref)
 			}
 		}
@@ -201,54 +225,17 @@ func (c *Client) Allocatable(ctx context.Context) ([]collector.DeviceRef, error)
 	return refs, nil
 }
 
-// allocations converts an answer, keeping the devices of GPU resources and
-// every device allocated through DRA (collector/dra resolves those and
-// keeps its drivers' only). Entries it cannot use are skipped and returned
-// as problems.
-func (c *Client) allocations(resp *podresourcesv1.ListPodResourcesResponse) ([]collector.Allocation, []error) {
-	var out []collector.Allocation
+// allocations decodes an answer and converts it, appending to out, keeping
+// the devices of GPU resources and every device allocated through DRA
+// (collector/dra resolves those and keeps its drivers' only). Entries it
+// cannot use are skipped and returned as problems.
+func (c *Client) allocations(answer []byte, out []collector.Allocation) ([]collector.Allocation, []error, error) {
 	var problems []error
-	invalidName := func(pod *podresourcesv1.PodResources, ctr *podresourcesv1.ContainerResources) error {
-		return collector.NewSourceError(collector.SourceKubelet, ReasonInvalidName,
-			fmt.Errorf("a pod with a namespace, name or container name of %d, %d and %d bytes, not all valid UTF-8 of at most %d",
-				len(pod.GetNamespace()), len(pod.GetName()), len(ctr.GetName()), maxNameBytes))
-	}
-	for _, pod := range resp.GetPodResources() {
-		for _, ctr := range pod.GetContainers() {
-			if len(ctr.GetDynamicResources()) > 0 {
-				if !validName(pod.GetNamespace()) || !validName(pod.GetName()) || !validName(ctr.GetName()) {
-					problems = append(problems, invalidName(pod, ctr))
-				} else {
-					out, problems = c.dynamic(pod, ctr, out, problems)
-				}
-			}
-			for _, dev := range ctr.GetDevices() {
-				name := dev.GetResourceName()
-				if !c.cfg.matches(name) {
-					continue
-				}
-				if !validName(pod.GetNamespace()) || !validName(pod.GetName()) || !validName(ctr.GetName()) {
-					problems = append(problems, invalidName(pod, ctr))
-					continue
-				}
-				for _, id := range dev.GetDeviceIds() {
-					ref, ok := c.parse(id, name, zap.String("pod", pod.GetNamespace()+"/"+pod.GetName()))
-					if !ok {
-						problems = append(problems, collector.NewSourceError(collector.SourceKubelet, ReasonMalformedDeviceID,
-							fmt.Errorf("pod %s/%s: device ID of %d bytes", pod.GetNamespace(), pod.GetName(), len(id))))
-						continue
-					}
-					out = append(out, collector.Allocation{
-						Namespace: pod.GetNamespace(),
-						Pod:       pod.GetName(),
-						Container: ctr.GetName(),
-						Resource:  name,
-						Device:    ref,
-						Shared:    ref.Replicated || name == ResourceGPUShared,
-					})
-				}
-			}
-		}
+	err := c.dec.decode(answer, func(ctr *wireContainer) {
+		out, problems = c.container(ctr, out, problems)
+	})
+	if err != nil {
+		return out, nil, err
 	}
 	markSharedClaims(out)
 	slices.SortFunc(out, func(a, b collector.Allocation) int {
@@ -261,6 +248,51 @@ func (c *Client) allocations(resp *podresourcesv1.ListPodResourcesResponse) ([]c
 			strings.Compare(a.DRA.Claim, b.DRA.Claim),
 		)
 	})
+	return out, problems, nil
+}
+
+// container appends the allocations of one container of an answer.
+func (c *Client) container(ctr *wireContainer, out []collector.Allocation, problems []error) ([]collector.Allocation, []error) {
+	validNames := validName(ctr.namespace) && validName(ctr.pod) && validName(ctr.name)
+	invalidName := func() error {
+		return collector.NewSourceError(collector.SourceKubelet, ReasonInvalidName,
+			fmt.Errorf("a pod with a namespace, name or container name of %d, %d and %d bytes, not all valid UTF-8 of at most %d",
+				len(ctr.namespace), len(ctr.pod), len(ctr.name), maxNameBytes))
+	}
+	if len(ctr.claims) > 0 {
+		if !validNames {
+			problems = append(problems, invalidName())
+		} else {
+			out, problems = c.dynamic(ctr, out, problems)
+		}
+	}
+	for i := range ctr.devices {
+		dev := &ctr.devices[i]
+		name := dev.resource
+		if !c.cfg.matches(name) {
+			continue
+		}
+		if !validNames {
+			problems = append(problems, invalidName())
+			continue
+		}
+		for _, id := range dev.ids {
+			ref, ok := c.parse(id, name, ctr.namespace, ctr.pod)
+			if !ok {
+				problems = append(problems, collector.NewSourceError(collector.SourceKubelet, ReasonMalformedDeviceID,
+					fmt.Errorf("pod %s/%s: device ID of %d bytes", ctr.namespace, ctr.pod, len(id))))
+				continue
+			}
+			out = append(out, collector.Allocation{
+				Namespace: ctr.namespace,
+				Pod:       ctr.pod,
+				Container: ctr.name,
+				Resource:  name,
+				Device:    ref,
+				Shared:    ref.Replicated || name == ResourceGPUShared,
+			})
+		}
+	}
 	return out, problems
 }
 
@@ -268,33 +300,33 @@ func (c *Client) allocations(resp *podresourcesv1.ListPodResourcesResponse) ([]c
 // allocations of kind collector.RefDRA whose resource is the driver's name.
 // A device with a share ID is shared; markSharedClaims marks those of
 // claims that several containers use.
-func (c *Client) dynamic(pod *podresourcesv1.PodResources, ctr *podresourcesv1.ContainerResources,
-	out []collector.Allocation, problems []error) ([]collector.Allocation, []error) {
-	for _, dr := range ctr.GetDynamicResources() {
+func (c *Client) dynamic(ctr *wireContainer, out []collector.Allocation, problems []error) ([]collector.Allocation, []error) {
+	for i := range ctr.claims {
+		dr := &ctr.claims[i]
 		// A claim lives in its pod's namespace; the kubelet names it anyway.
-		claimNS := cmp.Or(dr.GetClaimNamespace(), pod.GetNamespace())
-		for _, res := range dr.GetClaimResources() {
-			share := res.GetShareId()
-			if !validName(claimNS) || !validName(dr.GetClaimName()) || !validName(res.GetDriverName()) ||
-				!validName(res.GetPoolName()) || !validName(res.GetDeviceName()) || (share != "" && !validName(share)) {
+		claimNS := cmp.Or(dr.namespace, ctr.namespace)
+		for _, res := range dr.resources {
+			share := res.share
+			if !validName(claimNS) || !validName(dr.name) || !validName(res.driver) ||
+				!validName(res.pool) || !validName(res.device) || (share != "" && !validName(share)) {
 				c.malformed.Add(1)
-				c.log.Debug("skipping DRA device", zap.String("pod", pod.GetNamespace()+"/"+pod.GetName()),
-					zap.Int("claim_bytes", len(dr.GetClaimName())), zap.Int("driver_bytes", len(res.GetDriverName())),
-					zap.Int("pool_bytes", len(res.GetPoolName())), zap.Int("device_bytes", len(res.GetDeviceName())))
+				c.log.Debug("skipping DRA device", zap.String("pod", ctr.namespace+"/"+ctr.pod),
+					zap.Int("claim_bytes", len(dr.name)), zap.Int("driver_bytes", len(res.driver)),
+					zap.Int("pool_bytes", len(res.pool)), zap.Int("device_bytes", len(res.device)))
 				problems = append(problems, collector.NewSourceError(collector.SourceKubelet, ReasonMalformedDeviceID,
 					fmt.Errorf("pod %s/%s: a DRA device whose claim, driver, pool or device name is empty, not valid UTF-8 or longer than %d bytes",
-						pod.GetNamespace(), pod.GetName(), maxNameBytes)))
+						ctr.namespace, ctr.pod, maxNameBytes)))
 				continue
 			}
 			d := collector.DRADevice{
-				ClaimNamespace: claimNS, Claim: dr.GetClaimName(),
-				Driver: res.GetDriverName(), Pool: res.GetPoolName(), Device: res.GetDeviceName(),
+				ClaimNamespace: claimNS, Claim: dr.name,
+				Driver: res.driver, Pool: res.pool, Device: res.device,
 				ShareID: share,
 			}
 			out = append(out, collector.Allocation{
-				Namespace: pod.GetNamespace(),
-				Pod:       pod.GetName(),
-				Container: ctr.GetName(),
+				Namespace: ctr.namespace,
+				Pod:       ctr.pod,
+				Container: ctr.name,
 				Resource:  d.Driver,
 				Device:    collector.DeviceRef{ID: d.Driver + "/" + d.Pool + "/" + d.Device, Kind: collector.RefDRA},
 				Shared:    share != "",
@@ -340,12 +372,17 @@ func validName(s string) bool {
 	return s != "" && len(s) <= maxNameBytes && utf8.ValidString(s)
 }
 
-// parse parses a device ID, counting and logging one that gpuxray cannot map
-// to a device: it is skipped rather than failing the whole answer.
-func (c *Client) parse(id, resource string, where zap.Field) (collector.DeviceRef, bool) {
+// parse parses a device ID of pod namespace/name (none for an allocatable
+// device), counting and logging one that gpuxray cannot map to a device:
+// it is skipped rather than failing the whole answer.
+func (c *Client) parse(id, resource, namespace, pod string) (collector.DeviceRef, bool) {
 	ref, err := collector.ParseDeviceID(id)
 	if err != nil {
 		c.malformed.Add(1)
+		where := zap.Skip()
+		if pod != "" {
+			where = zap.String("pod", namespace+"/"+pod)
+		}
 		c.log.Debug("skipping device ID", zap.String("resource", resource), where, zap.Error(err))
 		return ref, false
 	}

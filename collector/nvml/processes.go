@@ -1,7 +1,8 @@
 package nvml
 
 import (
-	"sort"
+	"cmp"
+	"slices"
 	"time"
 
 	"github.com/NVIDIA/go-nvml/pkg/nvml"
@@ -9,19 +10,18 @@ import (
 	"github.com/gpuxray/gpuxray/collector"
 )
 
-// readProcessSamples returns per-process utilization samples newer than
-// lastSeen, oldest first, and how many it dropped for an absurd timestamp
+// readProcessSamples appends to out the per-process utilization samples
+// newer than lastSeen, oldest first, and returns how many it dropped for an absurd timestamp
 // relative to clock's time when the call answered, as readSamples does.
 // (GetProcessesUtilizationInfo in go-nvml v0.13.4-1 never returns samples,
 // so the older call is used.)
-func readProcessSamples(h nvml.Device, lastSeen uint64, clock Clock) ([]collector.ProcessSample, int, nvml.Return) {
+func readProcessSamples(h nvml.Device, lastSeen uint64, clock Clock, out []collector.ProcessSample) ([]collector.ProcessSample, int, nvml.Return) {
 	raw, ret := h.GetProcessUtilization(lastSeen)
 	if ret != nvml.SUCCESS {
 		return nil, 0, ret
 	}
 	lo, hi := stampBounds(clock.Now())
-	sort.Slice(raw, func(i, j int) bool { return raw[i].TimeStamp < raw[j].TimeStamp })
-	out := make([]collector.ProcessSample, 0, len(raw))
+	slices.SortFunc(raw, func(a, b nvml.ProcessUtilizationSample) int { return cmp.Compare(a.TimeStamp, b.TimeStamp) })
 	bad := 0
 	for _, p := range raw {
 		if p.TimeStamp != 0 && (p.TimeStamp < lo || p.TimeStamp > hi) {

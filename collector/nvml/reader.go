@@ -5,10 +5,11 @@
 package nvml
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
-	"sort"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -74,6 +75,11 @@ type Reader struct {
 	initBackoff time.Duration
 	devices     []*device
 	migScan     migRescan
+	// snaps are the Devices slices of Read's snapshots, used in turn as a
+	// device's bufs are; wait is Read's timer.
+	snaps [2][]collector.DeviceReading
+	flip  int
+	wait  *time.Timer
 }
 
 // device is one enumerated NVML device (a whole GPU or a MIG instance) and
@@ -103,12 +109,26 @@ type device struct {
 	// device, since devices are read concurrently.
 	metrics *nvml.GpmMetricsGetType
 
-	// inflight is closed when the running read ends; nil when none runs.
-	// res is that read's result, owned by the read until inflight closes.
-	inflight chan struct{}
-	res      readResult
+	// inflight is set while a read runs, and receives once when it ends;
+	// nil when none runs. It is done, made once: a read a poll would
+	// otherwise make a channel a poll. res is that read's result, owned by
+	// the read until inflight receives.
+	inflight, done chan struct{}
+	res            readResult
+	// bufs are the slices a reading's samples, process samples and
+	// processes are read into, used in turn, so that a reading stays
+	// valid until the read after the next; flip is the next one's.
+	bufs [2]readingBufs
+	flip int
 	// hung and lost remember the logged state, so a fault is logged once.
 	hung, lost bool
+}
+
+// readingBufs are the slices of one reading of a device.
+type readingBufs struct {
+	samples     []collector.Sample
+	procSamples []collector.ProcessSample
+	processes   []collector.Process
 }
 
 // readResult is one read of one device. down, when set, says why the
@@ -264,10 +284,17 @@ func (r *Reader) Read(ctx context.Context) (collector.DeviceSnapshot, error) {
 			r.start(d)
 		}
 	}
-	wait := time.NewTimer(r.cfg.CallTimeout)
+	if r.wait == nil {
+		r.wait = time.NewTimer(r.cfg.CallTimeout)
+	} else {
+		r.wait.Reset(r.cfg.CallTimeout)
+	}
+	wait := r.wait
 	defer wait.Stop()
 	expired := false
-	snap := collector.DeviceSnapshot{Devices: make([]collector.DeviceReading, 0, len(r.devices))}
+	r.flip ^= 1
+	snap := collector.DeviceSnapshot{Devices: r.snaps[r.flip][:0]}
+	defer func() { r.snaps[r.flip] = snap.Devices }()
 	for _, d := range r.devices {
 		done := false
 		// A device already known to hang is not waited for again: its
@@ -327,13 +354,15 @@ func (r *Reader) Read(ctx context.Context) (collector.DeviceSnapshot, error) {
 
 // start reads d on a goroutine of its own.
 func (r *Reader) start(d *device) {
-	done := make(chan struct{})
-	d.inflight = done
+	if d.done == nil {
+		d.done = make(chan struct{}, 1)
+	}
+	d.inflight = d.done
 	r.running.Add(1)
 	go func() {
 		d.res = r.readDevice(d)
-		close(done)
 		r.running.Add(-1)
+		d.done <- struct{}{}
 	}()
 }
 
@@ -385,12 +414,14 @@ func (r *Reader) readDevice(d *device) (res readResult) {
 		return false
 	}
 	rd := &res.rd
+	buf := &d.bufs[d.flip]
+	d.flip ^= 1
 
 	// Each call's samples are judged against the time the call answers,
 	// not the time the read began: a call that hung for minutes answers
 	// with samples stamped up to its answer.
 	if !d.noSamples {
-		samples, bad, ret := readSamples(d.handle, d.lastSeen, r.clock)
+		samples, bad, ret := readSamples(d.handle, d.lastSeen, r.clock, buf.samples[:0])
 		if bad > 0 {
 			res.errs = append(res.errs, collector.NewSourceError(collector.SourceNVML, "bad_timestamp",
 				fmt.Errorf("GPU %d %s: %d samples stamped outside [now-%s, now+%s] dropped", d.info.GPU, d.info.UUID, bad, maxSampleAge, maxSampleLead)))
@@ -399,6 +430,7 @@ func (r *Reader) readDevice(d *device) (res readResult) {
 		case ret == nvml.SUCCESS:
 			d.lastSeen = uint64(samples[len(samples)-1].Time.UnixMicro())
 			rd.Samples, d.gotSamples = samples, true
+			buf.samples = samples
 		case ret == nvml.ERROR_NOT_FOUND: // no sample newer than lastSeen
 			d.gotSamples = true
 		case ret == nvml.ERROR_NOT_SUPPORTED && !d.gotSamples:
@@ -431,12 +463,13 @@ func (r *Reader) readDevice(d *device) (res readResult) {
 		case ok:
 			rd.GPMGauges = gauges
 			if d.useGPM {
-				rd.Samples = []collector.Sample{s}
+				buf.samples = append(buf.samples[:0], s)
+				rd.Samples = buf.samples
 			}
 		}
 	}
 	if !d.noProcSamples {
-		ps, bad, ret := readProcessSamples(d.handle, d.lastProcSeen, r.clock)
+		ps, bad, ret := readProcessSamples(d.handle, d.lastProcSeen, r.clock, buf.procSamples[:0])
 		if bad > 0 {
 			res.errs = append(res.errs, collector.NewSourceError(collector.SourceNVML, "bad_timestamp",
 				fmt.Errorf("GPU %d %s: %d process samples stamped outside [now-%s, now+%s] dropped", d.info.GPU, d.info.UUID, bad, maxSampleAge, maxSampleLead)))
@@ -444,6 +477,7 @@ func (r *Reader) readDevice(d *device) (res readResult) {
 		switch {
 		case ret == nvml.SUCCESS:
 			rd.HasProcessSamples, rd.ProcessSamples, d.gotProcSamples = true, ps, true
+			buf.procSamples = ps
 			for _, p := range ps {
 				d.lastProcSeen = max(d.lastProcSeen, uint64(p.Time.UnixMicro()))
 			}
@@ -478,10 +512,11 @@ func (r *Reader) readDevice(d *device) (res readResult) {
 	}
 	if procs, ret := d.handle.GetComputeRunningProcesses(); ret == nvml.SUCCESS {
 		rd.HasProcesses = true
-		rd.Processes = make([]collector.Process, 0, len(procs))
+		rd.Processes = buf.processes[:0]
 		for _, p := range procs {
 			rd.Processes = append(rd.Processes, collector.Process{PID: p.Pid, UsedMemoryBytes: p.UsedGpuMemory})
 		}
+		buf.processes = rd.Processes
 	} else if ret != nvml.ERROR_NOT_SUPPORTED && fail("processes", ret) {
 		return res
 	}
@@ -513,19 +548,18 @@ func (r *Reader) memory(d *device, fail func(string, nvml.Return) bool) (nvml.Me
 	return m, true
 }
 
-// readSamples returns the utilization samples newer than lastSeen, oldest
-// first, as busy ratios, and how many it dropped for an absurd timestamp
-// (see maxSampleLead) relative to clock's time when the call answered. The
-// driver's ring is not guaranteed to be in time order, and empty slots
-// carry a zero timestamp.
-func readSamples(h nvml.Device, lastSeen uint64, clock Clock) ([]collector.Sample, int, nvml.Return) {
+// readSamples appends to out the utilization samples newer than lastSeen,
+// oldest first, as busy ratios, and returns how many it dropped for an
+// absurd timestamp (see maxSampleLead) relative to clock's time when the
+// call answered. The driver's ring is not guaranteed to be in time order,
+// and empty slots carry a zero timestamp.
+func readSamples(h nvml.Device, lastSeen uint64, clock Clock, out []collector.Sample) ([]collector.Sample, int, nvml.Return) {
 	vt, raw, ret := h.GetSamples(nvml.GPU_UTILIZATION_SAMPLES, lastSeen)
 	if ret != nvml.SUCCESS {
 		return nil, 0, ret
 	}
 	lo, hi := stampBounds(clock.Now())
-	sort.Slice(raw, func(i, j int) bool { return raw[i].TimeStamp < raw[j].TimeStamp })
-	out := make([]collector.Sample, 0, len(raw))
+	slices.SortFunc(raw, func(a, b nvml.Sample) int { return cmp.Compare(a.TimeStamp, b.TimeStamp) })
 	var prev uint64
 	bad := 0
 	for _, s := range raw {

@@ -170,7 +170,7 @@ func TestReadSamplesOrdering(t *testing.T) {
 			rawSample(300, 30), rawSample(0, 99), rawSample(100, 10), rawSample(200, 20), rawSample(200, 20), rawSample(50, 5),
 		}, gonvml.SUCCESS
 	}}
-	got, bad, ret := readSamples(dev, 60, &stepClock{t: time.UnixMicro(300)})
+	got, bad, ret := readSamples(dev, 60, &stepClock{t: time.UnixMicro(300)}, nil)
 	if ret != gonvml.SUCCESS || bad != 0 {
 		t.Fatal(ret, bad)
 	}

@@ -2,6 +2,7 @@ package nvml
 
 import (
 	"context"
+	"slices"
 	"time"
 
 	"github.com/NVIDIA/go-nvml/pkg/nvml"
@@ -78,9 +79,13 @@ func (r *Reader) rescanMIG(ctx context.Context) {
 	if !m.last.IsZero() && now.Sub(m.last) < migRescanInterval {
 		return
 	}
+	// Most nodes have no GPU in MIG mode: nothing to walk, nothing made.
+	if !slices.ContainsFunc(r.devices, walkable) {
+		return
+	}
 	w := &migWalk{epoch: m.epoch, done: make(chan struct{})}
 	for _, d := range r.devices {
-		if !d.info.MIGEnabled || d.mig || d.lost || d.hung {
+		if !walkable(d) {
 			continue
 		}
 		p := migParent{info: d.info, handle: d.handle, known: map[string]bool{}}
@@ -116,6 +121,10 @@ func (r *Reader) rescanMIG(ctx context.Context) {
 			zap.Duration("waited", r.cfg.CallTimeout))
 	}
 }
+
+// walkable reports whether rescanMIG walks d's MIG devices: a GPU in MIG
+// mode that is read.
+func walkable(d *device) bool { return d.info.MIGEnabled && !d.mig && !d.lost && !d.hung }
 
 // walkMIG reads the MIG devices of each parent. It makes NVML calls only.
 func (r *Reader) walkMIG(parents []migParent) []migFound {

@@ -19,6 +19,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/gpuxray/gpuxray/collector"
+	"github.com/gpuxray/gpuxray/internal/procstat"
 )
 
 const (
@@ -51,10 +52,17 @@ const (
 type Reader struct {
 	root   string
 	logger *zap.Logger
+	// procfs is set when root is a proc filesystem, where a read of an
+	// exited process's stat fails: its check needs no fstat.
+	procfs bool
 
 	mu    sync.Mutex
 	cache map[uint32]entry
-	buf   []byte // stat reads, reused
+	// next becomes the cache at the end of a Resolve, and out is its
+	// answer: both are reused from call to call.
+	next map[uint32]entry
+	out  map[uint32]collector.ProcessInfo
+	buf  []byte // stat reads, reused
 }
 
 // entry is a resolved PID, the start time of the process it was read from,
@@ -71,31 +79,32 @@ func New(cfg Config, logger *zap.Logger) *Reader {
 	if logger == nil {
 		logger = zap.NewNop()
 	}
-	return &Reader{root: cfg.Root, logger: logger, cache: map[uint32]entry{}, buf: make([]byte, maxStatBytes)}
+	return &Reader{root: cfg.Root, logger: logger, procfs: isProcfs(cfg.Root), cache: map[uint32]entry{}, next: map[uint32]entry{},
+		out: map[uint32]collector.ProcessInfo{}, buf: make([]byte, maxStatBytes)}
 }
 
-// Close closes the stat files of the cached PIDs and empties the cache; the
-// Reader stays usable.
-func (r *Reader) Close() {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	for pid, e := range r.cache {
-		e.stat.Close()
-		delete(r.cache, pid)
-	}
+// procSuperMagic is the f_type statfs(2) gives a proc filesystem.
+const procSuperMagic = 0x9fa0
+
+func isProcfs(root string) bool {
+	var st syscall.Statfs_t
+	return syscall.Statfs(root, &st) == nil && st.Type == procSuperMagic
 }
 
 // Resolve returns what /proc says of each PID: pod UID and container ID (empty
 // for a process in no pod) and command line. A PID whose process has exited
 // is left out without an error; any other failure leaves the PID out and is
 // returned as a *collector.SourceError (source "proc", reason "read" or
-// "parse"). Cached PIDs not in pids are forgotten, so the cache holds only
-// the GPU processes of the latest call.
+// "parse"). Cached PIDs not in pids are forgotten, and their stat files
+// closed, so the cache holds only the GPU processes of the latest call
+// (Resolve(nil) closes them all). The map returned is the Reader's, valid
+// until the next call: a poll resolves its PIDs once and allocates no map.
 func (r *Reader) Resolve(pids []uint32) (map[uint32]collector.ProcessInfo, []error) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	out := make(map[uint32]collector.ProcessInfo, len(pids))
-	next := make(map[uint32]entry, len(pids))
+	out, next := r.out, r.next
+	clear(out)
+	clear(next)
 	var errs []error
 	for _, pid := range pids {
 		if _, done := next[pid]; done {
@@ -115,7 +124,7 @@ func (r *Reader) Resolve(pids []uint32) (map[uint32]collector.ProcessInfo, []err
 	for _, e := range r.cache { // PIDs NVML no longer lists
 		e.stat.Close()
 	}
-	r.cache = next
+	r.cache, r.next = next, r.cache
 	return out, errs
 }
 
@@ -188,14 +197,15 @@ func (r *Reader) path(pid uint32, file string) string {
 // process's start time in clock ticks since boot; errGone when the process
 // has exited (ESRCH on procfs, an unlinked file elsewhere).
 func (r *Reader) heldStartTime(pid uint32, f *os.File) (uint64, error) {
-	// One pread and one fstat, straight to the kernel: os.File.ReadAt would
-	// read again to find the end of file, and Stat would allocate.
+	// One pread, and elsewhere than on procfs one fstat, straight to the
+	// kernel: os.File.ReadAt would read again to find the end of file, and
+	// Stat would allocate.
 	fd := int(f.Fd())
 	n, err := syscall.Pread(fd, r.buf, 0)
 	if err == nil && n == len(r.buf) {
 		err = fmt.Errorf("longer than %d bytes", len(r.buf))
 	}
-	if err == nil {
+	if err == nil && !r.procfs {
 		var st syscall.Stat_t
 		if err = syscall.Fstat(fd, &st); err == nil && st.Nlink == 0 {
 			return 0, errGone
@@ -283,21 +293,9 @@ func (r *Reader) readError(pid uint32, name string, err error) error {
 	return collector.NewSourceError(collector.SourceProc, "read", fmt.Errorf("pid %d %s: %w", pid, name, err))
 }
 
-// StatAfterComm returns what of a /proc/<pid>/stat line follows field 2,
-// comm: fields 3 (state) onwards, separated by spaces. comm is in
-// parentheses and may itself hold spaces and parentheses, so it ends at the
-// last ')'.
-func StatAfterComm(stat []byte) ([]byte, error) {
-	i := bytes.LastIndexByte(stat, ')')
-	if i < 0 {
-		return nil, errors.New("stat: no ')' after comm")
-	}
-	return stat[i+1:], nil
-}
-
 // ParsePPID returns field 4 of a /proc/<pid>/stat line, the parent's PID.
 func ParsePPID(stat []byte) (uint32, error) {
-	rest, err := StatAfterComm(stat)
+	rest, err := procstat.AfterComm(stat)
 	if err != nil {
 		return 0, err
 	}
@@ -317,7 +315,7 @@ func ParsePPID(stat []byte) (uint32, error) {
 
 // ParseStartTime returns field 22 of a /proc/<pid>/stat line, starttime.
 func ParseStartTime(stat []byte) (uint64, error) {
-	rest, err := StatAfterComm(stat)
+	rest, err := procstat.AfterComm(stat)
 	if err != nil {
 		return 0, err
 	}

@@ -22,7 +22,7 @@ func BenchmarkResolveLive(b *testing.B) {
 		pids = append(pids, uint32(cmd.Process.Pid))
 	}
 	r := proc.New(proc.Config{Root: "/proc"}, nil)
-	defer r.Close()
+	defer r.Resolve(nil)
 	if got, errs := r.Resolve(pids); len(got) != n || len(errs) != 0 {
 		b.Fatalf("Resolve: %d of %d, %v", len(got), n, errs)
 	}

@@ -3,6 +3,7 @@ package proc
 import (
 	"bytes"
 	"errors"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -10,6 +11,7 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 	"unicode"
 
 	"github.com/gpuxray/gpuxray/collector"
@@ -344,7 +346,8 @@ func openFDs(t *testing.T) int {
 
 // TestResolveRealProc resolves a live child process through the real /proc:
 // read once, then answered through its held stat file while it lives, and
-// gone without an error once it has exited and been reaped, its file closed.
+// gone without an error once it has exited and been reaped (its stat read
+// fails: procfs needs no fstat), its file closed.
 // (Not parallel: it counts this process's descriptors.)
 func TestResolveRealProc(t *testing.T) {
 	cmd := exec.Command("sleep", "60")
@@ -354,7 +357,14 @@ func TestResolveRealProc(t *testing.T) {
 	defer cmd.Process.Kill()
 	base := openFDs(t) // after Start: os.Process may hold a pidfd
 	pid := uint32(cmd.Process.Pid)
+	// Start returns once exec has closed the child's close-on-exec
+	// descriptors, which is before the kernel has laid out the new
+	// argument vector: until then /proc/<pid>/cmdline reads empty.
+	awaitCmdline(t, pid, "sleep\x0060\x00")
 	r := New(Config{Root: "/proc"}, nil)
+	if !r.procfs {
+		t.Error("/proc is not taken for a proc filesystem: its checks would fstat")
+	}
 	for i := range 2 {
 		got, errs := r.Resolve([]uint32{pid})
 		if len(errs) != 0 || !reflect.DeepEqual(got[pid].Cmdline, []string{"sleep", "60"}) || got[pid].PID != pid {
@@ -379,7 +389,8 @@ func TestResolveRealProc(t *testing.T) {
 }
 
 // TestResolveClosesDropped checks that a PID NVML stops listing has its stat
-// file closed, and that Close closes the rest and leaves the Reader usable.
+// file closed, and that Resolve(nil) closes the rest and leaves the Reader
+// usable.
 // (Not parallel: it counts this process's descriptors.)
 func TestResolveClosesDropped(t *testing.T) {
 	root := t.TempDir()
@@ -400,14 +411,14 @@ func TestResolveClosesDropped(t *testing.T) {
 	if n := openFDs(t); n != base+2 {
 		t.Errorf("%d descriptors with 2 cached, want %d", n, base+2)
 	}
-	r.Close()
+	r.Resolve(nil)
 	if n := openFDs(t); n != base {
-		t.Errorf("%d descriptors after Close, want %d", n, base)
+		t.Errorf("%d descriptors after Resolve(nil), want %d", n, base)
 	}
 	if got, _ := r.Resolve([]uint32{3}); got[3].PodUID != uidA {
-		t.Errorf("Resolve after Close: %v", got)
+		t.Errorf("Resolve after Resolve(nil): %v", got)
 	}
-	r.Close()
+	r.Resolve(nil)
 }
 
 // TestAncestors: a vLLM tensor-parallel worker titles itself, and its model
@@ -445,4 +456,16 @@ func TestAncestors(t *testing.T) {
 	if p, err := ParsePPID([]byte(statLine(7, "a) S 9 (b", 1))); err != nil || p != 1 {
 		t.Errorf("ParsePPID = %d, %v; want 1 (after the last parenthesis)", p, err)
 	}
+}
+
+// awaitCmdline waits, for up to 10 s, until /proc/<pid>/cmdline reads want.
+func awaitCmdline(t *testing.T, pid uint32, want string) {
+	t.Helper()
+	path := fmt.Sprintf("/proc/%d/cmdline", pid)
+	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(time.Millisecond) {
+		if b, err := os.ReadFile(path); err == nil && string(b) == want {
+			return
+		}
+	}
+	t.Fatalf("%s never read %q", path, want)
 }

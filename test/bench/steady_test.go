@@ -34,7 +34,7 @@ func TestSteadyStateMemory(t *testing.T) {
 	n := simnode.New(t, sc, nil)
 	// Scraped as Prometheus scrapes the agent: its handler, OpenMetrics,
 	// gzip, so that the text path's caches are the ones that must not grow.
-	handler := exporter.NewHandler(n.Registry, "/metrics", func() bool { return true }, zap.NewNop())
+	handler := exporter.NewHandler(n.Registry, "/metrics", func() bool { return true }, zap.NewNop(), exporter.DefaultMaxRequests)
 	const poll, scrape = 10 * time.Second, 30 * time.Second
 	var series int
 	measure := func(until time.Duration) (int, uint64) {

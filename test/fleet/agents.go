@@ -173,7 +173,7 @@ func startAgent(ctx context.Context, n *Node, c LiveConfig, sched *agent.Schedul
 	if a.ln, err = net.Listen("tcp", "127.0.0.1:0"); err != nil {
 		return fail(err)
 	}
-	a.srv = &http.Server{Handler: exporter.NewHandler(reg, "/metrics", a.engine.Ready, log.Named("web")), ReadHeaderTimeout: 10 * time.Second}
+	a.srv = &http.Server{Handler: exporter.NewHandler(reg, "/metrics", a.engine.Ready, log.Named("web"), exporter.DefaultMaxRequests), ReadHeaderTimeout: 10 * time.Second}
 	go func() { _ = a.srv.Serve(a.ln) }()
 	return a, nil
 }

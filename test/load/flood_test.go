@@ -36,13 +36,13 @@ func TestScrapeUnderFlood(t *testing.T) {
 	for _, tc := range []struct {
 		name     string
 		flooders int
-		opts     []exporter.HandlerOption
+		limit    int
 	}{
-		{"12 flooders, default limit", 12, nil},
-		{"12 flooders, limit 4", 12, []exporter.HandlerOption{exporter.WithMaxRequests(4)}},
+		{"12 flooders, default limit", 12, exporter.DefaultMaxRequests},
+		{"12 flooders, limit 4", 12, 4},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			ok, total, flood, refused := floodScrapes(t, n.Registry, tc.flooders, tc.opts...)
+			ok, total, flood, refused := floodScrapes(t, n.Registry, tc.flooders, tc.limit)
 			t.Logf("scraper: %d of %d scrapes answered 200; flooders: %d requests, %d of them 503", ok, total, flood, refused)
 			if total < 10 {
 				t.Fatalf("only %d scrapes were made", total)
@@ -63,9 +63,9 @@ const (
 	scrapeFor   = 2500 * time.Millisecond
 )
 
-func floodScrapes(t *testing.T, reg *exporter.Registry, flooders int, opts ...exporter.HandlerOption) (ok, total, flood, refused int64) {
+func floodScrapes(t *testing.T, reg *exporter.Registry, flooders, limit int) (ok, total, flood, refused int64) {
 	cfg := exporter.Config{ListenAddress: "127.0.0.1:0", MetricsPath: "/metrics"}
-	h := exporter.NewHandler(reg, cfg.MetricsPath, func() bool { return true }, zap.NewNop(), opts...)
+	h := exporter.NewHandler(reg, cfg.MetricsPath, func() bool { return true }, zap.NewNop(), limit)
 	srv, err := exporter.Listen(cfg, h, zap.NewNop())
 	if err != nil {
 		t.Fatal(err)
