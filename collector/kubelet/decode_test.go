@@ -305,7 +305,7 @@ func TestAllocationsReuse(t *testing.T) {
 			t.Fatalf("%d allocations, %v", len(buf), err)
 		}
 	})
-	if allocs != 0 {
+	if allocs != 0 && !raceEnabled {
 		t.Errorf("%.1f allocations a decode of the same answer, want 0", allocs)
 	}
 }

@@ -153,9 +153,9 @@ func TestDemoAgent(t *testing.T) {
 	for _, want := range []string{
 		`gpuxray_source_up{source="nvml"} 1`,
 		`gpuxray_source_up{source="kubelet"} 1`,
-		`gpuxray_allocation_info{attribution="device",claim="",claim_namespace="",container="jupyter",`,
+		`gpuxray_allocation_info{attribution="device",claim="",claim_namespace="",cluster_queue="",container="jupyter",`,
 		// README's owner chain Pod → ReplicaSet → Deployment.
-		`namespace="inference",pod="vllm-llama-7c9d8f6b5d-x2k8p",pool="",resource="nvidia.com/gpu",shared="false",stale="false",uuid="GPU-c913b31b-6981-5248-8814-8477a9e4b134",workload="vllm-llama",workload_kind="Deployment"} 1`,
+		`namespace="inference",pod="vllm-llama-7c9d8f6b5d-x2k8p",pool="",priority="0",priority_class="",queue="",resource="nvidia.com/gpu",shared="false",stale="false",uuid="GPU-c913b31b-6981-5248-8814-8477a9e4b134",workload="vllm-llama",workload_kind="Deployment"} 1`,
 		`gpuxray_build_info{`,
 		`gpuxray_device_info{driver_version="550.54.15",gpu="7",`,
 		`process_resident_memory_bytes`,
