@@ -14,7 +14,8 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/serializer"
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/rest"
-	"k8s.io/client-go/tools/clientcmd"
+
+	"github.com/gpuxray/gpuxray/collector/internal/kubeconfig"
 )
 
 // SliceClient lists and watches ResourceSlices, whatever version the API
@@ -51,23 +52,9 @@ type versionClient struct {
 	client *rest.RESTClient
 }
 
-// LoadConfig returns the API server configuration of kubeconfig, or the
-// in-cluster one (the pod's service account) when kubeconfig is empty.
-func LoadConfig(kubeconfig string) (*rest.Config, error) {
-	var (
-		rc  *rest.Config
-		err error
-	)
-	if kubeconfig != "" {
-		rc, err = clientcmd.BuildConfigFromFlags("", kubeconfig)
-	} else {
-		rc, err = rest.InClusterConfig()
-	}
-	if err != nil {
-		return nil, fmt.Errorf("kubernetes client configuration: %w", err)
-	}
-	return rc, nil
-}
+// LoadConfig returns the API server configuration of the kubeconfig file at
+// path, or the in-cluster one when path is empty (kubeconfig.Load).
+func LoadConfig(path string) (*rest.Config, error) { return kubeconfig.Load(path) }
 
 // NewClient returns the Client of the API server rc reaches (over TLS, or
 // plain HTTP for a loopback test server).

@@ -11,7 +11,8 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/serializer"
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/rest"
-	"k8s.io/client-go/tools/clientcmd"
+
+	"github.com/gpuxray/gpuxray/collector/internal/kubeconfig"
 )
 
 // PodClient lists and watches the pods of all namespaces. NewClient returns
@@ -34,7 +35,7 @@ type PodClient interface {
 // scheme registers every API group at init, and linking it is most of the
 // agent's binary and of its resident memory.
 func NewClient(c Config) (PodClient, error) {
-	rc, err := restConfig(c.Kubeconfig)
+	rc, err := kubeconfig.Load(c.Kubeconfig)
 	if err != nil {
 		return nil, err
 	}
@@ -56,24 +57,6 @@ func NewClient(c Config) (PodClient, error) {
 		return nil, fmt.Errorf("kubernetes client: %w", err)
 	}
 	return &restPods{client: client, params: runtime.NewParameterCodec(scheme)}, nil
-}
-
-// restConfig is the API server configuration of kubeconfig, or the
-// in-cluster one when it is empty.
-func restConfig(kubeconfig string) (*rest.Config, error) {
-	var (
-		rc  *rest.Config
-		err error
-	)
-	if kubeconfig != "" {
-		rc, err = clientcmd.BuildConfigFromFlags("", kubeconfig)
-	} else {
-		rc, err = rest.InClusterConfig()
-	}
-	if err != nil {
-		return nil, fmt.Errorf("kubernetes client configuration: %w", err)
-	}
-	return rc, nil
 }
 
 // restPods is the PodClient of NewClient: the requests a clientset's

@@ -20,6 +20,7 @@ import (
 
 	"github.com/gpuxray/gpuxray/collector"
 	"github.com/gpuxray/gpuxray/collector/internal/apihealth"
+	"github.com/gpuxray/gpuxray/collector/internal/kubeconfig"
 )
 
 // PriorityClassClient lists and watches the cluster's PriorityClasses
@@ -33,7 +34,7 @@ type PriorityClassClient interface {
 // NewPriorityClassClient returns the PriorityClassClient for c, a REST
 // client for scheduling.k8s.io/v1 alone (see NewClient).
 func NewPriorityClassClient(c Config) (PriorityClassClient, error) {
-	rc, err := restConfig(c.Kubeconfig)
+	rc, err := kubeconfig.Load(c.Kubeconfig)
 	if err != nil {
 		return nil, err
 	}
