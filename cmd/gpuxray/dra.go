@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"flag"
-	"strings"
 
 	"go.uber.org/zap"
 
@@ -33,13 +32,7 @@ func defaultDRAConfig() draSourceConfig {
 
 // config returns the source's configuration for node nodeName.
 func (c draSourceConfig) config(nodeName string) dra.Config {
-	cfg := dra.Config{NodeName: nodeName, UUIDAttribute: c.uuidAttribute}
-	for _, d := range strings.Split(c.drivers, ",") {
-		if d = strings.TrimSpace(d); d != "" {
-			cfg.Drivers = append(cfg.Drivers, d)
-		}
-	}
-	return cfg
+	return dra.Config{NodeName: nodeName, UUIDAttribute: c.uuidAttribute, Drivers: splitList(c.drivers)}
 }
 
 // validate checks the drivers and the attribute, whether or not the node
@@ -79,12 +72,7 @@ func startDRASource(ctx context.Context, c draSourceConfig, pc podSourceConfig, 
 	if err != nil {
 		return nil, usageError{err}
 	}
-	run(func() error { return src.Run(ctx) })
-	wctx, cancel := context.WithTimeout(ctx, syncTimeout)
-	defer cancel()
-	if !src.WaitForSync(wctx) {
-		logger.Warn("the node's ResourceSlices are not listed yet; polling starts without them", zap.Duration("waited", syncTimeout))
-	}
+	startAndSync(ctx, src, "the node's ResourceSlices", logger, run)
 	return src, nil
 }
 

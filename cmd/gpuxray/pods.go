@@ -46,12 +46,7 @@ func (c *identityConfig) parse() error {
 		return usagef("--pods.extra-labels: %v", err)
 	}
 	c.extra = extra
-	c.keys = nil
-	for _, k := range strings.Split(c.modelKeys, ",") {
-		if k = strings.TrimSpace(k); k != "" {
-			c.keys = append(c.keys, k)
-		}
-	}
+	c.keys = splitList(c.modelKeys)
 	return nil
 }
 
@@ -136,14 +131,39 @@ func startPodSource(ctx context.Context, c podSourceConfig, id *identityConfig, 
 	if err != nil {
 		return nil, nil, err
 	}
-	run(func() error { return src.Run(ctx) })
 	run(func() error { return classes.Run(ctx) })
+	startAndSync(ctx, src, "the node's pods", logger, run)
+	return []agent.Option{agent.WithPods(podsAndClasses{src, classes}), agent.WithProcesses(proc.New(procCfg, logger.Named("proc")))}, classes, nil
+}
+
+// syncer is a watch that runs until its context ends and says when its
+// first list is in.
+type syncer interface {
+	Run(ctx context.Context) error
+	WaitForSync(ctx context.Context) bool
+}
+
+// startAndSync runs src in run and waits up to syncTimeout for its first
+// list, logging (not failing) when it is late: polling then starts without
+// it and picks it up when it arrives.
+func startAndSync(ctx context.Context, src syncer, what string, logger *zap.Logger, run func(func() error)) {
+	run(func() error { return src.Run(ctx) })
 	wctx, cancel := context.WithTimeout(ctx, syncTimeout)
 	defer cancel()
 	if !src.WaitForSync(wctx) {
-		logger.Warn("the node's pods are not listed yet; polling starts without them", zap.Duration("waited", syncTimeout))
+		logger.Warn(what+" are not listed yet; polling starts without them", zap.Duration("waited", syncTimeout))
 	}
-	return []agent.Option{agent.WithPods(podsAndClasses{src, classes}), agent.WithProcesses(proc.New(procCfg, logger.Named("proc")))}, classes, nil
+}
+
+// splitList splits a comma-separated flag value, dropping blanks.
+func splitList(v string) []string {
+	var out []string
+	for _, s := range strings.Split(v, ",") {
+		if s = strings.TrimSpace(s); s != "" {
+			out = append(out, s)
+		}
+	}
+	return out
 }
 
 // podsAndClasses is the pod source with the PriorityClass watch: one
