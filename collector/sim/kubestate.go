@@ -89,15 +89,8 @@ func (d *decoder) unscheduled(n *yaml.Node, s *Scenario) error {
 			}
 			u.GPUs = int(n)
 		}
-		if n := m["from"]; n != nil {
-			if u.From, err = d.offset(n, p+".from", s.Duration); err != nil {
-				return err
-			}
-		}
-		if n := m["to"]; n != nil {
-			if u.To, err = d.offset(n, p+".to", s.Duration); err != nil {
-				return err
-			}
+		if err := d.window(m, p, s.Duration, &u.From, &u.To); err != nil {
+			return err
 		}
 		if n := m["priority_class"]; n != nil {
 			if u.PriorityClass, err = d.priorityClass(n, p+".priority_class", s); err != nil {
@@ -108,13 +101,6 @@ func (d *decoder) unscheduled(n *yaml.Node, s *Scenario) error {
 			if u.Queue, err = d.str(n, p+".queue"); err != nil {
 				return err
 			}
-		}
-		if u.From >= u.To {
-			n := m["to"]
-			if n == nil {
-				n = m["from"]
-			}
-			return d.errf(n, p+".to", "%s is not after from (%s)", fmtDur(u.To), fmtDur(u.From))
 		}
 		s.Unscheduled = append(s.Unscheduled, u)
 	}

@@ -122,22 +122,8 @@ func (d *decoder) processes(m map[string]*yaml.Node, s *Scenario) error {
 				return err
 			}
 		}
-		if n := m["from"]; n != nil {
-			if u.From, err = d.offset(n, p+".from", s.Duration); err != nil {
-				return err
-			}
-		}
-		if n := m["to"]; n != nil {
-			if u.To, err = d.offset(n, p+".to", s.Duration); err != nil {
-				return err
-			}
-		}
-		if u.From >= u.To {
-			n := m["to"]
-			if n == nil {
-				n = m["from"]
-			}
-			return d.errf(n, p+".to", "%s is not after from (%s)", fmtDur(u.To), fmtDur(u.From))
+		if err := d.window(m, p, s.Duration, &u.From, &u.To); err != nil {
+			return err
 		}
 		memNodes[i] = it
 		if n := m["memory"]; n != nil {

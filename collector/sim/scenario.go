@@ -382,6 +382,31 @@ func (d *decoder) offset(n *yaml.Node, field string, total time.Duration) (time.
 	return t, err
 }
 
+// window reads the optional from and to keys of mapping m at path p into
+// *from and *to (left as they are when absent: the caller's defaults), both
+// within the scenario's total, and checks that to is after from.
+func (d *decoder) window(m map[string]*yaml.Node, p string, total time.Duration, from, to *time.Duration) error {
+	var err error
+	if n := m["from"]; n != nil {
+		if *from, err = d.offset(n, p+".from", total); err != nil {
+			return err
+		}
+	}
+	if n := m["to"]; n != nil {
+		if *to, err = d.offset(n, p+".to", total); err != nil {
+			return err
+		}
+	}
+	if *from >= *to {
+		n := m["to"]
+		if n == nil {
+			n = m["from"]
+		}
+		return d.errf(n, p+".to", "%s is not after from (%s)", fmtDur(*to), fmtDur(*from))
+	}
+	return nil
+}
+
 func (d *decoder) ratio(n *yaml.Node, field string) (float64, error) {
 	v, err := d.scalar(n, field)
 	if err != nil {
