@@ -29,12 +29,14 @@ const (
 	// mode (a MIG slice cannot take a pod that asks for nvidia.com/gpu),
 	// credited to the highest-ranked of each GPU's holders, by its
 	// workload, class and ClusterQueue. A class the agents do not know
-	// ranks 0, as no class does.
+	// ranks 0, as no class does. topk picks the holder by its class's
+	// value; 0 * … + 1 keeps its labels and drops the value, which must
+	// not scale the idle time.
 	qQueueHolder   = `max by (cluster, job, instance, uuid, namespace, workload_kind, workload, priority_class, cluster_queue) (max_over_time(gpuxray_allocation_info[S]))`
 	qQueueWholeGPU = ` * on (cluster, job, instance, uuid) group_left () max by (cluster, job, instance, uuid) (gpuxray_device_info{parent_uuid="", mig_mode!="enabled"})`
 	qQueueHolders  = `sum by (cluster, namespace, workload_kind, workload, priority_class, cluster_queue) (sum by (cluster, job, instance, uuid) (increase(gpuxray_device_allocated_idle_seconds_total[S]))` + qQueueWholeGPU +
-		` * on (cluster, job, instance, uuid) group_left (namespace, workload_kind, workload, priority_class, cluster_queue) topk by (cluster, job, instance, uuid) (1, ` +
-		qQueueHolder + ` * on (cluster, priority_class) group_left () max by (cluster, priority_class) (max_over_time(gpuxray_priority_class_value[S])) or ` + qQueueHolder + ` * 0))`
+		` * on (cluster, job, instance, uuid) group_left (namespace, workload_kind, workload, priority_class, cluster_queue) (0 * topk by (cluster, job, instance, uuid) (1, ` +
+		qQueueHolder + ` * on (cluster, priority_class) group_left () max by (cluster, priority_class) (max_over_time(gpuxray_priority_class_value[S])) or ` + qQueueHolder + ` * 0) + 1))`
 	// qQueueFree is the free time of whole GPUs not in MIG mode: held by
 	// nobody and not busy with work outside Kubernetes.
 	qQueueFree = `sum by (cluster) (clamp_min(sum by (cluster, job, instance, uuid) (increase(gpuxray_device_unallocated_seconds_total[S])) - sum by (cluster, job, instance, uuid) (increase(gpuxray_device_unallocated_active_seconds_total[S])), 0)` + qQueueWholeGPU + `)`
