@@ -23,8 +23,8 @@ type queueTruth struct {
 	// (quota + preemption + outranked).
 	holders   map[string]queueHolderTruth
 	topHolder string
-	// sentence holds these, in this order.
-	sentence []string
+	// The queue sentence holds sentence, and none of absent.
+	sentence, absent []string
 	// clusterQueues: name → borrowed GPU-hours, all and at peak; idle and
 	// borrowed idle GPU-hours, all hours.
 	clusterQueues map[string][4]float64
@@ -59,6 +59,8 @@ var queueScenarios = []struct {
 		topHolder: "vision/sweep",
 		// (4 + 6) / 12 = 83%: 6/12 = 50% by preemption, 4/12 = 33% by quota.
 		sentence: []string{"83% of the waiting at peak", "50% by preemption", "33% by reclaiming borrowed quota", "a scheduling problem, not a capacity one"},
+		// No GPU is free but for the agent's first polls.
+		absent: []string{"nobody held", "placement", "culling"},
 		// vision uses 4 of its 2 nominal GPUs for 4 hours (3 at peak); its
 		// sweep holds 4 GPUs idle 10:00-12:00, 2 of them borrowed.
 		clusterQueues: map[string][4]float64{
@@ -83,6 +85,7 @@ var queueScenarios = []struct {
 		topHolder: "research/eval",
 		// 10.67 / 12 = 89% short; 0.33 / 12 = 3% on the free GPU.
 		sentence: []string{"89% of the waiting at peak found no idle GPU", "a capacity problem, not a scheduling one", "3% on GPUs nobody held"},
+		absent:   []string{"preemption", "quota"},
 	}},
 }
 
@@ -141,6 +144,11 @@ func TestQueueReport(t *testing.T) {
 			for _, s := range w.sentence {
 				if !strings.Contains(q.Sentence, s) {
 					t.Errorf("queue sentence lacks %q: %s", s, q.Sentence)
+				}
+			}
+			for _, s := range w.absent {
+				if strings.Contains(q.Sentence, s) {
+					t.Errorf("queue sentence has %q: %s", s, q.Sentence)
 				}
 			}
 			if r.Verdict.Queue != q.Sentence {

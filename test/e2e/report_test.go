@@ -305,7 +305,6 @@ func TestReport(t *testing.T) {
 	_, addr := startPrometheus(t, prom, filepath.Join(dir, "prom"), data, "global: {}\n")
 	ready := time.Since(started)
 
-
 	for _, c := range []struct {
 		name      string
 		end       time.Time
