@@ -648,7 +648,7 @@ func queueVerdict(q Queue) (kind, sentence string, knobs []string) {
 	}
 	p := func(x float64) string { return fmt.Sprintf("%.0f%%", 100*ratio(x, f.PendingGPUHours)) }
 	// A part is named, with its knob, when it rounds to 1% of the waiting
-	// or more: a few GPU-seconds free while a node's agent starts are no
+	// or more: a few GPU-seconds free as pods end and others start are no
 	// placement problem.
 	named := func(x float64) bool { return x > 0 && ratio(x, f.PendingGPUHours) >= 0.005 }
 	sched := f.FreeGPUHours + f.ReclaimableGPUHours()

@@ -59,7 +59,8 @@ var queueScenarios = []struct {
 		topHolder: "vision/sweep",
 		// (4 + 6) / 12 = 83%: 6/12 = 50% by preemption, 4/12 = 33% by quota.
 		sentence: []string{"83% of the waiting at peak", "50% by preemption", "33% by reclaiming borrowed quota", "a scheduling problem, not a capacity one"},
-		// No GPU is free but for the agent's first polls.
+		// No GPU is free but for the last poll's five seconds, after the
+		// pods end at 12:00: under 1%, not named.
 		absent: []string{"nobody held", "placement", "culling"},
 		// vision uses 4 of its 2 nominal GPUs for 4 hours (3 at peak); its
 		// sweep holds 4 GPUs idle 10:00-12:00, 2 of them borrowed.
