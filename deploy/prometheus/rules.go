@@ -83,7 +83,8 @@ func (f *RuleFile) Inlined() map[string]string {
 			for other, oe := range out {
 				re := regexp.MustCompile(`(^|[^a-zA-Z0-9_:])` + regexp.QuoteMeta(other) + `($|[^a-zA-Z0-9_:])`)
 				if other != name && re.MatchString(e) {
-					e = re.ReplaceAllString(e, "${1}("+oe+")${2}")
+					// $ in oe (label_replace's "$1") is the expression's, not a group.
+					e = re.ReplaceAllString(e, "${1}("+strings.ReplaceAll(oe, "$", "$$")+")${2}")
 					changed = true
 				}
 			}

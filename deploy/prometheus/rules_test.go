@@ -349,6 +349,10 @@ func TestInlined(t *testing.T) {
 	if e := exprs["cluster:gpuxray_idle_gpus:rate5m"]; !strings.Contains(e, "rate(gpuxray_device_allocated_idle_seconds_total[5m])") {
 		t.Errorf("cluster:gpuxray_idle_gpus:rate5m inlined: %s", e)
 	}
+	// label_replace's "$1" stays as it is.
+	if e := exprs["priority_class:gpuxray_pending_gpus:sum"]; !strings.Contains(e, `"pod", "$1", "owner_name", "(.*)"`) {
+		t.Errorf("priority_class:gpuxray_pending_gpus:sum inlined: %s", e)
+	}
 	if len(exprs) < 15 {
 		t.Errorf("%d recording rules", len(exprs))
 	}

@@ -1,6 +1,7 @@
 package e2e
 
 import (
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -8,6 +9,7 @@ import (
 	"time"
 
 	"github.com/gpuxray/gpuxray/collector/sim"
+	promrules "github.com/gpuxray/gpuxray/deploy/prometheus"
 	"github.com/gpuxray/gpuxray/report"
 )
 
@@ -28,6 +30,17 @@ type queueTruth struct {
 	// clusterQueues: name → borrowed GPU-hours, all and at peak; idle and
 	// borrowed idle GPU-hours, all hours.
 	clusterQueues map[string][4]float64
+	rules         []queueRuleTruth
+}
+
+// queueRuleTruth is a recording rule of gpuxray.queue.rules, evaluated
+// from the raw series at offset at from the scenario's start: the sum of
+// its series whose labels hold match is want (0: none, or all 0).
+type queueRuleTruth struct {
+	record string
+	match  map[string]string
+	at     time.Duration
+	want   float64
 }
 
 type queueHolderTruth struct {
@@ -68,6 +81,28 @@ var queueScenarios = []struct {
 			"vision":   {2 * 4, 2 * 3, 4 * 2, 2 * 2},
 			"research": {0, 0, 0, 0},
 		},
+		rules: []queueRuleTruth{
+			// 08:30: the interactive pod waits for 1; the notebooks idle
+			// at its own rank, not below it.
+			{"priority_class:gpuxray_pending_gpus:sum", map[string]string{"priority_class": "interactive"}, 30 * time.Minute, 1},
+			{"cluster:gpuxray_pending_priority:max", nil, 30 * time.Minute, 100},
+			{"cluster:gpuxray_idle_gpus_below_pending_priority:rate5m", nil, 30 * time.Minute, 0},
+			// 09:30: training waits for 4 in team-a; the notebooks' 2 idle
+			// GPUs rank below it, the sweep is busy.
+			{"priority_class:gpuxray_pending_gpus:sum", map[string]string{"priority_class": "training"}, 90 * time.Minute, 4},
+			{"priority_class:gpuxray_pending_gpus:sum", map[string]string{"priority_class": "interactive"}, 90 * time.Minute, 0},
+			{"namespace_queue:kube_pod_container_resource_requests_gpu_pending:sum", map[string]string{"namespace": "research", "queue": "team-a"}, 90 * time.Minute, 4},
+			{"cluster:gpuxray_pending_priority:max", nil, 90 * time.Minute, 1000},
+			{"cluster:gpuxray_idle_gpus_below_pending_priority:rate5m", nil, 90 * time.Minute, 2},
+			// 11:00: the stalled sweep's 4 join them; vision borrows 2,
+			// and idles on 4, 2 of them borrowed.
+			{"cluster:gpuxray_idle_gpus_below_pending_priority:rate5m", nil, 3 * time.Hour, 6},
+			{"cluster_queue:kueue_cluster_queue_gpus_borrowed:max", map[string]string{"cluster_queue": "vision"}, 3 * time.Hour, 2},
+			{"cluster_queue:kueue_cluster_queue_gpus_borrowed:max", map[string]string{"cluster_queue": "research"}, 3 * time.Hour, 0},
+			{"cluster_queue:gpuxray_idle_gpus:rate5m", map[string]string{"cluster_queue": "vision"}, 3 * time.Hour, 4},
+			{"cluster_queue:gpuxray_idle_gpus:rate5m", map[string]string{"cluster_queue": "research"}, 3 * time.Hour, 0},
+			{"cluster_queue:gpuxray_idle_gpus_borrowed:rate5m", map[string]string{"cluster_queue": "vision"}, 3 * time.Hour, 2},
+		},
 	}},
 	{"../scenarios/queue-capacity.yaml", queueTruth{
 		kind: report.QueueCapacity,
@@ -87,6 +122,14 @@ var queueScenarios = []struct {
 		// 10.67 / 12 = 89% short; 0.33 / 12 = 3% on the free GPU.
 		sentence: []string{"89% of the waiting at peak found no idle GPU", "a capacity problem, not a scheduling one", "3% on GPUs nobody held"},
 		absent:   []string{"preemption", "quota"},
+		rules: []queueRuleTruth{
+			// 10:30: training waits for 4; eval idles on 1 at training's
+			// own rank: nothing idles below the waiter.
+			{"priority_class:gpuxray_pending_gpus:sum", map[string]string{"priority_class": "training"}, 150 * time.Minute, 4},
+			{"cluster:gpuxray_pending_priority:max", nil, 150 * time.Minute, 1000},
+			{"cluster:gpuxray_idle_gpus_below_pending_priority:rate5m", nil, 150 * time.Minute, 0},
+			{"cluster:gpuxray_idle_gpus:rate5m", nil, 150 * time.Minute, 1},
+		},
 	}},
 }
 
@@ -95,11 +138,18 @@ var queueScenarios = []struct {
 // real Prometheus, and checks the queue X-ray of `gpuxray report` against
 // the figures the scenarios' headers work out by hand: one scenario is a
 // scheduling problem (the waiting could have run on idle GPUs held by
-// lower-priority or borrowing work), the other a capacity problem.
+// lower-priority or borrowing work), the other a capacity problem. The
+// queue X-ray's recording rules, inlined, are evaluated on the same series
+// at a few times.
 func TestQueueReport(t *testing.T) {
 	t.Parallel()
 	promtool := need(t, "promtool")
 	prom := need(t, "prometheus")
+	rules, err := promrules.Parse(promrules.Rules)
+	if err != nil {
+		t.Fatal(err)
+	}
+	recorded := rules.Inlined()
 	for _, c := range queueScenarios {
 		name := strings.TrimSuffix(filepath.Base(c.file), ".yaml")
 		t.Run(name, func(t *testing.T) {
@@ -224,6 +274,35 @@ func TestQueueReport(t *testing.T) {
 				near(t, name+" borrowed GPU-hours at peak", u.PeakBorrowedGPUHours, v[1])
 				near(t, name+" idle GPU-hours", u.IdleGPUHours, v[2])
 				near(t, name+" borrowed idle GPU-hours", u.BorrowedIdleGPUHours, v[3])
+			}
+
+			// The queue X-ray's recording rules, from the same raw series.
+			for _, rt := range w.rules {
+				e, ok := recorded[rt.record]
+				if !ok {
+					t.Fatalf("no recording rule %s", rt.record)
+				}
+				res, err := promQuery(addr, e, sc.Start.Add(rt.at))
+				if err != nil {
+					t.Fatal(err)
+				}
+				got, found := 0.0, false
+			next:
+				for _, r := range res {
+					for k, v := range rt.match {
+						if r.Labels[k] != v {
+							continue next
+						}
+					}
+					got += r.Value
+					found = true
+				}
+				what := fmt.Sprintf("%s%v at +%s", rt.record, rt.match, rt.at)
+				if rt.want != 0 && !found {
+					t.Errorf("%s: no series in %v, want %g", what, res, rt.want)
+					continue
+				}
+				near(t, what, got, rt.want)
 			}
 
 			text := string(runReport(t, addr, args...))
