@@ -297,7 +297,7 @@ func TestQueueReport(t *testing.T) {
 					got += r.Value
 					found = true
 				}
-				what := fmt.Sprintf("%s%v at +%s", rt.record, rt.match, rt.at)
+				what := fmt.Sprintf("%s %v at +%s", rt.record, rt.match, rt.at)
 				if rt.want != 0 && !found {
 					t.Errorf("%s: no series in %v, want %g", what, res, rt.want)
 					continue
