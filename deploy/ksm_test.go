@@ -107,4 +107,10 @@ func TestKSMResourceClaims(t *testing.T) {
 			t.Errorf("kube_customresource_resourceclaim_allocated_device_info has no %s label", l)
 		}
 	}
+	// The queue X-ray joins a claim to its pod through its owner.
+	for _, l := range []string{"namespace", "resourceclaim", "owner_kind", "owner_name"} {
+		if !slices.Contains(labels["kube_customresource_resourceclaim_owner_info"], l) {
+			t.Errorf("kube_customresource_resourceclaim_owner_info has no %s label", l)
+		}
+	}
 }

@@ -29,12 +29,14 @@ const (
 	// mode (a MIG slice cannot take a pod that asks for nvidia.com/gpu),
 	// credited to the highest-ranked of each GPU's holders, by its
 	// workload, class and ClusterQueue. A class the agents do not know
-	// ranks 0, as no class does.
+	// ranks 0, as no class does. topk picks the holder by its class's
+	// value; 0 * … + 1 keeps its labels and drops the value, which must
+	// not scale the idle time.
 	qQueueHolder   = `max by (cluster, job, instance, uuid, namespace, workload_kind, workload, priority_class, cluster_queue) (max_over_time(gpuxray_allocation_info[S]))`
 	qQueueWholeGPU = ` * on (cluster, job, instance, uuid) group_left () max by (cluster, job, instance, uuid) (gpuxray_device_info{parent_uuid="", mig_mode!="enabled"})`
 	qQueueHolders  = `sum by (cluster, namespace, workload_kind, workload, priority_class, cluster_queue) (sum by (cluster, job, instance, uuid) (increase(gpuxray_device_allocated_idle_seconds_total[S]))` + qQueueWholeGPU +
-		` * on (cluster, job, instance, uuid) group_left (namespace, workload_kind, workload, priority_class, cluster_queue) topk by (cluster, job, instance, uuid) (1, ` +
-		qQueueHolder + ` * on (cluster, priority_class) group_left () max by (cluster, priority_class) (max_over_time(gpuxray_priority_class_value[S])) or ` + qQueueHolder + ` * 0))`
+		` * on (cluster, job, instance, uuid) group_left (namespace, workload_kind, workload, priority_class, cluster_queue) (0 * topk by (cluster, job, instance, uuid) (1, ` +
+		qQueueHolder + ` * on (cluster, priority_class) group_left () max by (cluster, priority_class) (max_over_time(gpuxray_priority_class_value[S])) or ` + qQueueHolder + ` * 0) + 1))`
 	// qQueueFree is the free time of whole GPUs not in MIG mode: held by
 	// nobody and not busy with work outside Kubernetes.
 	qQueueFree = `sum by (cluster) (clamp_min(sum by (cluster, job, instance, uuid) (increase(gpuxray_device_unallocated_seconds_total[S])) - sum by (cluster, job, instance, uuid) (increase(gpuxray_device_unallocated_active_seconds_total[S])), 0)` + qQueueWholeGPU + `)`
@@ -645,15 +647,19 @@ func queueVerdict(q Queue) (kind, sentence string, knobs []string) {
 		return QueueNone, fmt.Sprintf("Nothing waited for GPUs%s.", at), knobs
 	}
 	p := func(x float64) string { return fmt.Sprintf("%.0f%%", 100*ratio(x, f.PendingGPUHours)) }
+	// A part is named, with its knob, when it rounds to 1% of the waiting
+	// or more: a few GPU-seconds free as pods end and others start are no
+	// placement problem.
+	named := func(x float64) bool { return x > 0 && ratio(x, f.PendingGPUHours) >= 0.005 }
 	sched := f.FreeGPUHours + f.ReclaimableGPUHours()
 	var parts []string
-	if f.PreemptionGPUHours > 0 {
+	if named(f.PreemptionGPUHours) {
 		parts = append(parts, p(f.PreemptionGPUHours)+" by preemption")
 	}
-	if f.QuotaGPUHours > 0 {
+	if named(f.QuotaGPUHours) {
 		parts = append(parts, p(f.QuotaGPUHours)+" by reclaiming borrowed quota")
 	}
-	if f.FreeGPUHours > 0 {
+	if named(f.FreeGPUHours) {
 		parts = append(parts, p(f.FreeGPUHours)+" on GPUs nobody held")
 	}
 	how := ""
@@ -661,23 +667,23 @@ func queueVerdict(q Queue) (kind, sentence string, knobs []string) {
 		how = " (" + strings.Join(parts, ", ") + ")"
 	}
 	// The knobs, in the order of the parts they would free.
-	if f.PreemptionGPUHours > 0 {
+	if named(f.PreemptionGPUHours) {
 		knobs = append(knobs, "priority classes and preemption: the waiters' PriorityClass preemptionPolicy, Kueue's withinClusterQueue preemption")
 	}
-	if f.QuotaGPUHours > 0 {
+	if named(f.QuotaGPUHours) {
 		knobs = append(knobs, "Kueue quotas and borrowing: nominalQuota, borrowingLimit, reclaimWithinCohort")
 	}
-	if f.FreeGPUHours > 0 {
+	if named(f.FreeGPUHours) {
 		knobs = append(knobs, "placement: the waiters' node selectors, affinities and tolerations, and GPUs fragmented across nodes")
 	}
-	if f.OutrankedGPUHours > 0 {
+	if named(f.OutrankedGPUHours) {
 		knobs = append(knobs, "idle-notebook culling and idle timeouts for the holders that outrank the waiters")
 	}
 	switch {
 	case sched >= f.OutrankedGPUHours && sched >= f.ShortfallGPUHours:
 		kind = QueueScheduling
 		sentence = fmt.Sprintf("%s of the waiting%s could have run on idle GPUs held by lower-priority or borrowing work, or on free ones%s: a scheduling problem, not a capacity one.", p(sched), at, how)
-		if f.FreeGPUHours == 0 {
+		if !named(f.FreeGPUHours) {
 			sentence = fmt.Sprintf("%s of the waiting%s could have run on idle GPUs held by lower-priority or borrowing work%s: a scheduling problem, not a capacity one.", p(sched), at, how)
 		}
 	case f.OutrankedGPUHours >= f.ShortfallGPUHours:
@@ -686,7 +692,7 @@ func queueVerdict(q Queue) (kind, sentence string, knobs []string) {
 	default:
 		kind = QueueCapacity
 		sentence = fmt.Sprintf("%s of the waiting%s found no idle GPU that could have run it: a capacity problem, not a scheduling one", p(f.ShortfallGPUHours), at)
-		if sched > 0 {
+		if named(sched) {
 			sentence += fmt.Sprintf("; %s could have run on idle GPUs held by lower-priority or borrowing work, or on free ones%s", p(sched), how)
 		}
 		sentence += "."

@@ -273,6 +273,10 @@ func TestQueueVerdictAndRendering(t *testing.T) {
 		{capa, QueueCapacity, "90% of the waiting at peak found no idle GPU that could have run it: a capacity problem, not a scheduling one; 10% could have run"},
 		{QueueFigures{Hours: 10, PendingGPUHours: 50, OutrankedGPUHours: 40, ShortfallGPUHours: 10}, QueueIdle, "80% of the waiting at peak could have run only on idle GPUs held by work of equal or higher priority"},
 		{QueueFigures{Hours: 10}, QueueNone, "Nothing waited for GPUs at peak."},
+		// Free GPU time under 0.5% of the waiting (pods ending and starting)
+		// is neither named nor a knob.
+		{QueueFigures{Hours: 10, PendingGPUHours: 50, FreeGPUHours: 0.2, PreemptionGPUHours: 40.8, ShortfallGPUHours: 9}, QueueScheduling, "82% of the waiting at peak could have run on idle GPUs held by lower-priority or borrowing work (82% by preemption): a scheduling problem, not a capacity one. Look at priority classes and preemption."},
+		{QueueFigures{Hours: 10, PendingGPUHours: 50, FreeGPUHours: 0.2, ShortfallGPUHours: 49.8}, QueueCapacity, "100% of the waiting at peak found no idle GPU that could have run it: a capacity problem, not a scheduling one."},
 	} {
 		q := Queue{Available: true, PrioritiesKnown: true, Basis: BasisPeak, All: c.f, Peak: c.f}
 		kind, sentence, _ := queueVerdict(q)

@@ -10,6 +10,7 @@ package prometheus
 import (
 	_ "embed"
 	"fmt"
+	"regexp"
 	"strings"
 
 	"go.yaml.in/yaml/v3"
@@ -60,6 +61,37 @@ func Parse(b []byte) (*RuleFile, error) {
 		return nil, fmt.Errorf("rule file: %w", err)
 	}
 	return &f, nil
+}
+
+// Inlined returns every recording rule's expression, by the name it
+// records, with the recorded series it reads replaced by their own
+// expressions: an engine that has not evaluated the rules (a fresh
+// Prometheus over backfilled series, another engine) answers them all from
+// the raw series.
+func (f *RuleFile) Inlined() map[string]string {
+	out := map[string]string{}
+	for _, g := range f.Groups {
+		for _, r := range g.Rules {
+			if r.Record != "" {
+				out[r.Record] = strings.TrimSpace(r.Expr)
+			}
+		}
+	}
+	for changed := true; changed; {
+		changed = false
+		for name, e := range out {
+			for other, oe := range out {
+				re := regexp.MustCompile(`(^|[^a-zA-Z0-9_:])` + regexp.QuoteMeta(other) + `($|[^a-zA-Z0-9_:])`)
+				if other != name && re.MatchString(e) {
+					// $ in oe (label_replace's "$1") is the expression's, not a group.
+					e = re.ReplaceAllString(e, "${1}("+strings.ReplaceAll(oe, "$", "$$")+")${2}")
+					changed = true
+				}
+			}
+			out[name] = e
+		}
+	}
+	return out
 }
 
 // PrometheusRule renders a rule file as a PrometheusRule

@@ -329,3 +329,31 @@ func TestVMRuleSpec(t *testing.T) {
 		t.Errorf("vmalert -dryRun -rule=%s: %v\n%s", f, err, out)
 	}
 }
+
+// TestInlined: the rules built on recorded series read the raw
+// series once inlined, for an engine that has not evaluated the rules.
+func TestInlined(t *testing.T) {
+	t.Parallel()
+	rules, err := Parse(Rules)
+	if err != nil {
+		t.Fatal(err)
+	}
+	exprs := rules.Inlined()
+	for name, e := range exprs {
+		for other := range exprs {
+			if regexp.MustCompile(`(^|[^a-zA-Z0-9_:])` + regexp.QuoteMeta(other) + `($|[^a-zA-Z0-9_:])`).MatchString(e) {
+				t.Errorf("%s still reads the recorded %s: %s", name, other, e)
+			}
+		}
+	}
+	if e := exprs["cluster:gpuxray_idle_gpus:rate5m"]; !strings.Contains(e, "rate(gpuxray_device_allocated_idle_seconds_total[5m])") {
+		t.Errorf("cluster:gpuxray_idle_gpus:rate5m inlined: %s", e)
+	}
+	// label_replace's "$1" stays as it is.
+	if e := exprs["priority_class:gpuxray_pending_gpus:sum"]; !strings.Contains(e, `"pod", "$1", "owner_name", "(.*)"`) {
+		t.Errorf("priority_class:gpuxray_pending_gpus:sum inlined: %s", e)
+	}
+	if len(exprs) < 15 {
+		t.Errorf("%d recording rules", len(exprs))
+	}
+}

@@ -298,38 +298,12 @@ func TestReport(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	if err := os.MkdirAll(data, 0o755); err != nil {
-		t.Fatal(err)
-	}
 	for i := range errs {
-		src := filepath.Join(dir, fmt.Sprintf("blocks-%d", i))
-		bs, err := os.ReadDir(src)
-		if err != nil || len(bs) == 0 {
-			t.Fatalf("no blocks in %s: %v", src, err)
-		}
-		for _, b := range bs {
-			if err := os.Rename(filepath.Join(src, b.Name()), filepath.Join(data, b.Name())); err != nil {
-				t.Fatal(err)
-			}
-		}
+		moveBlocks(t, filepath.Join(dir, fmt.Sprintf("blocks-%d", i)), data)
 	}
 	backfilled := time.Since(started)
 	_, addr := startPrometheus(t, prom, filepath.Join(dir, "prom"), data, "global: {}\n")
 	ready := time.Since(started)
-
-	runReport := func(args ...string) []byte {
-		t.Helper()
-		cmd := exec.Command(binary, append([]string{"report", "--prometheus=http://" + addr, "--step=10m"}, args...)...)
-		var stdout, stderr bytes.Buffer
-		cmd.Stdout, cmd.Stderr = &stdout, &stderr
-		if err := cmd.Run(); err != nil {
-			t.Fatalf("gpuxray report %v: %v\n%s", args, err, stderr.String())
-		}
-		if stderr.Len() > 0 {
-			t.Errorf("gpuxray report %v wrote to stderr (not a terminal): %s", args, stderr.String())
-		}
-		return stdout.Bytes()
-	}
 
 	for _, c := range []struct {
 		name      string
@@ -341,10 +315,7 @@ func TestReport(t *testing.T) {
 		{"Tuesday: short", scs[0].Start.Add(48 * time.Hour), report.VerdictShort, 5},
 	} {
 		t.Run(c.name, func(t *testing.T) {
-			var r report.Report
-			if err := json.Unmarshal(runReport("--range=1d", "--end="+c.end.Format(time.RFC3339), "--format=json"), &r); err != nil {
-				t.Fatal(err)
-			}
+			r := reportJSON(t, addr, "--step=10m", "--range=1d", "--end="+c.end.Format(time.RFC3339))
 			want := truthOf(t, scs, c.end.Add(-24*time.Hour), c.end, r.Demand.Quantile)
 			if r.Verdict.Kind != c.kind || r.Verdict.GPUsShort != c.gpusShort {
 				t.Errorf("verdict %s with %d GPUs short, want %s with %d: %s", r.Verdict.Kind, r.Verdict.GPUsShort, c.kind, c.gpusShort, r.Verdict.Sentence)
@@ -475,7 +446,7 @@ func TestReport(t *testing.T) {
 	reported := time.Since(started)
 
 	// The text report names the verdict; the HTML report renders in Chromium.
-	text := string(runReport("--range=2d", "--end=2026-12-02"))
+	text := string(runReport(t, addr, "--step=10m", "--range=2d", "--end=2026-12-02"))
 	for _, want := range []string{"VERDICT  After reclaiming", "research/train", "TOP MODELS", "RIGHT-SIZING"} {
 		if !strings.Contains(text, want) {
 			t.Errorf("text report lacks %q:\n%s", want, text)
@@ -485,7 +456,7 @@ func TestReport(t *testing.T) {
 		t.Logf("gpuxray report --range=2d --end=2026-12-02:\n%s", text)
 	}
 	page := filepath.Join(dir, "report.html")
-	runReport("--range=2d", "--end=2026-12-02T00:00:00Z", "--format=html", "--output="+page)
+	runReport(t, addr, "--step=10m", "--range=2d", "--end=2026-12-02T00:00:00Z", "--format=html", "--output="+page)
 	if a := os.Getenv("ARTIFACTS"); a != "" {
 		if b, err := os.ReadFile(page); err == nil {
 			_ = os.WriteFile(filepath.Join(a, "gpuxray-report.html"), b, 0o644)

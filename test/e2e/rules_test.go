@@ -112,8 +112,9 @@ func startPrometheus(t *testing.T, prom, dir, dataDir, config string) (*process,
 
 // ksmMetrics is kube-state-metrics' exposition for a research pod that has
 // waited, unscheduled, for two GPUs, and a running serving pod; and, from
-// deploy/kube-state-metrics/resourceclaims.yaml, a DRA claim waiting for
-// one GPU and one allocated.
+// deploy/kube-state-metrics/resourceclaims.yaml, a DRA claim of research's
+// train-2 (priority class training, as train-1) waiting for one GPU and one
+// allocated.
 const ksmMetrics = `# HELP kube_pod_status_phase The pods current phase.
 # TYPE kube_pod_status_phase gauge
 kube_pod_status_phase{namespace="research",pod="train-1",uid="2b9c",phase="Pending"} 1
@@ -132,6 +133,7 @@ kube_pod_container_resource_requests{namespace="inference",pod="vllm-0",uid="8f1
 # TYPE kube_pod_info gauge
 kube_pod_info{namespace="research",pod="train-1",uid="2b9c",node="",priority_class="training",created_by_kind="Job",created_by_name="train"} 1
 kube_pod_info{namespace="inference",pod="vllm-0",uid="8f1e",node="demo-node",priority_class="",created_by_kind="StatefulSet",created_by_name="vllm"} 1
+kube_pod_info{namespace="research",pod="train-2",uid="5d0a",node="",priority_class="training",created_by_kind="Job",created_by_name="train"} 1
 # HELP kube_pod_labels [STABLE] Kubernetes labels converted to Prometheus labels.
 # TYPE kube_pod_labels gauge
 kube_pod_labels{namespace="research",pod="train-1",uid="2b9c",label_kueue_x_k8s_io_queue_name="team-a"} 1
@@ -149,6 +151,9 @@ kube_customresource_resourceclaim_request_devices{customresource_group="resource
 # HELP kube_customresource_resourceclaim_allocated_device_info A device the scheduler allocated to a DRA ResourceClaim.
 # TYPE kube_customresource_resourceclaim_allocated_device_info gauge
 kube_customresource_resourceclaim_allocated_device_info{customresource_group="resource.k8s.io",customresource_kind="ResourceClaim",customresource_version="v1",namespace="inference",resourceclaim="embed-0-gpu",request="gpu",driver="gpu.nvidia.com",pool="demo-node",device="gpu-6"} 1
+# HELP kube_customresource_resourceclaim_owner_info An owner of a DRA ResourceClaim (the pod of a claim made from a template).
+# TYPE kube_customresource_resourceclaim_owner_info gauge
+kube_customresource_resourceclaim_owner_info{customresource_group="resource.k8s.io",customresource_kind="ResourceClaim",customresource_version="v1",namespace="research",resourceclaim="train-2-gpu",owner_kind="Pod",owner_name="train-2"} 1
 `
 
 // TestRulesAndDashboardsLive: the demo agent and a kube-state-metrics
@@ -256,6 +261,7 @@ scrape_configs:
 	checks := []valueCheck{
 		{`cluster:kube_pod_container_resource_requests_gpu_pending:sum`, 2, 2, "two GPUs wait (the bound vllm pod does not count)"},
 		{`cluster:kube_resourceclaim_gpu_devices_unallocated:sum`, 1, 1, "one GPU waits on a DRA claim (the allocated claim does not count)"},
+		{`priority_class:gpuxray_pending_gpus:sum{priority_class="training"}`, 3, 3, "training waits for three GPUs: train-1's two requested, train-2's one claimed"},
 		{`sum(cluster_window:gpuxray_device_observed_seconds:rate5m{window="peak"})`, 7, 9, "eight GPUs observed, at peak"},
 		{`sum(cluster_window:gpuxray_device_observed_seconds:rate5m{window="offpeak"})`, 0, 0, "nothing off-peak"},
 		{`sum(namespace_workload_model_window:gpuxray_allocated_idle_seconds:rate5m{namespace="data-science"})`, 0.9, 1.1, "the notebook holds one GPU idle"},

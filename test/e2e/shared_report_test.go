@@ -30,9 +30,60 @@ func replayBlocks(t *testing.T, promtool, scenario, blocks, scrape, poll string)
 	if err != nil {
 		t.Fatalf("replay %s: %v\n%s", scenario, err, stderr.String())
 	}
+	backfillOpenMetrics(t, promtool, om, blocks)
+}
+
+// backfillOpenMetrics writes the OpenMetrics file om into TSDB blocks under
+// blocks, with promtool.
+func backfillOpenMetrics(t *testing.T, promtool, om, blocks string) {
+	t.Helper()
 	if out, err := exec.Command(promtool, "tsdb", "create-blocks-from", "openmetrics", om, blocks).CombinedOutput(); err != nil {
 		t.Fatalf("promtool tsdb create-blocks-from openmetrics %s: %v\n%s", om, err, out)
 	}
+}
+
+// moveBlocks moves the TSDB blocks promtool wrote under src into the data
+// directory data, which one Prometheus then serves.
+func moveBlocks(t *testing.T, src, data string) {
+	t.Helper()
+	if err := os.MkdirAll(data, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	bs, err := os.ReadDir(src)
+	if err != nil || len(bs) == 0 {
+		t.Fatalf("no blocks in %s: %v", src, err)
+	}
+	for _, b := range bs {
+		if err := os.Rename(filepath.Join(src, b.Name()), filepath.Join(data, b.Name())); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// runReport runs `gpuxray report` against the Prometheus at addr and
+// returns its standard output; it fails the test on a non-zero exit.
+func runReport(t *testing.T, addr string, args ...string) []byte {
+	t.Helper()
+	cmd := exec.Command(binary, append([]string{"report", "--prometheus=http://" + addr}, args...)...)
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	if err := cmd.Run(); err != nil {
+		t.Fatalf("gpuxray report %v: %v\n%s", args, err, stderr.String())
+	}
+	if stderr.Len() > 0 {
+		t.Errorf("gpuxray report %v wrote to stderr (not a terminal): %s", args, stderr.String())
+	}
+	return stdout.Bytes()
+}
+
+// reportJSON is runReport with --format=json, decoded.
+func reportJSON(t *testing.T, addr string, args ...string) report.Report {
+	t.Helper()
+	var r report.Report
+	if err := json.Unmarshal(runReport(t, addr, append(args, "--format=json")...), &r); err != nil {
+		t.Fatal(err)
+	}
+	return r
 }
 
 // TestReportCountsSharedGPUsOnce replays a node of time-sliced GPUs into a
@@ -49,17 +100,7 @@ func TestReportCountsSharedGPUsOnce(t *testing.T) {
 	replayBlocks(t, promtool, "testdata/report-shared.yaml", data, "1m", "10s")
 	_, addr := startPrometheus(t, prom, filepath.Join(dir, "prom"), data, "global: {}\n")
 
-	cmd := exec.Command(binary, "report", "--prometheus=http://"+addr, "--step=10m", "--range=2h",
-		"--end=2026-12-01T11:00:00Z", "--format=json")
-	var stdout, stderr bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &stdout, &stderr
-	if err := cmd.Run(); err != nil {
-		t.Fatalf("gpuxray report: %v\n%s", err, stderr.String())
-	}
-	var r report.Report
-	if err := json.Unmarshal(stdout.Bytes(), &r); err != nil {
-		t.Fatal(err)
-	}
+	r := reportJSON(t, addr, "--step=10m", "--range=2h", "--end=2026-12-01T11:00:00Z")
 	for _, f := range []struct {
 		name string
 		got  report.Funnel

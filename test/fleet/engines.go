@@ -7,7 +7,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"regexp"
 	"sort"
 	"strings"
 	"time"
@@ -94,7 +93,7 @@ func (r *run) engines(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	exprs := fleetRules(inlineRecorded(rules))
+	exprs := fleetRules(rules.Inlined())
 	trs := make([]*truther, len(nodes))
 	for i, m := range members {
 		trs[i] = m.tr
@@ -190,34 +189,6 @@ func (r *run) engines(ctx context.Context) error {
 	r.log("engines: %d of %d rule points differ by over 1%% between the engines, the most %.1f%% (%s)", diffPoints, points, 100*worstDiff, worstWhere)
 	r.log("engines checks done")
 	return nil
-}
-
-// inlineRecorded is every recording rule's expression with the recorded
-// series it reads replaced by their own expressions: an engine that has
-// not evaluated the rules answers them all from the raw series.
-func inlineRecorded(f *promrules.RuleFile) map[string]string {
-	out := map[string]string{}
-	for _, g := range f.Groups {
-		for _, r := range g.Rules {
-			if r.Record != "" {
-				out[r.Record] = strings.TrimSpace(r.Expr)
-			}
-		}
-	}
-	for changed := true; changed; {
-		changed = false
-		for name, e := range out {
-			for other, oe := range out {
-				re := regexp.MustCompile(`(^|[^a-zA-Z0-9_:])` + regexp.QuoteMeta(other) + `($|[^a-zA-Z0-9_:])`)
-				if other != name && re.MatchString(e) {
-					e = re.ReplaceAllString(e, "${1}("+oe+")${2}")
-					changed = true
-				}
-			}
-			out[name] = e
-		}
-	}
-	return out
 }
 
 // fleetRules is the recording rules the fleet can check. Left out:

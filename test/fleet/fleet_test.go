@@ -52,7 +52,7 @@ func TestFleet(t *testing.T) {
 	}
 	// Every recording rule is checked, live and on both engines.
 	rules, _ := promrules.Parse(promrules.Rules)
-	checked := fleetRules(inlineRecorded(rules))
+	checked := fleetRules(rules.Inlined())
 	for _, g := range rules.Groups {
 		for _, r := range g.Rules {
 			if _, ok := checked[r.Record]; !ok {
@@ -154,30 +154,6 @@ func TestResult(t *testing.T) {
 
 func zero() float64 { return 0 }
 
-// TestInlineRecorded: the rules built on recorded series read the raw
-// series once inlined, for an engine that has not evaluated the rules.
-func TestInlineRecorded(t *testing.T) {
-	t.Parallel()
-	rules, err := promrules.Parse(promrules.Rules)
-	if err != nil {
-		t.Fatal(err)
-	}
-	exprs := inlineRecorded(rules)
-	for name, e := range exprs {
-		for other := range exprs {
-			if regexp.MustCompile(`(^|[^a-zA-Z0-9_:])` + regexp.QuoteMeta(other) + `($|[^a-zA-Z0-9_:])`).MatchString(e) {
-				t.Errorf("%s still reads the recorded %s: %s", name, other, e)
-			}
-		}
-	}
-	if e := exprs["cluster:gpuxray_idle_gpus:rate5m"]; !strings.Contains(e, "rate(gpuxray_device_allocated_idle_seconds_total[5m])") {
-		t.Errorf("cluster:gpuxray_idle_gpus:rate5m inlined: %s", e)
-	}
-	if len(exprs) < 15 {
-		t.Errorf("%d recording rules", len(exprs))
-	}
-}
-
 // TestFleetRules: the fleet checks every recording rule but the DRA
 // demand ones, which read ResourceClaims the fleet does not serve.
 func TestFleetRules(t *testing.T) {
@@ -186,7 +162,7 @@ func TestFleetRules(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	all := inlineRecorded(rules)
+	all := rules.Inlined()
 	checked := fleetRules(all)
 	for name := range all {
 		_, ok := checked[name]

@@ -582,7 +582,7 @@ func derivedRules() map[string]bool {
 		return nil
 	}
 	out := map[string]bool{}
-	inlined := inlineRecorded(f)
+	inlined := f.Inlined()
 	for _, g := range f.Groups {
 		for _, r := range g.Rules {
 			if r.Record != "" && strings.TrimSpace(r.Expr) != inlined[r.Record] {
