@@ -12,9 +12,25 @@ import (
 // `cluster`: a pod waits for the GPUs of its own cluster, so the matching
 // is done per cluster and summed.
 const (
-	// qQueuePodsBase is the GPUs each unscheduled Pending pod requests, as
-	// qPending counts them.
-	qQueuePodsBase = `(max by (cluster, namespace, pod, container) (kube_pod_container_resource_requests{resource="nvidia_com_gpu", node=""}) * on (cluster, namespace, pod) group_left () (max by (cluster, namespace, pod) (kube_pod_status_phase{phase="Pending"}) == 1))`
+	// qPendingRequests is the GPUs each unscheduled Pending pod requests
+	// (nvidia.com/gpu), as the rules'
+	// namespace:kube_pod_container_resource_requests_gpu_pending:sum counts
+	// them.
+	qPendingRequests = `(max by (cluster, namespace, pod, container) (kube_pod_container_resource_requests{resource="nvidia_com_gpu", node=""}) * on (cluster, namespace, pod) group_left () (max by (cluster, namespace, pod) (kube_pod_status_phase{phase="Pending"}) == 1))`
+	// qPendingClaims is the GPUs each unallocated DRA ResourceClaim asks
+	// for (device class gpu.nvidia.com), as the rules'
+	// namespace_resourceclaim:kube_resourceclaim_gpu_devices_unallocated:sum
+	// counts them, credited to the pod that owns the claim (one made from a
+	// ResourceClaimTemplate), or to a pod named resourceclaim/<claim> when
+	// no pod owns it.
+	qClaimsUnallocated = `sum by (cluster, namespace, resourceclaim) (max by (cluster, namespace, resourceclaim, request) (kube_customresource_resourceclaim_request_devices{device_class=~"gpu[.]nvidia[.]com"}) unless on (cluster, namespace, resourceclaim) kube_customresource_resourceclaim_allocated_device_info)`
+	qClaimOwner        = `topk by (cluster, namespace, resourceclaim) (1, label_replace(max by (cluster, namespace, resourceclaim, owner_name) (kube_customresource_resourceclaim_owner_info{owner_kind="Pod"}), "pod", "$1", "owner_name", "(.*)"))`
+	qPendingClaims     = `sum by (cluster, namespace, pod) ((` + qClaimsUnallocated + ` * on (cluster, namespace, resourceclaim) group_left (pod) ` + qClaimOwner +
+		`) or on (cluster, namespace, resourceclaim) label_replace(` + qClaimsUnallocated + `, "pod", "resourceclaim/$1", "resourceclaim", "(.*)"))`
+	// qQueuePodsBase is the GPUs each waiting pod wants: requested, or
+	// through its unallocated claims (a pod with both has two series, one
+	// without container); qPending sums it.
+	qQueuePodsBase = `(` + qPendingRequests + ` or ` + qPendingClaims + `)`
 	qQueueLabels   = `max by (cluster, namespace, pod, queue) (label_replace(kube_pod_labels, "queue", "$1", "label_kueue_x_k8s_io_queue_name", "(.*)"))`
 	qQueueInfo     = `max by (cluster, namespace, pod, priority_class) (kube_pod_info)`
 	// qQueuePods is pending GPUs by priority class (kube_pod_info) and

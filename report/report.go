@@ -182,9 +182,10 @@ const (
 	qWLStreak          = `max by (` + wl + `) (max_over_time(gpuxray_allocation_idle_streak_seconds[S]))`
 	qWLMemory          = `max by (` + wl + `) (max_over_time(gpuxray_allocation_memory_used_bytes[S]))`
 	qWLMemoryTotal     = `max by (` + wl + `) (max_over_time(gpuxray_allocation_memory_used_bytes[S]) * 0 + on (cluster, job, instance, uuid) group_left () max by (cluster, job, instance, uuid) (gpuxray_device_memory_total_bytes * on (cluster, job, instance, uuid) group_left () max by (cluster, job, instance, uuid) (gpuxray_device_info{parent_uuid=""})))`
-	// qPending is cluster:kube_pod_container_resource_requests_gpu_pending:sum
-	// of the rules, summed over clusters.
-	qPending = `sum(sum by (cluster, namespace) (max by (cluster, namespace, pod, container) (kube_pod_container_resource_requests{resource="nvidia_com_gpu", node=""}) * on (cluster, namespace, pod) group_left () (max by (cluster, namespace, pod) (kube_pod_status_phase{phase="Pending"}) == 1)))`
+	// qPending is the rules' priority_class:gpuxray_pending_gpus:sum
+	// (GPUs requested by unscheduled Pending pods, plus those of
+	// unallocated DRA claims), summed over clusters and classes.
+	qPending = `sum(` + qQueuePodsBase + `)`
 	qKSM     = `count by (instance) (count_over_time(kube_pod_status_phase[S]))`
 	qNodes   = `max by (instance) (count_over_time(gpuxray_device_observed_seconds_total[S]))`
 )

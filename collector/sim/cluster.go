@@ -81,6 +81,20 @@ var (
 		[]string{"namespace", "pod", "uid", "label_kueue_x_k8s_io_queue_name"}, nil)
 )
 
+// The ResourceClaim series of kube-state-metrics' custom-resource-state
+// configuration deploy/kube-state-metrics/resourceclaims.yaml, with its
+// label names.
+var (
+	ksmClaimDevices = prometheus.NewDesc("kube_customresource_resourceclaim_request_devices", "Devices a request of a DRA ResourceClaim asks for (exactly.count).",
+		[]string{"customresource_group", "customresource_kind", "customresource_version", "namespace", "resourceclaim", "request", "device_class", "allocation_mode"}, nil)
+	ksmClaimOwner = prometheus.NewDesc("kube_customresource_resourceclaim_owner_info", "An owner of a DRA ResourceClaim (the pod of a claim made from a template).",
+		[]string{"customresource_group", "customresource_kind", "customresource_version", "namespace", "resourceclaim", "owner_kind", "owner_name"}, nil)
+)
+
+// claimGVK is the labels kube-state-metrics' custom-resource-state puts on
+// every series of a ResourceClaim.
+var claimGVK = []string{"resource.k8s.io", "ResourceClaim", "v1"}
+
 // Kueue's ClusterQueue series, with its label names (Kueue 0.18; the
 // resource is Kubernetes' name, nvidia.com/gpu, and a scenario's queues
 // have one flavor, "default").
@@ -113,6 +127,9 @@ var ksmUnsafe = regexp.MustCompile(`[^a-zA-Z0-9_]`)
 // of its GPU resource (unit="integer"); a node's pod is bound to the node,
 // and Pending before from, Running, then Succeeded; an unscheduled pod is
 // there only within its [from, to), Pending and bound to no node (node="").
+// An unscheduled pod that waits on a claim requests nothing; within its
+// [from, to) its claim is there, unallocated and owned by the pod
+// (kube_customresource_resourceclaim_request_devices, _owner_info).
 // Kueue's, for each ClusterQueue: its nominal quota and borrowing limit; its
 // usage, the GPUs (nvidia.com/gpu) of the running pods labelled with its
 // name; its pending workloads, the unscheduled pods whose LocalQueue feeds
@@ -128,7 +145,7 @@ type clusterState struct {
 }
 
 func (k clusterState) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{ksmPodInfo, ksmPodPhase, ksmPodRequests, ksmPodLabels} {
+	for _, d := range []*prometheus.Desc{ksmPodInfo, ksmPodPhase, ksmPodRequests, ksmPodLabels, ksmClaimDevices, ksmClaimOwner} {
 		ch <- d
 	}
 	if len(k.c.queues) > 0 {
@@ -164,6 +181,11 @@ func (k clusterState) Collect(ch chan<- prometheus.Metric) {
 				continue
 			}
 			podSeries(ch, u.Namespace, u.Name, PodUID(sc.Node, u.Namespace, u.Name), u.Container, "", "Pending", u.Owner, u.Resource, u.GPUs, u.PriorityClass, u.Queue)
+			if u.Claim != "" {
+				claim := append(slices.Clone(claimGVK), u.Namespace, u.Claim)
+				ch <- prometheus.MustNewConstMetric(ksmClaimDevices, prometheus.GaugeValue, float64(u.GPUs), append(claim, "gpu", "gpu.nvidia.com", "ExactCount")...)
+				ch <- prometheus.MustNewConstMetric(ksmClaimOwner, prometheus.GaugeValue, 1, append(claim, "Pod", u.Name)...)
+			}
 			if cq := k.clusterQueueOf(u.Namespace, u.Queue); cq != "" && u.Resource == ResourceGPU {
 				pending[cq]++
 				pendingGPUs[cq] += float64(u.GPUs)

@@ -200,3 +200,54 @@ func TestClusterOpenMetrics(t *testing.T) {
 }
 
 func itoa(i int64) string { return strconv.FormatInt(i, 10) }
+
+// TestClusterClaims: an unscheduled pod that waits on a DRA claim requests
+// no resource; within its window its claim is there, unallocated, asking
+// for its GPUs and owned by it, as kube-state-metrics with
+// deploy/kube-state-metrics/resourceclaims.yaml serves it; outside it there
+// is no claim.
+func TestClusterClaims(t *testing.T) {
+	t.Parallel()
+	sc, err := ParseScenario([]byte(`start: 2026-12-01T08:00:00Z
+duration: 2h
+node: node-d
+system: dgxh100
+gpus: 2
+priority_classes: {train-high: 1000}
+unscheduled:
+  - {namespace: research, name: dra-0, claim: dra-0-gpu, gpus: 3, priority_class: train-high, from: 30m, to: 90m}
+`), "d.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := NewCluster(sc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	const want = `# HELP kube_customresource_resourceclaim_request_devices Devices a request of a DRA ResourceClaim asks for (exactly.count).
+# TYPE kube_customresource_resourceclaim_request_devices gauge
+kube_customresource_resourceclaim_request_devices{allocation_mode="ExactCount",customresource_group="resource.k8s.io",customresource_kind="ResourceClaim",customresource_version="v1",device_class="gpu.nvidia.com",namespace="research",request="gpu",resourceclaim="dra-0-gpu"} 3
+# HELP kube_customresource_resourceclaim_owner_info An owner of a DRA ResourceClaim (the pod of a claim made from a template).
+# TYPE kube_customresource_resourceclaim_owner_info gauge
+kube_customresource_resourceclaim_owner_info{customresource_group="resource.k8s.io",customresource_kind="ResourceClaim",customresource_version="v1",namespace="research",owner_kind="Pod",owner_name="dra-0",resourceclaim="dra-0-gpu"} 1
+`
+	names := []string{"kube_customresource_resourceclaim_request_devices", "kube_customresource_resourceclaim_owner_info", "kube_pod_container_resource_requests"}
+	if err := testutil.CollectAndCompare(c.At(sc.Start.Add(45*time.Minute)), strings.NewReader(want), names...); err != nil {
+		t.Errorf("waiting: %v", err)
+	}
+	text := testText(t, c.At(sc.Start.Add(45*time.Minute)))
+	if !strings.Contains(text, `kube_pod_status_phase{namespace="research",phase="Pending",pod="dra-0"`) {
+		t.Errorf("the claim's pod is not Pending in\n%s", text)
+	}
+	for _, at := range []time.Duration{10 * time.Minute, 90 * time.Minute} {
+		if n := testutil.CollectAndCount(c.At(sc.Start.Add(at)), names...); n != 0 {
+			t.Errorf("at %s: %d claim or request series, want none", at, n)
+		}
+	}
+	checkParseErrors(t, []parseErrorCase{
+		{"claim and resource", head + "unscheduled:\n  - {namespace: a, name: w, resource: nvidia.com/gpu, claim: c}\n",
+			"t.yaml:6: unscheduled[0].claim: a pod that waits on a DRA claim requests no resource; drop resource"},
+		{"claim empty", head + "unscheduled:\n  - {namespace: a, name: w, claim: \"\"}\n",
+			"t.yaml:6: unscheduled[0].claim: must not be empty"},
+	})
+}

@@ -26,11 +26,18 @@
 //
 // The top-level `unscheduled` key lists pods that request GPUs and that no
 // node has taken (namespace, name, container, owner, resource, gpus, from,
-// to): they wait, Pending and bound to no node. The node never sees them.
-// KubeState serves, for them and for the node's pods, the series
-// kube-state-metrics would (kube_pod_info, kube_pod_status_phase,
-// kube_pod_container_resource_requests), which `agent --simulate` serves at
-// /simulate/kube-state-metrics and never on its /metrics.
+// to, priority_class, queue, claim): they wait, Pending and bound to no
+// node. The node never sees them. KubeState serves, for them and for the
+// node's pods, the series kube-state-metrics would (kube_pod_info,
+// kube_pod_status_phase, kube_pod_container_resource_requests), which
+// `agent --simulate` serves at /simulate/kube-state-metrics and never on
+// its /metrics. A pod with `claim: NAME` waits on a DRA ResourceClaim
+// instead of requesting a resource: it requests nothing, and the cluster's
+// series (Cluster) carry the claim as kube-state-metrics configured with
+// deploy/kube-state-metrics/resourceclaims.yaml would
+// (kube_customresource_resourceclaim_request_devices and _owner_info, no
+// _allocated_device_info: unallocated). Running DRA pods' claims are not
+// served.
 //
 // # Duty cycles
 //

@@ -28,9 +28,14 @@ type UnscheduledPod struct {
 	// kueue.x-k8s.io/queue-name label names, empty for none.
 	PriorityClass string
 	Queue         string
+	// Claim, when set, names the DRA ResourceClaim the pod waits on (made
+	// from a template, so owned by the pod): GPUs devices of device class
+	// gpu.nvidia.com that the scheduler has not allocated. Such a pod
+	// requests no extended resource (Resource is empty).
+	Claim string
 }
 
-var unscheduledKeys = []string{"namespace", "name", "container", "owner", "resource", "gpus", "from", "to", "priority_class", "queue"}
+var unscheduledKeys = []string{"namespace", "name", "container", "owner", "resource", "gpus", "from", "to", "priority_class", "queue", "claim"}
 
 func (d *decoder) unscheduled(n *yaml.Node, s *Scenario) error {
 	items, err := d.seq(n, "unscheduled")
@@ -81,6 +86,15 @@ func (d *decoder) unscheduled(n *yaml.Node, s *Scenario) error {
 			if u.Resource != ResourceGPU && u.Resource != ResourceGPUShared && !strings.HasPrefix(u.Resource, ResourceMIGPrefix) {
 				return d.errf(r, p+".resource", "%q is not %s, %s or %s<profile>", u.Resource, ResourceGPU, ResourceGPUShared, ResourceMIGPrefix)
 			}
+		}
+		if c := m["claim"]; c != nil {
+			if m["resource"] != nil {
+				return d.errf(c, p+".claim", "a pod that waits on a DRA claim requests no resource; drop resource")
+			}
+			if u.Claim, err = d.str(c, p+".claim"); err != nil {
+				return err
+			}
+			u.Resource = ""
 		}
 		if g := m["gpus"]; g != nil {
 			n, err := d.integer(g, p+".gpus", 1, 1024)

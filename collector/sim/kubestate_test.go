@@ -19,7 +19,7 @@ func TestParseLeadInAndUnscheduledErrors(t *testing.T) {
 			"t.yaml:7: faults[0].at: 29m is within the lead_in (30m), which agent --simulate plays at once on a virtual clock; a fault must start at or after it"},
 		{"unscheduled without name", head + "unscheduled:\n  - {namespace: a}\n", "t.yaml:6: unscheduled[0].name: missing"},
 		{"unscheduled unknown key", head + "unscheduled:\n  - {namespace: a, name: w, node: x}\n",
-			"t.yaml:6: unscheduled[0].node: unknown key; want one of namespace, name, container, owner, resource, gpus, from, to, priority_class, queue"},
+			"t.yaml:6: unscheduled[0].node: unknown key; want one of namespace, name, container, owner, resource, gpus, from, to, priority_class, queue, claim"},
 		{"unscheduled is a pod too", head + pod + "unscheduled:\n  - {namespace: a, name: p}\n", "t.yaml:10: unscheduled[0].name: a/p is already pods[0]"},
 		{"unscheduled twice", head + "unscheduled:\n  - {namespace: a, name: w}\n  - {namespace: a, name: w}\n",
 			"t.yaml:7: unscheduled[1].name: a/w is already unscheduled[0]"},

@@ -82,7 +82,8 @@ var queueScenarios = []struct {
 			"research": {0, 0, 0, 0},
 		},
 		rules: []queueRuleTruth{
-			// 08:30: the interactive pod waits for 1; the notebooks idle
+			// 08:30: the interactive pod waits for 1, through its DRA claim
+			// (the claim path of the rules); the notebooks idle
 			// at its own rank, not below it.
 			{"priority_class:gpuxray_pending_gpus:sum", map[string]string{"priority_class": "interactive"}, 30 * time.Minute, 1},
 			{"cluster:gpuxray_pending_priority:max", nil, 30 * time.Minute, 100},
