@@ -74,6 +74,7 @@ fmt:
 
 vet:
 	go vet ./...
+	go vet -tags "$(IMAGE_TAGS)" ./cmd/gpuxray
 
 ## fleet: NODES simulated nodes (8 GPUs each) served live by one process, scraped by two
 ## vmagent shards into VictoriaMetrics with vmalert and Alertmanager, and a week of their
