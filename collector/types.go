@@ -155,6 +155,13 @@ type Pod struct {
 	UID       string
 	Namespace string
 	Name      string
+	// StaticUID is set on a static pod's mirror (the pod the kubelet
+	// creates in the API server for a pod it runs from a manifest): the
+	// static pod's own UID, which the mirror carries in its
+	// kubernetes.io/config.mirror annotation and which names the cgroups
+	// of the pod's containers. The mirror's UID differs from it. Empty for
+	// other pods.
+	StaticUID string
 	// Phase is the pod's phase: Pending, Running, Succeeded, Failed, Unknown.
 	Phase string
 	// WorkloadKind and Workload name the owner a person created (Deployment,

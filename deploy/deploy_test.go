@@ -143,6 +143,10 @@ func TestImageBinaries(t *testing.T) {
 				t.Errorf("%s: %s is not stamped into the binary", arch, s)
 			}
 		}
+		// -tags nosim: the image carries no simulator (docs/benchmarks.md).
+		if bytes.Contains(b, []byte("gpuxray/collector/sim.")) {
+			t.Errorf("%s: the image's binary links the simulator; want make image-binaries to build with -tags nosim", arch)
+		}
 	}
 	// The host's binary runs and says its version.
 	if b, err := exec.Command(filepath.Join(out, "linux_"+runtime.GOARCH, "gpuxray"), "version").Output(); err != nil ||

@@ -7,7 +7,6 @@ import (
 	"io"
 	"os"
 	"strings"
-	"time"
 
 	gonvml "github.com/NVIDIA/go-nvml/pkg/nvml"
 	"github.com/prometheus/client_golang/prometheus/collectors"
@@ -17,7 +16,6 @@ import (
 	"github.com/gpuxray/gpuxray/agent"
 	"github.com/gpuxray/gpuxray/collector/kubelet"
 	"github.com/gpuxray/gpuxray/collector/nvml"
-	"github.com/gpuxray/gpuxray/collector/sim"
 	"github.com/gpuxray/gpuxray/exporter"
 )
 
@@ -98,41 +96,21 @@ func runAgent(ctx context.Context, args []string, stderr io.Writer) error {
 		lib        gonvml.Interface
 		clock      agent.Clock = wallClock{}
 		engineOpts []agent.Option
-		// faults plays the scenario's kubelet faults on the real clock (the
-		// simulated driver plays its NVML faults by itself).
-		faults     *sim.FaultPlayer
-		faultClock sim.Clock
 		live       *simulation
 	)
 	if *simulate {
-		sc, err := loadScenario(ctx, scenarioPath)
-		if err != nil {
-			if ctx.Err() != nil {
-				return nil // stopped before it started, as asked
-			}
-			return err
+		givenSocket := ""
+		if given(fs, "kubelet.pod-resources-socket") {
+			givenSocket = kubeCfg.Socket
 		}
-		s, err := startLive(sc, wallClock{})
-		if err != nil {
-			return err
+		s, err := startSimulated(ctx, scenarioPath, &idCfg, givenSocket, logger)
+		if err != nil || s == nil {
+			return err // s is nil, with no error, when stopped before it started
 		}
 		defer s.stop()
 		live = s
-		givenSocket := kubeCfg.Socket
-		lib, clock, kubeCfg.Socket = s.nvml(), s.clock, s.socket
-		s.node.SetIdentity(idCfg.simIdentity())
-		if len(sc.Faults) > 0 {
-			faults = sim.NewFaultPlayer(sc, s.kubelet, s.socket, 0)
-			faultClock = s.clock
-		}
+		lib, clock, kubeCfg.Socket = s.nvml(), s.agentClock(), s.socket
 		engineOpts = s.engineOptions(logger)
-		if given(fs, "kubelet.pod-resources-socket") {
-			logger.Warn("--kubelet.pod-resources-socket is ignored with --simulate: the simulated kubelet serves its own socket",
-				zap.String("ignored", givenSocket))
-		}
-		logger.Info("simulated node", zap.String("node", sc.Node), zap.String("scenario", scenarioName(scenarioPath)),
-			zap.Int("gpus", sc.GPUs), zap.Int("pods", len(sc.Pods)), zap.String("kubelet_socket", s.socket),
-			zap.Time("start", sc.Start), zap.Duration("lead_in", sc.LeadIn), zap.String("kube_state_metrics_path", kubeStatePath))
 	} else {
 		lib = gonvml.New()
 	}
@@ -154,7 +132,7 @@ func runAgent(ctx context.Context, args []string, stderr io.Writer) error {
 	// classes are the cluster's PriorityClasses, exported beside the engine's series.
 	var classes exporter.PriorityClassSource
 	if live != nil {
-		classes = live.node
+		classes = live.priorityClasses()
 	}
 	if !*simulate {
 		opts, pcs, err := startPodSource(gctx, podCfg, &idCfg, logger, g.Go)
@@ -203,14 +181,12 @@ func runAgent(ctx context.Context, args []string, stderr io.Writer) error {
 	}
 	logger.Info("gpuxray agent starting", zap.String("version", buildInfo().Version), zap.Stringer("engine", engine))
 
-	if live != nil && live.leadIn != nil {
+	if live != nil {
 		// Before anything is served: the agent starts with the lead-in's state.
-		began := time.Now()
-		live.playLeadIn(gctx, engine, engineCfg.PollInterval)
-		logger.Info("played the scenario's lead-in", zap.Duration("lead_in", live.node.Scenario().LeadIn), zap.Duration("took", time.Since(began)))
-	}
-	if faults != nil {
-		g.Go(func() error { return playFaults(gctx, faults, faultClock, engineCfg.PollInterval/2, logger) })
+		live.playLiveLeadIn(gctx, engine, engineCfg.PollInterval, logger)
+		if live.faults != nil {
+			g.Go(func() error { return live.playFaults(gctx, engineCfg.PollInterval/2, logger) })
+		}
 	}
 	g.Go(func() error { return engine.Run(gctx) })
 	g.Go(func() error { return srv.Serve(gctx) })
@@ -227,28 +203,4 @@ func given(fs *flag.FlagSet, name string) bool {
 	return found
 }
 
-func scenarioName(path string) string {
-	if path == "" {
-		return "embedded demo"
-	}
-	return path
-}
-
 func ptr[T any](v T) *T { return &v }
-
-// playFaults applies the scenario's kubelet faults every interval until ctx
-// is done.
-func playFaults(ctx context.Context, p *sim.FaultPlayer, clock sim.Clock, every time.Duration, logger *zap.Logger) error {
-	t := time.NewTicker(every)
-	defer t.Stop()
-	for {
-		if _, err := p.Apply(clock.Now()); err != nil {
-			logger.Warn("simulated kubelet fault could not be played", zap.Error(err))
-		}
-		select {
-		case <-ctx.Done():
-			return nil
-		case <-t.C:
-		}
-	}
-}

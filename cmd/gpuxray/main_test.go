@@ -1,3 +1,5 @@
+//go:build !nosim
+
 package main
 
 import (
@@ -503,5 +505,53 @@ func TestReplayModelFromParentProcess(t *testing.T) {
 	want := `model="meta-llama/Llama-3.1-8B-Instruct",namespace="inference",pod="vllm-llama-7c9d8f6b5d-x2k8p"`
 	if !strings.Contains(out, want) {
 		t.Errorf("no allocation series with %s in the demo's replay", want)
+	}
+}
+
+// TestReplayStaticPod: a static pod time-slices a GPU with a Deployment's
+// pod. Its processes' cgroups carry the static pod's UID, not its
+// mirror's; through the mirror's annotation they are the pod's, so the
+// pod gets its command line's model and its own processes' activity (busy
+// at 60 %, never idle), and the Deployment's pod, which runs nothing, is
+// idle all its time.
+func TestReplayStaticPod(t *testing.T) {
+	t.Parallel()
+	code, out, errs := runCmd(t, "replay", "--poll.interval=10s", "testdata/static-pod.yaml")
+	if code != 0 {
+		t.Fatalf("replay exited %d: %s", code, errs)
+	}
+	parser := expfmt.NewTextParser(model.UTF8Validation)
+	mfs, err := parser.TextToMetricFamilies(strings.NewReader(out))
+	if err != nil {
+		t.Fatal(err)
+	}
+	sum := func(metric, pod string) (float64, *dto.Metric) {
+		var v float64
+		var last *dto.Metric
+		for _, m := range mfs[metric].GetMetric() {
+			if label(m, "pod") == pod {
+				v += m.GetCounter().GetValue()
+				last = m
+			}
+		}
+		return v, last
+	}
+	allocated, m := sum("gpuxray_allocated_seconds_total", "llm-server-edge-node")
+	if m == nil {
+		t.Fatal("no allocation series for the static pod")
+	}
+	for name, want := range map[string]string{"namespace": "kube-system", "workload_kind": "Pod", "workload": "llm-server-edge-node", "model": "Qwen/Qwen2.5-7B-Instruct", "container": "server"} {
+		if got := label(m, name); got != want {
+			t.Errorf("static pod's series: %s=%q, want %q", name, got, want)
+		}
+	}
+	idle, _ := sum("gpuxray_allocated_idle_seconds_total", "llm-server-edge-node")
+	if allocated < 1700 || idle != 0 {
+		t.Errorf("static pod: %.0f s allocated, %.0f s idle; want ≈ 1800 s, none idle (its processes are busy)", allocated, idle)
+	}
+	webAllocated, _ := sum("gpuxray_allocated_seconds_total", "web-7c9d8f6b5d-abcde")
+	webIdle, _ := sum("gpuxray_allocated_idle_seconds_total", "web-7c9d8f6b5d-abcde")
+	if webAllocated < 1700 || webIdle < webAllocated-1 {
+		t.Errorf("Deployment's pod: %.0f s allocated, %.0f s idle; want all idle (it runs nothing on the busy GPU)", webAllocated, webIdle)
 	}
 }

@@ -14,7 +14,6 @@ import (
 	"github.com/gpuxray/gpuxray/agent"
 	"github.com/gpuxray/gpuxray/collector/pods"
 	"github.com/gpuxray/gpuxray/collector/proc"
-	"github.com/gpuxray/gpuxray/collector/sim"
 	"github.com/gpuxray/gpuxray/collector/workload"
 )
 
@@ -58,10 +57,6 @@ func (c *identityConfig) labelNames() []string {
 	}
 	slices.Sort(names)
 	return names
-}
-
-func (c *identityConfig) simIdentity() sim.Identity {
-	return sim.Identity{ModelKeys: c.keys, ExtraLabels: c.extra}
 }
 
 // podSourceConfig is the node's pod source: the API server's pods of this

@@ -1,3 +1,5 @@
+//go:build !nosim
+
 package main
 
 import (
@@ -20,6 +22,7 @@ import (
 	"github.com/gpuxray/gpuxray/collector/dra"
 	"github.com/gpuxray/gpuxray/collector/proc"
 	"github.com/gpuxray/gpuxray/collector/sim"
+	"github.com/gpuxray/gpuxray/exporter"
 )
 
 // simulation is a simulated node: its NVML and a kubelet serving its pods
@@ -41,6 +44,70 @@ type simulation struct {
 	draSrc *dra.Source
 	// apiWasDown is set while replay plays an apiserver_down fault.
 	apiWasDown bool
+	// faults plays the scenario's kubelet faults on the real clock in
+	// `agent --simulate` (the simulated driver plays its NVML faults by
+	// itself); nil when the scenario has none, and in replay.
+	faults *sim.FaultPlayer
+}
+
+// startSimulated loads the scenario at path (the embedded demo when empty)
+// and starts it as `agent --simulate` plays it, with the agent's identity
+// configuration. It returns nil and no error when ctx ended the load.
+// givenSocket is the --kubelet.pod-resources-socket the command line gave,
+// which the simulated kubelet's own socket replaces.
+func startSimulated(ctx context.Context, path string, id *identityConfig, givenSocket string, logger *zap.Logger) (*simulation, error) {
+	sc, err := loadScenario(ctx, path)
+	if err != nil {
+		if ctx.Err() != nil {
+			return nil, nil // stopped before it started, as asked
+		}
+		return nil, err
+	}
+	s, err := startLive(sc, wallClock{})
+	if err != nil {
+		return nil, err
+	}
+	s.node.SetIdentity(id.simIdentity())
+	if len(sc.Faults) > 0 {
+		s.faults = sim.NewFaultPlayer(sc, s.kubelet, s.socket, 0)
+	}
+	if givenSocket != "" {
+		logger.Warn("--kubelet.pod-resources-socket is ignored with --simulate: the simulated kubelet serves its own socket",
+			zap.String("ignored", givenSocket))
+	}
+	logger.Info("simulated node", zap.String("node", sc.Node), zap.String("scenario", scenarioName(path)),
+		zap.Int("gpus", sc.GPUs), zap.Int("pods", len(sc.Pods)), zap.String("kubelet_socket", s.socket),
+		zap.Time("start", sc.Start), zap.Duration("lead_in", sc.LeadIn), zap.String("kube_state_metrics_path", kubeStatePath))
+	return s, nil
+}
+
+func (c *identityConfig) simIdentity() sim.Identity {
+	return sim.Identity{ModelKeys: c.keys, ExtraLabels: c.extra}
+}
+
+func scenarioName(path string) string {
+	if path == "" {
+		return "embedded demo"
+	}
+	return path
+}
+
+// agentClock is the clock the engine and the readers share with the
+// simulation.
+func (s *simulation) agentClock() agent.Clock { return s.clock }
+
+// priorityClasses are the scenario's PriorityClasses.
+func (s *simulation) priorityClasses() exporter.PriorityClassSource { return s.node }
+
+// playLiveLeadIn plays the scenario's lead_in, if it has one, and logs how
+// long it took.
+func (s *simulation) playLiveLeadIn(ctx context.Context, engine *agent.Engine, every time.Duration, logger *zap.Logger) {
+	if s.leadIn == nil {
+		return
+	}
+	began := time.Now()
+	s.playLeadIn(ctx, engine, every)
+	logger.Info("played the scenario's lead-in", zap.Duration("lead_in", s.node.Scenario().LeadIn), zap.Duration("took", time.Since(began)))
 }
 
 // maxScenarioBytes bounds the scenario file: the largest real one (test/bench's
@@ -294,4 +361,22 @@ func (s *simulation) stop() {
 	s.node.Close()
 	s.kubelet.Stop()
 	os.RemoveAll(s.dir)
+}
+
+// playFaults applies the scenario's kubelet faults every interval until ctx
+// is done.
+func (s *simulation) playFaults(ctx context.Context, every time.Duration, logger *zap.Logger) error {
+	p, clock := s.faults, s.clock
+	t := time.NewTicker(every)
+	defer t.Stop()
+	for {
+		if _, err := p.Apply(clock.Now()); err != nil {
+			logger.Warn("simulated kubelet fault could not be played", zap.Error(err))
+		}
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-t.C:
+		}
+	}
 }

@@ -10,6 +10,12 @@ import (
 	"github.com/gpuxray/gpuxray/collector/workload"
 )
 
+// AnnotationMirror is the annotation the kubelet puts on a static pod's
+// mirror: its value is the static pod's UID (the kubelet's hash of the
+// manifest, also its kubernetes.io/config.hash annotation), which the
+// pod's cgroups are named by, and which differs from the mirror's UID.
+const AnnotationMirror = "kubernetes.io/config.mirror"
+
 // convert computes what the agent exports of pod p.
 func (s *Source) convert(p *corev1.Pod) collector.Pod {
 	owners := make([]workload.OwnerRef, 0, len(p.OwnerReferences))
@@ -27,6 +33,7 @@ func (s *Source) convert(p *corev1.Pod) collector.Pod {
 	sched.Queue, sched.ClusterQueue = workload.KueueQueues(p.Labels)
 	return collector.Pod{
 		UID:          string(p.UID),
+		StaticUID:    staticUID(p),
 		Namespace:    p.Namespace,
 		Name:         p.Name,
 		Phase:        string(p.Status.Phase),
@@ -37,6 +44,16 @@ func (s *Source) convert(p *corev1.Pod) collector.Pod {
 		ContainerIDs: containerIDs(p),
 		Scheduling:   sched,
 	}
+}
+
+// staticUID returns the static pod's UID that mirror pod p stands for,
+// or "" when p is no mirror (or names its own UID).
+func staticUID(p *corev1.Pod) string {
+	uid := p.Annotations[AnnotationMirror]
+	if uid == string(p.UID) {
+		return ""
+	}
+	return uid
 }
 
 // containerIDs maps each started container of p (init and sidecar

@@ -178,7 +178,8 @@ func (s *Source) Pod(namespace, name string) (collector.Pod, bool) {
 	return p, ok
 }
 
-// PodByUID returns the pod whose UID is uid, as Pod does.
+// PodByUID returns the pod whose UID is uid, as Pod does. The UID of a
+// static pod, which its processes' cgroups carry, finds the pod's mirror.
 func (s *Source) PodByUID(uid string) (collector.Pod, bool) {
 	s.mu.RLock()
 	defer s.mu.RUnlock()
@@ -222,12 +223,26 @@ func (s *Source) put(obj any) {
 	key := cp.Namespace + "/" + cp.Name
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if old, ok := s.byKey[key]; ok && old.UID != cp.UID {
-		delete(s.byUID, old.UID)
+	if old, ok := s.byKey[key]; ok {
+		s.forgetUIDs(key, old)
 	}
 	s.byKey[key] = cp
-	if cp.UID != "" {
-		s.byUID[cp.UID] = key
+	// A static pod's processes run in cgroups named by the static pod's
+	// UID, not its mirror's: both find the pod.
+	for _, uid := range [...]string{cp.UID, cp.StaticUID} {
+		if uid != "" {
+			s.byUID[uid] = key
+		}
+	}
+}
+
+// forgetUIDs forgets the UIDs of p, stored under key, that still point
+// to key. Called with s.mu held.
+func (s *Source) forgetUIDs(key string, p collector.Pod) {
+	for _, uid := range [...]string{p.UID, p.StaticUID} {
+		if uid != "" && s.byUID[uid] == key {
+			delete(s.byUID, uid)
+		}
 	}
 }
 
@@ -246,7 +261,7 @@ func (s *Source) remove(obj any) {
 		return
 	}
 	delete(s.byKey, key)
-	delete(s.byUID, old.UID)
+	s.forgetUIDs(key, old)
 }
 
 // podOf returns the pod an informer event carries: the pod, or the last

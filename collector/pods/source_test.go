@@ -606,3 +606,83 @@ current-context: x
 		t.Error("NewClient in-cluster succeeded outside a cluster")
 	}
 }
+
+// TestStaticPodMirror: a static pod is known to the API server by its
+// mirror, whose UID is not the static pod's; the mirror's
+// kubernetes.io/config.mirror annotation names the static pod's UID, which
+// its containers' cgroups carry. Both UIDs find the pod, and both are
+// forgotten with it.
+func TestStaticPodMirror(t *testing.T) {
+	t.Parallel()
+	const staticUID = "6f4b2a6b8e0e5f1c3a9d7e2b1c0f4a5d"
+	mirror := func(uid, hash string) *corev1.Pod {
+		return &corev1.Pod{
+			ObjectMeta: metav1.ObjectMeta{
+				Namespace: "kube-system", Name: "llm-server-" + node, UID: types.UID(uid),
+				Labels: map[string]string{"gpuxray.io/model": "qwen-2.5-7b"},
+				Annotations: map[string]string{
+					AnnotationMirror:              hash,
+					"kubernetes.io/config.hash":   hash,
+					"kubernetes.io/config.source": "file",
+				},
+				OwnerReferences: []metav1.OwnerReference{{APIVersion: "v1", Kind: "Node", Name: node, UID: "node-uid", Controller: new(true)}},
+			},
+			Spec:   corev1.PodSpec{NodeName: node},
+			Status: corev1.PodStatus{Phase: corev1.PodRunning},
+		}
+	}
+	h := newHarness(t, mirror("mirror-uid-1", staticUID))
+	ctx := context.Background()
+	pods := h.client.CoreV1().Pods("kube-system")
+	h.start()
+	if !h.src.WaitForSync(ctx) {
+		t.Fatal("no sync")
+	}
+	h.waitWatch()
+
+	for _, uid := range []string{"mirror-uid-1", staticUID} {
+		p, ok := h.src.PodByUID(uid)
+		if !ok || p.Name != "llm-server-"+node || p.UID != "mirror-uid-1" || p.StaticUID != staticUID ||
+			p.WorkloadKind != "Pod" || p.Workload != "llm-server-"+node || p.Model != "qwen-2.5-7b" {
+			t.Errorf("PodByUID(%s) = %+v, %v; want the mirror pod, workload Pod/llm-server-%s, model qwen-2.5-7b", uid, p, ok, node)
+		}
+	}
+
+	// The kubelet recreates a deleted mirror: a new mirror UID, the same
+	// static pod. Then the manifest changes: a new static UID.
+	if err := pods.Delete(ctx, "llm-server-"+node, metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := pods.Create(ctx, mirror("mirror-uid-2", staticUID), metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "the recreated mirror is known by its new UID", func() bool {
+		p, ok := h.src.PodByUID("mirror-uid-2")
+		return ok && p.UID == "mirror-uid-2"
+	})
+	if p, ok := h.src.PodByUID(staticUID); !ok || p.UID != "mirror-uid-2" {
+		t.Errorf("PodByUID(static) = %+v, %v; want the recreated mirror", p, ok)
+	}
+	if _, ok := h.src.PodByUID("mirror-uid-1"); ok {
+		t.Error("the deleted mirror's UID is still known")
+	}
+	const newStaticUID = "0123456789abcdef0123456789abcdef"
+	if _, err := pods.Update(ctx, mirror("mirror-uid-2", newStaticUID), metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "the new manifest's UID finds the pod", func() bool {
+		_, ok := h.src.PodByUID(newStaticUID)
+		return ok
+	})
+	if _, ok := h.src.PodByUID(staticUID); ok {
+		t.Error("the old manifest's UID is still known")
+	}
+	if err := pods.Delete(ctx, "llm-server-"+node, metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "the deleted mirror is forgotten by both UIDs", func() bool {
+		_, ok1 := h.src.PodByUID("mirror-uid-2")
+		_, ok2 := h.src.PodByUID(newStaticUID)
+		return !ok1 && !ok2
+	})
+}

@@ -11,7 +11,8 @@ import "strings"
 // It does not parse the path's prefix, which depends on the cgroup driver,
 // the QoS class, nesting (kind) and the reader's cgroup namespace (paths
 // such as "/../../kubepods-…" in a private one). It looks for the last path
-// element that ends in "pod<uid>" (systemd writes "pod<uid_with_underscores>.slice"),
+// element that ends in "pod<uid>" (systemd writes "pod<uid_with_underscores>.slice";
+// a static pod's UID may be a 32-hex hash instead of a UUID),
 // then for the first element after it that ends in a 64-hex ID, with an
 // optional runtime prefix ("cri-containerd-", "crio-", "docker-") and
 // ".scope" suffix.
@@ -68,15 +69,42 @@ func parsePath(path string) (podUID, containerID string, ok bool) {
 // uuidLen is the length of a textual UUID, 8-4-4-4-12.
 const uuidLen = 36
 
+// hashUIDLen is the length of a static pod's UID as the kubelet makes it
+// for a manifest that names none: the MD5 of the manifest in hex, with no
+// dashes.
+const hashUIDLen = 32
+
 // podElem matches "pod<uid>" (cgroupfs) and "…-pod<uid>.slice" (systemd,
-// which writes '_' for '-'), and returns the UID with dashes.
+// which writes '_' for '-'), and returns the UID with dashes. The UID is a
+// UUID, or a static pod's 32-hex hash.
 func podElem(e string) (string, bool) {
 	e = strings.TrimSuffix(e, ".slice")
-	i := len(e) - uuidLen - len("pod")
+	if uid, ok := podSuffix(e, uuidLen); ok {
+		return canonicalUUID(uid)
+	}
+	if uid, ok := podSuffix(e, hashUIDLen); ok && isLowerHexString(uid) {
+		return uid, true
+	}
+	return "", false
+}
+
+// podSuffix returns the n characters that end e after "pod", when e is
+// "pod<n characters>" or ends in "-pod<n characters>".
+func podSuffix(e string, n int) (string, bool) {
+	i := len(e) - n - len("pod")
 	if i < 0 || e[i:i+3] != "pod" || (i > 0 && e[i-1] != '-') {
 		return "", false
 	}
-	return canonicalUUID(e[i+3:])
+	return e[i+3:], true
+}
+
+func isLowerHexString(s string) bool {
+	for i := 0; i < len(s); i++ {
+		if !isLowerHex(s[i]) {
+			return false
+		}
+	}
+	return true
 }
 
 // canonicalUUID returns s, a lowercase UUID with '-' or '_' as separators,
@@ -119,10 +147,8 @@ func containerElem(e string) (string, bool) {
 	if prefix != "" && (!strings.HasSuffix(prefix, "-") || strings.Contains(prefix, "conmon")) {
 		return "", false
 	}
-	for j := 0; j < len(id); j++ {
-		if !isLowerHex(id[j]) {
-			return "", false
-		}
+	if !isLowerHexString(id) {
+		return "", false
 	}
 	return id, true
 }

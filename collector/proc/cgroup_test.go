@@ -12,6 +12,7 @@ import (
 const (
 	uid       = "0a1b2c3d-4e5f-4a6b-8c7d-9e0f1a2b3c4d"
 	uidU      = "0a1b2c3d_4e5f_4a6b_8c7d_9e0f1a2b3c4d" // as systemd writes it
+	staticUID = "6f4b2a6b8e0e5f1c3a9d7e2b1c0f4a5d"     // a static pod's: the MD5 of its manifest
 	outerUID  = "f0e1d2c3-b4a5-4968-8776-5a4b3c2d1e0f"
 	innerUIDU = "11111111_2222_4333_8444_555555555555"
 	innerUID  = "11111111-2222-4333-8444-555555555555"
@@ -111,6 +112,15 @@ func TestParseCgroup(t *testing.T) {
 		{"pod UID glued to a word", "0::/kubepods.slice/kubepods-besteffortpod" + uidU + ".slice/cri-containerd-" + cid + ".scope\n", "", "", false},
 		{"pod UID with another separator", "0::/kubepods/pod" + strings.ReplaceAll(uid, "-", ".") + "/" + cid + "\n", "", "", false},
 		{"no path field", "0:\n", "", "", false},
+		// A static pod: the kubelet's 32-hex hash of its manifest is its UID.
+		{"static pod, v2 systemd", "0::/kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod" + staticUID + ".slice/cri-containerd-" + cid + ".scope\n",
+			staticUID, cid, true},
+		{"static pod, v2 cgroupfs guaranteed", "0::/kubepods/pod" + staticUID + "/" + cid + "\n", staticUID, cid, true},
+		{"static pod, private namespace", "0::/../../kubepods-besteffort-pod" + staticUID + ".slice/cri-containerd-" + cid + ".scope\n",
+			staticUID, cid, true},
+		{"static pod UID one digit short", "0::/kubepods/pod" + staticUID[1:] + "/" + cid + "\n", "", "", false},
+		{"static pod UID in upper case", "0::/kubepods/pod" + strings.ToUpper(staticUID) + "/" + cid + "\n", "", "", false},
+		{"static pod UID glued to a word", "0::/kubepods.slice/kubepods-besteffortpod" + staticUID + ".slice\n", "", "", false},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -124,7 +134,7 @@ func TestParseCgroup(t *testing.T) {
 }
 
 var (
-	canonicalUID = regexp.MustCompile(`^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$`)
+	canonicalUID = regexp.MustCompile(`^([0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}|[0-9a-f]{32})$`)
 	canonicalCID = regexp.MustCompile(`^[0-9a-f]{64}$`)
 )
 
@@ -136,6 +146,7 @@ func FuzzParseCgroup(f *testing.F) {
 		"0::/system.slice/docker-" + cid + ".scope\n",
 		"0::/kubepods/pod" + uid + "/docker-" + cid + ".scope/x\n",
 		"0::/pod" + uid + "\n",
+		"0::/kubepods/pod" + staticUID + "/" + cid + "\n",
 		"::\n:",
 		"",
 	} {
@@ -150,7 +161,7 @@ func FuzzParseCgroup(f *testing.F) {
 			return
 		}
 		if !canonicalUID.MatchString(uid) {
-			t.Errorf("pod UID %q is not a canonical UUID", uid)
+			t.Errorf("pod UID %q is neither a canonical UUID nor a static pod's 32-hex hash", uid)
 		}
 		if cid != "" && !canonicalCID.MatchString(cid) {
 			t.Errorf("container ID %q is not 64 lowercase hex digits", cid)

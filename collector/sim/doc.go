@@ -105,6 +105,13 @@
 // systemd-crio, v1-cgroupfs-docker, v1-systemd-docker or private-namespace
 // (paths relative to an agent in its own cgroup namespace).
 //
+// A pod with `static: true` is a static pod, run by the kubelet from a
+// manifest: the API server knows its mirror pod, owned by the node, whose
+// UID is PodUID's; its cgroups carry the static pod's own UID,
+// StaticPodUID (32 hex digits, as the kubelet's hash of the manifest),
+// which the mirror's kubernetes.io/config.mirror annotation names and
+// which PodByUID answers too (collector.Pod.StaticUID).
+//
 // Unattributed processes (the `unattributed` key: device, pid, memory,
 // cmdline, from, to, util) belong to no pod: work started outside
 // Kubernetes, or a leak. The driver lists each with its memory within

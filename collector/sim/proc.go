@@ -259,6 +259,22 @@ func PodUID(node, namespace, name string) string {
 	return fmt.Sprintf("%x-%x-%x-%x-%x", h[0:4], h[4:6], h[6:8], h[8:10], h[10:16])
 }
 
+// StaticPodUID is the simulated UID of static pod namespace/name on node,
+// the one its cgroups carry and its mirror's kubernetes.io/config.mirror
+// annotation names: 32 hex digits, as the kubelet's hash of a manifest.
+func StaticPodUID(node, namespace, name string) string {
+	h := sha256.Sum256(fmt.Appendf(nil, "gpuxray-sim/%s/static-pod/%s/%s", node, namespace, name))
+	return hex.EncodeToString(h[:16])
+}
+
+// cgroupUID is the UID in the cgroup paths of scenario pod p.
+func cgroupUID(node string, p Pod) string {
+	if p.Static {
+		return StaticPodUID(node, p.Namespace, p.Name)
+	}
+	return PodUID(node, p.Namespace, p.Name)
+}
+
 // ContainerID is the simulated runtime ID (64 hex digits) of a pod's container.
 func ContainerID(node, namespace, name, container string) string {
 	h := sha256.Sum256(fmt.Appendf(nil, "gpuxray-sim/%s/pod/%s/%s/container/%s", node, namespace, name, container))
@@ -280,7 +296,8 @@ func (n *Node) Pod(namespace, name string) (collector.Pod, bool) {
 	return collector.Pod{}, false
 }
 
-// PodByUID returns the scenario pod whose UID is uid, as Pod does.
+// PodByUID returns the scenario pod whose UID is uid, as Pod does; a static
+// pod's StaticPodUID finds its mirror, as with the pod informer.
 func (n *Node) PodByUID(uid string) (collector.Pod, bool) {
 	if i, ok := n.ids.byUID[uid]; ok {
 		return n.pod(i), true
@@ -294,14 +311,17 @@ type podKey struct{ namespace, name string }
 // for them every poll, and a churning scenario has thousands of pods.
 type podIDs struct {
 	uid, cid []string
-	byName   map[podKey]int
-	byUID    map[string]int
+	// static is a static pod's StaticPodUID, empty for other pods.
+	static []string
+	byName map[podKey]int
+	byUID  map[string]int
 }
 
 func newPodIDs(sc *Scenario) podIDs {
 	ids := podIDs{
 		uid:    make([]string, len(sc.Pods)),
 		cid:    make([]string, len(sc.Pods)),
+		static: make([]string, len(sc.Pods)),
 		byName: make(map[podKey]int, len(sc.Pods)),
 		byUID:  make(map[string]int, len(sc.Pods)),
 	}
@@ -310,6 +330,10 @@ func newPodIDs(sc *Scenario) podIDs {
 		ids.cid[i] = ContainerID(sc.Node, p.Namespace, p.Name, p.Container)
 		ids.byName[podKey{p.Namespace, p.Name}] = i
 		ids.byUID[ids.uid[i]] = i
+		if p.Static {
+			ids.static[i] = StaticPodUID(sc.Node, p.Namespace, p.Name)
+			ids.byUID[ids.static[i]] = i
+		}
 	}
 	return ids
 }
@@ -326,6 +350,7 @@ func (n *Node) pod(i int) collector.Pod {
 	}
 	pod := collector.Pod{
 		UID:          n.ids.uid[i],
+		StaticUID:    n.ids.static[i],
 		Namespace:    p.Namespace,
 		Name:         p.Name,
 		Phase:        phase,
@@ -363,7 +388,7 @@ func (n *Node) WriteProc(dir string) error {
 	}
 	var entries []entry
 	for i, p := range n.sc.Pods {
-		uid := PodUID(n.sc.Node, p.Namespace, p.Name)
+		uid := cgroupUID(n.sc.Node, p)
 		cid := ContainerID(n.sc.Node, p.Namespace, p.Name, p.Container)
 		path := podCgroupPath(n.sc.Cgroup, qosClasses[i%len(qosClasses)], uid, cid)
 		ppid := uint32(1)

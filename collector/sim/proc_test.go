@@ -544,3 +544,93 @@ pods:
 		}
 	}
 }
+
+// staticScenario time-slices a GPU between a static pod, whose model is
+// on its command line only, and a Deployment's pod.
+const staticScenario = `start: 2026-12-01T08:00:00Z
+duration: 1h
+node: edge-node
+system: dgxh100
+gpus: 1
+pods:
+  - namespace: kube-system
+    name: llm-server-edge-node
+    container: server
+    static: true
+    cmdline: [vllm, serve, Qwen/Qwen2.5-7B-Instruct]
+    resource: nvidia.com/gpu.shared
+    devices: ["gpu:0::0"]
+    memory: 20GiB
+    util: [{at: 0s, value: 0.6}]
+  - namespace: apps
+    name: web-7c9d8f6b5d-abcde
+    owner: {kind: ReplicaSet, name: web-7c9d8f6b5d}
+    labels: {pod-template-hash: 7c9d8f6b5d}
+    resource: nvidia.com/gpu.shared
+    devices: ["gpu:0::1"]
+    memory: 4GiB
+`
+
+// TestStaticPod: a static pod's processes carry its own UID in their
+// cgroups (StaticPodUID), and the pod source knows it by its mirror (UID
+// PodUID, owned by the node), which that UID finds too.
+func TestStaticPod(t *testing.T) {
+	t.Parallel()
+	for _, style := range cgroupStyles {
+		t.Run(style, func(t *testing.T) {
+			t.Parallel()
+			sc, err := ParseScenario([]byte("cgroup: "+style+"\n"+staticScenario), "s.yaml")
+			if err != nil {
+				t.Fatal(err)
+			}
+			if p := sc.Pods[0]; !p.Static || p.Owner != (Owner{Kind: "Node", Name: "edge-node"}) || sc.Pods[1].Static {
+				t.Fatalf("pods = %+v; want the first static and owned by its node", sc.Pods)
+			}
+			n, err := NewNode(sc, NewVirtualClock(sc.Start.Add(10*time.Minute)))
+			if err != nil {
+				t.Fatal(err)
+			}
+			dir := t.TempDir()
+			if err := n.WriteProc(dir); err != nil {
+				t.Fatal(err)
+			}
+			staticUID := StaticPodUID("edge-node", "kube-system", "llm-server-edge-node")
+			mirrorUID := PodUID("edge-node", "kube-system", "llm-server-edge-node")
+			if len(staticUID) != 32 || staticUID == mirrorUID {
+				t.Fatalf("StaticPodUID = %q, PodUID = %q; want 32 hex digits, not the mirror's", staticUID, mirrorUID)
+			}
+			got, errs := hostproc.New(hostproc.Config{Root: dir}, nil).Resolve([]uint32{sc.PID(0, 0), sc.PID(1, 0)})
+			if len(errs) != 0 {
+				t.Fatalf("Resolve errors: %v", errs)
+			}
+			if uid := got[sc.PID(0, 0)].PodUID; uid != staticUID {
+				t.Errorf("the static pod's process is in pod %q, want %q", uid, staticUID)
+			}
+			if uid := got[sc.PID(1, 0)].PodUID; uid != PodUID("edge-node", "apps", "web-7c9d8f6b5d-abcde") {
+				t.Errorf("the Deployment's process is in pod %q, want its PodUID", uid)
+			}
+			byName, _ := n.Pod("kube-system", "llm-server-edge-node")
+			if byName.UID != mirrorUID || byName.StaticUID != staticUID || byName.WorkloadKind != "Pod" || byName.Workload != "llm-server-edge-node" {
+				t.Errorf("Pod = %+v; want the mirror (UID %s, static UID %s), its own workload", byName, mirrorUID, staticUID)
+			}
+			byUID, ok := n.PodByUID(got[sc.PID(0, 0)].PodUID)
+			if !ok || !reflect.DeepEqual(byUID, byName) {
+				t.Errorf("PodByUID(static UID) = %+v, %v; want %+v", byUID, ok, byName)
+			}
+			if web, _ := n.Pod("apps", "web-7c9d8f6b5d-abcde"); web.StaticUID != "" || web.Workload != "web" {
+				t.Errorf("Deployment's pod = %+v; want no static UID, workload web", web)
+			}
+		})
+	}
+}
+
+func TestParseStaticErrors(t *testing.T) {
+	t.Parallel()
+	checkParseErrors(t, []parseErrorCase{
+		{"not a bool", head + pod + "    static: yes please\n", `t.yaml:9: pods[0].static: want true or false, got "yes please"`},
+		{"with DRA", draHead + pod + "    static: true\n", "t.yaml:10: pods[0].static: a static pod cannot use resource claims (DRA)"},
+		{"a list", head + pod + "    static: [true]\n", "t.yaml:9: pods[0].static: want true or false, got a list"},
+		{"with an owner", head + pod + "    static: true\n    owner: {kind: Job, name: j}\n",
+			"t.yaml:10: pods[0].owner: a static pod's owner is its node; give none"},
+	})
+}

@@ -107,6 +107,11 @@ type Pod struct {
 	// PriorityClass is the pod's priority class, one of the scenario's
 	// PriorityClasses; empty for none. Its Kueue queues are labels.
 	PriorityClass string
+	// Static marks a static pod, which the kubelet runs from a manifest:
+	// the API server knows it by its mirror pod, owned by the node, whose
+	// UID (PodUID) is not the UID its cgroups carry (StaticPodUID); the
+	// mirror's kubernetes.io/config.mirror annotation names the latter.
+	Static bool
 }
 
 // Owner is the controller that owns a pod (ReplicaSet, Job, StatefulSet, …).
@@ -701,7 +706,7 @@ func (d *decoder) scenario(root *yaml.Node) (*Scenario, error) {
 	return s, nil
 }
 
-var podKeys = []string{"namespace", "name", "container", "owner", "labels", "cmdline", "parent_cmdline", "allocation", "claim", "resource", "pid", "devices", "from", "to", "memory", "util", "priority_class"}
+var podKeys = []string{"namespace", "name", "container", "owner", "labels", "cmdline", "parent_cmdline", "allocation", "claim", "resource", "pid", "devices", "from", "to", "memory", "util", "priority_class", "static"}
 
 func (d *decoder) pods(n *yaml.Node, s *Scenario) error {
 	items, err := d.seq(n, "pods")
@@ -742,6 +747,21 @@ func (d *decoder) pods(n *yaml.Node, s *Scenario) error {
 			if pod.Owner, err = d.owner(o, p+".owner"); err != nil {
 				return err
 			}
+		}
+		if n := m["static"]; n != nil {
+			if n.Kind != yaml.ScalarNode || n.ShortTag() != "!!bool" {
+				return d.errf(n, p+".static", "want true or false, got %s", kindName(n))
+			}
+			if err := n.Decode(&pod.Static); err != nil {
+				return d.errf(n, p+".static", "%v", err)
+			}
+		}
+		if pod.Static {
+			if m["owner"] != nil {
+				return d.errf(m["owner"], p+".owner", "a static pod's owner is its node; give none")
+			}
+			// The mirror pod's owner reference names the node.
+			pod.Owner = Owner{Kind: "Node", Name: s.Node}
 		}
 		if l := m["labels"]; l != nil {
 			if l.Kind != yaml.MappingNode {
@@ -786,6 +806,9 @@ func (d *decoder) pods(n *yaml.Node, s *Scenario) error {
 		}
 		if err := d.draPod(p, m, &pod, s); err != nil {
 			return err
+		}
+		if pod.Static && pod.Allocation == AllocationDRA {
+			return d.errf(m["static"], p+".static", "a static pod cannot use resource claims (DRA)")
 		}
 		if r := m["resource"]; r != nil {
 			if pod.Resource, err = d.str(r, p+".resource"); err != nil {

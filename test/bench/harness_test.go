@@ -40,6 +40,7 @@ func TestHarness(t *testing.T) {
 		t.Skip("run with -harness (make bench)")
 	}
 	dir := t.TempDir()
+	load0 := loadAvg(t)
 	bin := filepath.Join(dir, "gpuxray")
 	build := exec.Command("go", "build", "-trimpath", "-o", bin, "../../cmd/gpuxray")
 	build.Env = append(os.Environ(), "CGO_CFLAGS=-Wno-deprecated-declarations")
@@ -165,6 +166,22 @@ func TestHarness(t *testing.T) {
 	t.Logf("  heap after GC  %.1f MiB (go_memstats_heap_alloc_bytes after /debug/pprof/heap?gc=1)", metric(after, "go_memstats_heap_alloc_bytes")/(1<<20))
 	t.Logf("  scrape         p50 %s, p99 %s over %d scrapes (target p99 ≤ 5 ms)", pct(0.5).Round(10*time.Microsecond), pct(0.99).Round(10*time.Microsecond), len(lat))
 	t.Logf("  series         %d gpuxray_ series, %d bytes a scrape", series, len(body))
+	// One row for docs/benchmarks.md's tables.
+	t.Logf("| date | load | CPU, agent alone | peak RSS (VmHWM) | RssAnon | RssFile | heap after GC | scrape p50 | p99 | series |")
+	t.Logf("| %s | %s → %s | %.2f %% | %.1f MiB | %.1f MiB | %.1f MiB | %.1f MiB | %s | %s | %d |",
+		time.Now().UTC().Format("2006-01-02 15:04"), load0, loadAvg(t), 100*agent/60, float64(hwm)/1024,
+		float64(procStatus(t, pid, "RssAnon"))/1024, float64(procStatus(t, pid, "RssFile"))/1024,
+		metric(after, "go_memstats_heap_alloc_bytes")/(1<<20), pct(0.5).Round(10*time.Microsecond), pct(0.99).Round(10*time.Microsecond), series)
+	t.Logf("  (the simulator runs in the agent's process: its code's pages and its heap are in these figures; see docs/benchmarks.md for the production binary's share)")
+}
+
+// loadAvg is the machine's 1-minute load average.
+func loadAvg(t *testing.T) string {
+	b, err := os.ReadFile("/proc/loadavg")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return strings.Fields(string(b))[0]
 }
 
 // TestChurnReturnsToBaseline replays the 24-hour churn scenario (about
