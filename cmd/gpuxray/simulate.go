@@ -120,6 +120,10 @@ const maxScenarioBytes = 16 << 20
 // listener. The agent without --simulate never serves it.
 const kubeStatePath = "/simulate/kube-state-metrics"
 
+// kubeStateMaxRequests is how many scrapes of kubeStatePath are served at
+// once.
+const kubeStateMaxRequests = 4
+
 // loadScenario reads FILE, or returns the embedded demo when path is empty.
 // A bad file is a usage error naming the path as given, the line and field.
 // The read ends when ctx is done: a FIFO nobody writes to would block it,
@@ -335,9 +339,17 @@ func (s *simulation) withKubeState(h http.Handler, metricsPath string) (http.Han
 	if err := reg.Register(s.node.KubeState()); err != nil {
 		return nil, fmt.Errorf("simulated kube-state-metrics: %w", err)
 	}
-	ksm := promhttp.HandlerFor(reg, promhttp.HandlerOpts{})
+	// As the agent's own endpoints: GET and HEAD only, and a few scrapes
+	// at once (promhttp answers 503 beyond them), so that this demo
+	// endpoint cannot starve the agent's /metrics.
+	ksm := promhttp.HandlerFor(reg, promhttp.HandlerOpts{MaxRequestsInFlight: kubeStateMaxRequests})
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.URL.Path == kubeStatePath {
+			if r.Method != http.MethodGet && r.Method != http.MethodHead {
+				w.Header().Set("Allow", "GET, HEAD")
+				http.Error(w, fmt.Sprintf("Method %s is not allowed; use GET or HEAD.", r.Method), http.StatusMethodNotAllowed)
+				return
+			}
 			ksm.ServeHTTP(w, r)
 			return
 		}

@@ -5,6 +5,8 @@ package main
 import (
 	"context"
 	"math"
+	"net/http"
+	"net/http/httptest"
 	"strings"
 	"testing"
 	"time"
@@ -201,5 +203,42 @@ func TestSimulateKubeStatePathTaken(t *testing.T) {
 	code, _, errs := runCmd(t, "agent", "--simulate", "--web.listen-address=127.0.0.1:0", "--web.telemetry-path="+kubeStatePath)
 	if want := "gpuxray agent: --web.telemetry-path /simulate/kube-state-metrics is where --simulate serves the simulated kube-state-metrics; choose another path\n"; code != 2 || !strings.HasSuffix(errs, want) {
 		t.Errorf("exit %d, stderr %q; want 2 and %q", code, errs, want)
+	}
+}
+
+// TestSimulateKubeStateMethods: the simulated kube-state-metrics answers
+// GET with the scenario's pods and refuses other methods, as the agent's
+// own endpoints do; other paths go to the agent's handler.
+func TestSimulateKubeStateMethods(t *testing.T) {
+	t.Parallel()
+	sc := sim.Demo()
+	s, err := startSimulation(sc, sim.NewVirtualClock(sc.Start))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(s.stop)
+	next := http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { w.WriteHeader(http.StatusTeapot) })
+	h, err := s.withKubeState(next, "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tt := range []struct {
+		method, path string
+		code         int
+		body         string
+	}{
+		{http.MethodGet, kubeStatePath, http.StatusOK, "kube_pod_status_phase{"},
+		{http.MethodPost, kubeStatePath, http.StatusMethodNotAllowed, "Method POST is not allowed; use GET or HEAD.\n"},
+		{http.MethodDelete, kubeStatePath, http.StatusMethodNotAllowed, "Method DELETE is not allowed; use GET or HEAD.\n"},
+		{http.MethodGet, "/metrics", http.StatusTeapot, ""},
+	} {
+		rec := httptest.NewRecorder()
+		h.ServeHTTP(rec, httptest.NewRequest(tt.method, tt.path, nil))
+		if rec.Code != tt.code || !strings.Contains(rec.Body.String(), tt.body) {
+			t.Errorf("%s %s: %d %q, want %d with %q", tt.method, tt.path, rec.Code, rec.Body.String(), tt.code, tt.body)
+		}
+		if tt.code == http.StatusMethodNotAllowed && rec.Header().Get("Allow") != "GET, HEAD" {
+			t.Errorf("%s %s: Allow %q", tt.method, tt.path, rec.Header().Get("Allow"))
+		}
 	}
 }
