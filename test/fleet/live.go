@@ -370,6 +370,8 @@ func exportRecorded(ctx context.Context, vm string, from time.Time) ([]recorded,
 const (
 	maxLag       = 60 * time.Second
 	stableSpread = 0.002
+	// minWorkloadEvals: a minute of vmalert's 15 s evaluations.
+	minWorkloadEvals = 4
 )
 
 // checkRules sets every recorded sample of every recording rule against
@@ -448,8 +450,13 @@ func (l *liveRun) checkRules(ctx context.Context, res *Result) {
 		}
 		w.add(fmt.Sprintf("%v at %s", r.labels, r.at.Format("15:04:05")), r.value, mean)
 	}
+	few := map[string]int{}
 	for k, m := range means {
 		name := k[:strings.IndexByte(k, 0)]
+		if m.n < minWorkloadEvals {
+			few[name]++
+			continue
+		}
 		byRule[name].add(fmt.Sprintf("%v, mean of %d", m.labels, m.n), m.got/float64(m.n), m.want/float64(m.n))
 	}
 	sort.Strings(names)
@@ -457,6 +464,9 @@ func (l *liveRun) checkRules(ctx context.Context, res *Result) {
 		w := byRule[n]
 		if s := skipped[n]; s > 0 {
 			w.notes = append(w.notes, fmt.Sprintf("%d samples near a change skipped", s))
+		}
+		if f := few[n]; f > 0 {
+			w.notes = append(w.notes, fmt.Sprintf("%d series with fewer than %d stable evaluations not judged alone", f, minWorkloadEvals))
 		}
 		res.addWorst(w)
 	}
@@ -471,6 +481,11 @@ func (l *liveRun) checkRules(ctx context.Context, res *Result) {
 // not the next. Such a series is checked by its mean over the run's
 // evaluations against the mean of its truths; a cluster-wide rule, which
 // sums many nodes, evaluation by evaluation.
+//
+// A mean of one or two evaluations is still one lagging window: a series
+// with fewer than minWorkloadEvals stable evaluations (a pod that held a
+// peak window for a minute of the run) is not judged alone. Its seconds
+// are still judged, in the cluster-wide rules that sum them.
 func perWorkload(rule string) bool {
 	return strings.HasPrefix(rule, "namespace_workload_model_window:")
 }
