@@ -29,7 +29,6 @@ import (
 	"time"
 
 	"go.uber.org/zap"
-	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
@@ -119,7 +118,7 @@ func (s *Source) Run(ctx context.Context) error {
 	}
 	inf := cache.NewSharedIndexInformerWithOptions(
 		cache.ToListWatcherWithWatchListSemantics(lw, s.client),
-		&corev1.Pod{},
+		&Pod{},
 		cache.SharedIndexInformerOptions{ObjectDescription: "pods on node " + s.cfg.NodeName},
 	)
 	if err := inf.SetTransform(trim); err != nil {
@@ -266,9 +265,9 @@ func (s *Source) remove(obj any) {
 
 // podOf returns the pod an informer event carries: the pod, or the last
 // known state of a pod deleted while the watch was down.
-func podOf(obj any) (*corev1.Pod, bool) {
+func podOf(obj any) (*Pod, bool) {
 	switch o := obj.(type) {
-	case *corev1.Pod:
+	case *Pod:
 		return o, o != nil
 	case cache.DeletedFinalStateUnknown:
 		return podOf(o.Obj)
