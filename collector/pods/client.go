@@ -57,9 +57,7 @@ func newRESTClient(c Config, gv schema.GroupVersion, apiPath string, types ...ru
 	if err != nil {
 		return nil, nil, err
 	}
-	scheme := runtime.NewScheme()
-	scheme.AddKnownTypes(gv, types...)
-	metav1.AddToGroupVersion(scheme, gv)
+	scheme := newScheme(gv, types...)
 	rc = rest.CopyConfig(rc)
 	rc.UserAgent = "gpuxray"
 	rc.AcceptContentTypes = "application/json"
@@ -72,6 +70,15 @@ func newRESTClient(c Config, gv schema.GroupVersion, apiPath string, types ...ru
 		return nil, nil, fmt.Errorf("kubernetes client: %w", err)
 	}
 	return client, runtime.NewParameterCodec(scheme), nil
+}
+
+// newScheme returns a scheme that knows types in gv, and meta/v1's
+// options, status and watch events.
+func newScheme(gv schema.GroupVersion, types ...runtime.Object) *runtime.Scheme {
+	scheme := runtime.NewScheme()
+	scheme.AddKnownTypes(gv, types...)
+	metav1.AddToGroupVersion(scheme, gv)
+	return scheme
 }
 
 // restPods is the PodClient of NewClient: the requests a clientset's
