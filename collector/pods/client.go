@@ -5,9 +5,9 @@ import (
 	"fmt"
 	"time"
 
-	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/runtime/serializer"
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/rest"
@@ -16,58 +16,80 @@ import (
 )
 
 // PodClient lists and watches the pods of all namespaces. NewClient returns
-// one; a clientset's CoreV1().Pods(metav1.NamespaceAll) is one too.
+// one; a test may give its own.
 //
 // A PodClient that also has a method IsWatchListSemanticsUnSupported() bool
 // returning true (as client-go's fakes do) is never sent watch-list
 // requests; otherwise the informer streams its first list through a watch
 // where client-go's WatchListClient feature is on, as with a clientset.
 type PodClient interface {
-	List(ctx context.Context, opts metav1.ListOptions) (*corev1.PodList, error)
+	List(ctx context.Context, opts metav1.ListOptions) (*PodList, error)
 	Watch(ctx context.Context, opts metav1.ListOptions) (watch.Interface, error)
 }
 
+// coreV1 is the API group and version of pods: the legacy core group,
+// served under /api.
+var coreV1 = schema.GroupVersion{Version: "v1"}
+
 // NewClient returns the PodClient for c: from c.Kubeconfig, or in-cluster.
-// Pods are read as protobuf, which the API server encodes and the agent
-// decodes at a fraction of JSON's cost.
+// Pods are read as JSON into this package's Pod, which holds only what the
+// agent reads.
 //
-// It is a REST client for core/v1 alone, not a clientset: a clientset's
-// scheme registers every API group at init, and linking it is most of the
-// agent's binary and of its resident memory.
+// It is a REST client for core/v1's pods alone, not a clientset, and knows
+// no type of k8s.io/api: a clientset's scheme registers every API group at
+// init, and k8s.io/api/core/v1 alone was the largest package the agent
+// linked (see collector/dra, which reads ResourceSlices alike).
 func NewClient(c Config) (PodClient, error) {
-	rc, err := kubeconfig.Load(c.Kubeconfig)
+	client, params, err := newRESTClient(c, coreV1, "/api", &Pod{}, &PodList{})
 	if err != nil {
 		return nil, err
 	}
-	scheme := runtime.NewScheme()
-	// core/v1, and meta/v1's options, status and watch events in it.
-	if err := corev1.AddToScheme(scheme); err != nil {
-		return nil, fmt.Errorf("kubernetes client: %w", err)
+	return &restPods{client: client, params: params}, nil
+}
+
+// newRESTClient returns a REST client for group-version gv under apiPath
+// (/api for the core group, /apis for the others) of the API server c
+// reaches, whose scheme knows only types (in gv) and meta/v1's options,
+// status and watch events. It reads and writes JSON: the types have no
+// protobuf encoding.
+func newRESTClient(c Config, gv schema.GroupVersion, apiPath string, types ...runtime.Object) (*rest.RESTClient, runtime.ParameterCodec, error) {
+	rc, err := kubeconfig.Load(c.Kubeconfig)
+	if err != nil {
+		return nil, nil, err
 	}
+	scheme := newScheme(gv, types...)
 	rc = rest.CopyConfig(rc)
 	rc.UserAgent = "gpuxray"
-	rc.AcceptContentTypes = "application/vnd.kubernetes.protobuf,application/json"
-	rc.ContentType = "application/vnd.kubernetes.protobuf"
-	gv := corev1.SchemeGroupVersion
+	rc.AcceptContentTypes = "application/json"
+	rc.ContentType = "application/json"
 	rc.GroupVersion = &gv
-	rc.APIPath = "/api"
+	rc.APIPath = apiPath
 	rc.NegotiatedSerializer = serializer.NewCodecFactory(scheme).WithoutConversion()
 	client, err := rest.RESTClientFor(rc)
 	if err != nil {
-		return nil, fmt.Errorf("kubernetes client: %w", err)
+		return nil, nil, fmt.Errorf("kubernetes client: %w", err)
 	}
-	return &restPods{client: client, params: runtime.NewParameterCodec(scheme)}, nil
+	return client, runtime.NewParameterCodec(scheme), nil
+}
+
+// newScheme returns a scheme that knows types in gv, and meta/v1's
+// options, status and watch events.
+func newScheme(gv schema.GroupVersion, types ...runtime.Object) *runtime.Scheme {
+	scheme := runtime.NewScheme()
+	scheme.AddKnownTypes(gv, types...)
+	metav1.AddToGroupVersion(scheme, gv)
+	return scheme
 }
 
 // restPods is the PodClient of NewClient: the requests a clientset's
-// CoreV1().Pods("") makes, on a REST client that knows only core/v1.
+// CoreV1().Pods("") makes, on a REST client that knows only Pod.
 type restPods struct {
 	client *rest.RESTClient
 	params runtime.ParameterCodec
 }
 
-func (p *restPods) List(ctx context.Context, opts metav1.ListOptions) (*corev1.PodList, error) {
-	list := &corev1.PodList{}
+func (p *restPods) List(ctx context.Context, opts metav1.ListOptions) (*PodList, error) {
+	list := &PodList{}
 	err := p.client.Get().
 		Resource("pods").
 		VersionedParams(&opts, p.params).

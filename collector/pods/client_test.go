@@ -36,15 +36,14 @@ const (
 
 // apiServer is a loopback stand-in for the API server's /api/v1/pods. It
 // serves the pods of the node its field selector names, as a list or as a
-// watch stream, encoded as the request asks (protobuf unless jsonOnly), and
-// records every request. With watchList it streams the first list through
+// watch stream, encoded as the request asks (protobuf where it accepts it,
+// as the API server does), and records every request. With watchList it streams the first list through
 // a watch, as an API server with the WatchList feature does; without, it
 // rejects such a watch as invalid, as one without the feature does.
 type apiServer struct {
 	t         *testing.T
 	srv       *httptest.Server
 	watchList bool
-	jsonOnly  bool
 	codecs    serializer.CodecFactory
 
 	mu     sync.Mutex
@@ -64,14 +63,14 @@ type apiRequest struct {
 	contentType string
 }
 
-func newAPIServer(t *testing.T, watchList, jsonOnly bool, pods ...*corev1.Pod) *apiServer {
+func newAPIServer(t *testing.T, watchList bool, pods ...*corev1.Pod) *apiServer {
 	t.Helper()
 	scheme := runtime.NewScheme()
 	if err := corev1.AddToScheme(scheme); err != nil {
 		t.Fatal(err)
 	}
 	s := &apiServer{
-		t: t, watchList: watchList, jsonOnly: jsonOnly, codecs: serializer.NewCodecFactory(scheme),
+		t: t, watchList: watchList, codecs: serializer.NewCodecFactory(scheme),
 		pods: pods, events: make(chan watch.Event, 10),
 	}
 	s.srv = httptest.NewTLSServer(http.HandlerFunc(s.serve))
@@ -106,7 +105,7 @@ func (s *apiServer) requests() []apiRequest {
 func (s *apiServer) serve(w http.ResponseWriter, r *http.Request) {
 	q := r.URL.Query()
 	mediaType := jsonType
-	if !s.jsonOnly && strings.Contains(r.Header.Get("Accept"), protobufType) {
+	if strings.Contains(r.Header.Get("Accept"), protobufType) {
 		mediaType = protobufType
 	}
 	info, ok := runtime.SerializerInfoForMediaType(s.codecs.SupportedMediaTypes(), mediaType)
@@ -231,25 +230,25 @@ func jobPod() *corev1.Pod {
 // TestNewClientAgainstServer runs a Source on NewClient's client against a
 // loopback API server, over TLS: the pods it serves are known with their workload,
 // model and extra labels, and every request asked for this node's pods
-// only, as gpuxray with the kubeconfig's token, preferring protobuf.
+// only, as gpuxray with the kubeconfig's token, in JSON: the server's
+// corev1 types, encoded as a real API server encodes them, decode into the
+// package's Pod.
 func TestNewClientAgainstServer(t *testing.T) {
 	t.Parallel()
 	tests := []struct {
 		name      string
 		watchList bool
-		jsonOnly  bool
 		// wantCalls are the requests up to the first plain watch:
 		// "watch-list" (rejected or not), "list", "watch".
 		wantCalls []string
 	}{
-		{"watch-list", true, false, []string{"watch-list"}},
-		{"no watch-list on the server", false, false, []string{"watch-list rejected", "list", "watch"}},
-		{"json only", true, true, []string{"watch-list"}},
+		{"watch-list", true, []string{"watch-list"}},
+		{"no watch-list on the server", false, []string{"watch-list rejected", "list", "watch"}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
-			api := newAPIServer(t, tt.watchList, tt.jsonOnly, vllmPod("uid-1"), otherNodePod())
+			api := newAPIServer(t, tt.watchList, vllmPod("uid-1"), otherNodePod())
 			cfg := testConfig()
 			cfg.Kubeconfig = api.kubeconfig()
 			client, err := NewClient(cfg)
@@ -324,15 +323,11 @@ func TestNewClientAgainstServer(t *testing.T) {
 					!strings.Contains(r.rawQuery, "fieldSelector=spec.nodeName%3D"+node) {
 					t.Errorf("request %d: query %q, want fieldSelector=spec.nodeName%%3D%s", i, r.rawQuery, node)
 				}
-				if r.userAgent != "gpuxray" || r.accept != protobufType+","+jsonType || r.auth != "Bearer not-a-real-token" {
+				if r.userAgent != "gpuxray" || r.accept != jsonType || r.auth != "Bearer not-a-real-token" {
 					t.Errorf("request %d: User-Agent %q, Accept %q, Authorization %q", i, r.userAgent, r.accept, r.auth)
 				}
-				wantType := protobufType
-				if tt.jsonOnly {
-					wantType = jsonType
-				}
-				if !strings.HasPrefix(r.contentType, wantType) {
-					t.Errorf("request %d answered as %q, want %s", i, r.contentType, wantType)
+				if !strings.HasPrefix(r.contentType, jsonType) {
+					t.Errorf("request %d answered as %q, want %s", i, r.contentType, jsonType)
 				}
 				switch {
 				case r.query.Get("watch") != "true":

@@ -3,7 +3,6 @@ package pods
 import (
 	"strings"
 
-	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/gpuxray/gpuxray/collector"
@@ -17,7 +16,7 @@ import (
 const AnnotationMirror = "kubernetes.io/config.mirror"
 
 // convert computes what the agent exports of pod p.
-func (s *Source) convert(p *corev1.Pod) collector.Pod {
+func (s *Source) convert(p *Pod) collector.Pod {
 	owners := make([]workload.OwnerRef, 0, len(p.OwnerReferences))
 	for _, o := range p.OwnerReferences {
 		owners = append(owners, workload.OwnerRef{
@@ -36,7 +35,7 @@ func (s *Source) convert(p *corev1.Pod) collector.Pod {
 		StaticUID:    staticUID(p),
 		Namespace:    p.Namespace,
 		Name:         p.Name,
-		Phase:        string(p.Status.Phase),
+		Phase:        p.Status.Phase,
 		WorkloadKind: kind,
 		Workload:     name,
 		Model:        workload.ModelFromLabels(p.Labels, p.Annotations, s.cfg.ModelKeys),
@@ -48,7 +47,7 @@ func (s *Source) convert(p *corev1.Pod) collector.Pod {
 
 // staticUID returns the static pod's UID that mirror pod p stands for,
 // or "" when p is no mirror (or names its own UID).
-func staticUID(p *corev1.Pod) string {
+func staticUID(p *Pod) string {
 	uid := p.Annotations[AnnotationMirror]
 	if uid == string(p.UID) {
 		return ""
@@ -59,13 +58,13 @@ func staticUID(p *corev1.Pod) string {
 // containerIDs maps each started container of p (init and sidecar
 // containers included: a native sidecar can hold a GPU) to its runtime ID,
 // without the "containerd://", "cri-o://" or "docker://" scheme.
-func containerIDs(p *corev1.Pod) map[string]string {
+func containerIDs(p *Pod) map[string]string {
 	n := len(p.Status.ContainerStatuses) + len(p.Status.InitContainerStatuses)
 	if n == 0 {
 		return nil
 	}
 	ids := make(map[string]string, n)
-	for _, list := range [][]corev1.ContainerStatus{p.Status.InitContainerStatuses, p.Status.ContainerStatuses} {
+	for _, list := range [][]ContainerStatus{p.Status.InitContainerStatuses, p.Status.ContainerStatuses} {
 		for _, c := range list {
 			if id := stripScheme(c.ContainerID); id != "" {
 				ids[c.Name] = id
@@ -85,39 +84,26 @@ func stripScheme(id string) string {
 }
 
 // trim keeps of a pod only what convert and the store read: name,
-// namespace, UID, labels, annotations, owner references and deletion time;
-// spec.nodeName, priorityClassName and priority; the phase and the containers' names and IDs. It drops the
-// rest (managed fields, the spec's containers, volumes and tolerations,
-// conditions, images) before the informer caches the pod, so the cache
-// costs a few hundred bytes a pod.
+// namespace, UID, resource version, labels, annotations, owner references
+// and deletion time of its metadata; its spec and status, which Pod
+// already holds to spec.nodeName, priorityClassName and priority, the
+// phase and the containers' names and IDs. It drops the rest of the
+// metadata (managed fields above all) before the informer caches the pod,
+// so the cache costs a few hundred bytes a pod; the spec's containers,
+// volumes and tolerations, conditions and images were never decoded.
 func trim(obj any) (any, error) {
-	p, ok := obj.(*corev1.Pod)
+	p, ok := obj.(*Pod)
 	if !ok {
 		return obj, nil
 	}
-	return &corev1.Pod{
+	return &Pod{
 		TypeMeta: p.TypeMeta,
 		ObjectMeta: metav1.ObjectMeta{
 			Name: p.Name, Namespace: p.Namespace, UID: p.UID, ResourceVersion: p.ResourceVersion,
 			Labels: p.Labels, Annotations: p.Annotations, OwnerReferences: p.OwnerReferences,
 			DeletionTimestamp: p.DeletionTimestamp,
 		},
-		Spec: corev1.PodSpec{NodeName: p.Spec.NodeName, PriorityClassName: p.Spec.PriorityClassName, Priority: p.Spec.Priority},
-		Status: corev1.PodStatus{
-			Phase:                 p.Status.Phase,
-			ContainerStatuses:     trimStatuses(p.Status.ContainerStatuses),
-			InitContainerStatuses: trimStatuses(p.Status.InitContainerStatuses),
-		},
+		Spec:   p.Spec,
+		Status: p.Status,
 	}, nil
-}
-
-func trimStatuses(in []corev1.ContainerStatus) []corev1.ContainerStatus {
-	if len(in) == 0 {
-		return nil
-	}
-	out := make([]corev1.ContainerStatus, len(in))
-	for i, c := range in {
-		out[i] = corev1.ContainerStatus{Name: c.Name, ContainerID: c.ContainerID}
-	}
-	return out
 }

@@ -3,7 +3,6 @@ package pods
 import (
 	"testing"
 
-	corev1 "k8s.io/api/core/v1"
 	"k8s.io/client-go/kubernetes/fake"
 
 	"github.com/gpuxray/gpuxray/collector"
@@ -35,9 +34,10 @@ func TestConvertScheduling(t *testing.T) {
 		{"no class, no queue", nil, "", nil, collector.Scheduling{}},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
-			p := vllmPod("uid-" + tt.name)
-			p.Labels = tt.labels
-			p.Spec.PriorityClassName, p.Spec.Priority = tt.class, tt.prio
+			core := vllmPod("uid-" + tt.name)
+			core.Labels = tt.labels
+			core.Spec.PriorityClassName, core.Spec.Priority = tt.class, tt.prio
+			p := asPod(core)
 			if got := src.convert(p).Scheduling; got != tt.want {
 				t.Errorf("as listed: %+v, want %+v", got, tt.want)
 			}
@@ -45,7 +45,7 @@ func TestConvertScheduling(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if got := src.convert(trimmed.(*corev1.Pod)).Scheduling; got != tt.want {
+			if got := src.convert(trimmed.(*Pod)).Scheduling; got != tt.want {
 				t.Errorf("trimmed: %+v, want %+v", got, tt.want)
 			}
 		})

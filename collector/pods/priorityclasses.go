@@ -10,51 +10,37 @@ import (
 	"time"
 
 	"go.uber.org/zap"
-	schedulingv1 "k8s.io/api/scheduling/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
-	"k8s.io/apimachinery/pkg/runtime/serializer"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/cache"
 
 	"github.com/gpuxray/gpuxray/collector"
 	"github.com/gpuxray/gpuxray/collector/internal/apihealth"
-	"github.com/gpuxray/gpuxray/collector/internal/kubeconfig"
 )
 
 // PriorityClassClient lists and watches the cluster's PriorityClasses
-// (scheduling.k8s.io/v1). NewPriorityClassClient returns one; a
-// clientset's SchedulingV1().PriorityClasses() is one too.
+// (scheduling.k8s.io/v1). NewPriorityClassClient returns one; a test may
+// give its own.
 type PriorityClassClient interface {
-	List(ctx context.Context, opts metav1.ListOptions) (*schedulingv1.PriorityClassList, error)
+	List(ctx context.Context, opts metav1.ListOptions) (*PriorityClassList, error)
 	Watch(ctx context.Context, opts metav1.ListOptions) (watch.Interface, error)
 }
 
+// schedulingV1 is the API group and version of PriorityClasses.
+var schedulingV1 = schema.GroupVersion{Group: "scheduling.k8s.io", Version: "v1"}
+
 // NewPriorityClassClient returns the PriorityClassClient for c, a REST
-// client for scheduling.k8s.io/v1 alone (see NewClient).
+// client for scheduling.k8s.io/v1's PriorityClasses alone, read as JSON
+// into this package's PriorityClass (see NewClient).
 func NewPriorityClassClient(c Config) (PriorityClassClient, error) {
-	rc, err := kubeconfig.Load(c.Kubeconfig)
+	client, params, err := newRESTClient(c, schedulingV1, "/apis", &PriorityClass{}, &PriorityClassList{})
 	if err != nil {
 		return nil, err
 	}
-	scheme := runtime.NewScheme()
-	if err := schedulingv1.AddToScheme(scheme); err != nil {
-		return nil, fmt.Errorf("kubernetes client: %w", err)
-	}
-	rc = rest.CopyConfig(rc)
-	rc.UserAgent = "gpuxray"
-	rc.AcceptContentTypes = "application/vnd.kubernetes.protobuf,application/json"
-	rc.ContentType = "application/vnd.kubernetes.protobuf"
-	gv := schedulingv1.SchemeGroupVersion
-	rc.GroupVersion = &gv
-	rc.APIPath = "/apis"
-	rc.NegotiatedSerializer = serializer.NewCodecFactory(scheme).WithoutConversion()
-	client, err := rest.RESTClientFor(rc)
-	if err != nil {
-		return nil, fmt.Errorf("kubernetes client: %w", err)
-	}
-	return &restPriorityClasses{client: client, params: runtime.NewParameterCodec(scheme)}, nil
+	return &restPriorityClasses{client: client, params: params}, nil
 }
 
 type restPriorityClasses struct {
@@ -62,8 +48,8 @@ type restPriorityClasses struct {
 	params runtime.ParameterCodec
 }
 
-func (p *restPriorityClasses) List(ctx context.Context, opts metav1.ListOptions) (*schedulingv1.PriorityClassList, error) {
-	list := &schedulingv1.PriorityClassList{}
+func (p *restPriorityClasses) List(ctx context.Context, opts metav1.ListOptions) (*PriorityClassList, error) {
+	list := &PriorityClassList{}
 	err := p.client.Get().Resource("priorityclasses").VersionedParams(&opts, p.params).Timeout(timeoutOf(opts)).Do(ctx).Into(list)
 	return list, err
 }
@@ -134,7 +120,7 @@ func (p *PriorityClasses) Run(ctx context.Context) error {
 	}
 	// List, then watch: the few classes need no streamed first list, and
 	// so every API server answers alike.
-	inf := cache.NewSharedIndexInformerWithOptions(cache.ToListWatcherWithWatchListSemantics(lw, unsupportedWatchList{}), &schedulingv1.PriorityClass{},
+	inf := cache.NewSharedIndexInformerWithOptions(cache.ToListWatcherWithWatchListSemantics(lw, unsupportedWatchList{}), &PriorityClass{},
 		cache.SharedIndexInformerOptions{ObjectDescription: "priority classes"})
 	if err := inf.SetWatchErrorHandlerWithContext(func(ctx context.Context, _ *cache.Reflector, err error) {
 		p.health.ObserveStream(ctx, "list and watch", err)
@@ -195,7 +181,7 @@ func (p *PriorityClasses) Health() (up bool, errs []error) {
 }
 
 func (p *PriorityClasses) put(obj any) {
-	pc, ok := obj.(*schedulingv1.PriorityClass)
+	pc, ok := obj.(*PriorityClass)
 	if !ok || pc == nil {
 		return
 	}
@@ -208,7 +194,7 @@ func (p *PriorityClasses) remove(obj any) {
 	if d, ok := obj.(cache.DeletedFinalStateUnknown); ok {
 		obj = d.Obj
 	}
-	pc, ok := obj.(*schedulingv1.PriorityClass)
+	pc, ok := obj.(*PriorityClass)
 	if !ok || pc == nil {
 		return
 	}

@@ -24,7 +24,7 @@ func priorityClass(name string, v int32) *schedulingv1.PriorityClass {
 // runClasses runs a PriorityClasses watch of c until the test ends.
 func runClasses(t *testing.T, c *fake.Clientset) *PriorityClasses {
 	t.Helper()
-	p, err := NewPriorityClasses(c.SchedulingV1().PriorityClasses(), zaptest.NewLogger(t))
+	p, err := NewPriorityClasses(fakeClasses{c.SchedulingV1().PriorityClasses()}, zaptest.NewLogger(t))
 	if err != nil {
 		t.Fatal(err)
 	}

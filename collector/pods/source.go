@@ -4,11 +4,14 @@
 //
 // It runs one client-go informer with the field selector
 // spec.nodeName=<node>, so the API server sends only this node's pods and
-// memory is bounded by them. A transform trims each pod to what is read
-// (no managed fields, no spec but the node name, no status but the phase
-// and container IDs) before the informer caches it, and the event handler
-// computes the collector.Pod the agent exports — workload, model, extra
-// labels — when a pod is added or changes, never per scrape.
+// memory is bounded by them. Pods are read as JSON into this package's Pod,
+// which holds of a pod's spec only the node name, priority class and
+// priority, and of its status only the phase and container IDs (see
+// NewClient: the agent links no k8s.io/api package); a transform trims the
+// metadata to what is read (no managed fields) before the informer caches
+// it, and the event handler computes the collector.Pod the agent exports —
+// workload, model, extra labels — when a pod is added or changes, never
+// per scrape.
 //
 // When the API server cannot be reached, or RBAC denies the list or watch,
 // the source keeps what it last knew, reports itself down through Health,
@@ -29,7 +32,6 @@ import (
 	"time"
 
 	"go.uber.org/zap"
-	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
@@ -119,7 +121,7 @@ func (s *Source) Run(ctx context.Context) error {
 	}
 	inf := cache.NewSharedIndexInformerWithOptions(
 		cache.ToListWatcherWithWatchListSemantics(lw, s.client),
-		&corev1.Pod{},
+		&Pod{},
 		cache.SharedIndexInformerOptions{ObjectDescription: "pods on node " + s.cfg.NodeName},
 	)
 	if err := inf.SetTransform(trim); err != nil {
@@ -266,9 +268,9 @@ func (s *Source) remove(obj any) {
 
 // podOf returns the pod an informer event carries: the pod, or the last
 // known state of a pod deleted while the watch was down.
-func podOf(obj any) (*corev1.Pod, bool) {
+func podOf(obj any) (*Pod, bool) {
 	switch o := obj.(type) {
-	case *corev1.Pod:
+	case *Pod:
 		return o, o != nil
 	case cache.DeletedFinalStateUnknown:
 		return podOf(o.Obj)

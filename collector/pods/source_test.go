@@ -23,7 +23,6 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/kubernetes/fake"
-	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
 	k8stesting "k8s.io/client-go/testing"
 
 	"github.com/gpuxray/gpuxray/collector"
@@ -90,13 +89,6 @@ func otherNodePod() *corev1.Pod {
 		Status:     corev1.PodStatus{Phase: corev1.PodRunning},
 	}
 }
-
-// fakePods is a fake clientset's pods as a PodClient. Like the clientset,
-// it tells the reflector that it cannot serve watch-list requests (the fake
-// sends no initial-events bookmark), so the informer lists, then watches.
-type fakePods struct{ typedcorev1.PodInterface }
-
-func (fakePods) IsWatchListSemanticsUnSupported() bool { return true }
 
 func podClient(c *fake.Clientset) PodClient { return fakePods{c.CoreV1().Pods(metav1.NamespaceAll)} }
 
@@ -253,15 +245,15 @@ func TestConvert(t *testing.T) {
 	}
 	for _, tr := range []struct {
 		name string
-		pod  func() *corev1.Pod
+		pod  func() *Pod
 	}{
-		{"as listed", func() *corev1.Pod { return vllmPod("uid-1") }},
-		{"trimmed", func() *corev1.Pod {
-			p, err := trim(vllmPod("uid-1"))
+		{"as listed", func() *Pod { return asPod(vllmPod("uid-1")) }},
+		{"trimmed", func() *Pod {
+			p, err := trim(asPod(vllmPod("uid-1")))
 			if err != nil {
 				t.Fatal(err)
 			}
-			return p.(*corev1.Pod)
+			return p.(*Pod)
 		}},
 	} {
 		got := src.convert(tr.pod())
@@ -270,12 +262,15 @@ func TestConvert(t *testing.T) {
 		}
 	}
 
-	p, _ := trim(vllmPod("uid-1"))
-	tp := p.(*corev1.Pod)
-	if tp.ManagedFields != nil || tp.Spec.Containers != nil || tp.Status.ContainerStatuses[0].Image != "" {
-		t.Errorf("trim kept managed fields, containers or images: %+v", tp)
+	listed := asPod(vllmPod("uid-1"))
+	if listed.ManagedFields == nil {
+		t.Fatal("the listed pod has no managed fields to trim")
 	}
-	bare := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "dev", Name: "debug-gpu", UID: "u"}, Spec: corev1.PodSpec{NodeName: node}}
+	p, _ := trim(listed)
+	if tp := p.(*Pod); tp.ManagedFields != nil {
+		t.Errorf("trim kept managed fields: %+v", tp)
+	}
+	bare := &Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "dev", Name: "debug-gpu", UID: "u"}, Spec: PodSpec{NodeName: node}}
 	if got := src.convert(bare); got.WorkloadKind != "Pod" || got.Workload != "debug-gpu" || got.ContainerIDs != nil {
 		t.Errorf("bare pod: %+v, want workload Pod/debug-gpu and no container IDs", got)
 	}

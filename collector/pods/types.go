@@ -1,0 +1,140 @@
+package pods
+
+import (
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+)
+
+// Pod is what the agent reads of a core/v1 Pod, decoded from the API
+// server's JSON: its metadata (of which trim keeps the name, namespace,
+// UID, resource version, labels, annotations, owner references and
+// deletion time), the node it is bound to, its priority, its phase and its
+// containers' IDs. JSON fields it does not name are skipped as they are
+// decoded. It stands in for k8s.io/api/core/v1's Pod, whose package,
+// with its generated protobuf and deep-copy code, was the largest the
+// agent linked, for the handful of fields it reads.
+type Pod struct {
+	metav1.TypeMeta   `json:",inline"`
+	metav1.ObjectMeta `json:"metadata,omitempty"`
+	Spec              PodSpec   `json:"spec,omitempty"`
+	Status            PodStatus `json:"status,omitempty"`
+}
+
+// PodSpec is the part of a pod's spec the agent reads.
+type PodSpec struct {
+	NodeName          string `json:"nodeName,omitempty"`
+	PriorityClassName string `json:"priorityClassName,omitempty"`
+	// Priority is the value of the pod's priority class, resolved by the
+	// API server's admission; nil when the pod has none.
+	Priority *int32 `json:"priority,omitempty"`
+}
+
+// PodStatus is the part of a pod's status the agent reads.
+type PodStatus struct {
+	// Phase is Pending, Running, Succeeded, Failed or Unknown.
+	Phase                 string            `json:"phase,omitempty"`
+	InitContainerStatuses []ContainerStatus `json:"initContainerStatuses,omitempty"`
+	ContainerStatuses     []ContainerStatus `json:"containerStatuses,omitempty"`
+}
+
+// ContainerStatus is a container's name and, once it has started, its
+// runtime ID ("containerd://<64 hex>").
+type ContainerStatus struct {
+	Name        string `json:"name"`
+	ContainerID string `json:"containerID,omitempty"`
+}
+
+// PodList is a list of pods.
+type PodList struct {
+	metav1.TypeMeta `json:",inline"`
+	metav1.ListMeta `json:"metadata,omitempty"`
+	Items           []Pod `json:"items"`
+}
+
+// PriorityClass is what the agent reads of a scheduling.k8s.io/v1
+// PriorityClass: its name and value.
+type PriorityClass struct {
+	metav1.TypeMeta   `json:",inline"`
+	metav1.ObjectMeta `json:"metadata,omitempty"`
+	Value             int32 `json:"value"`
+}
+
+// PriorityClassList is a list of priority classes.
+type PriorityClassList struct {
+	metav1.TypeMeta `json:",inline"`
+	metav1.ListMeta `json:"metadata,omitempty"`
+	Items           []PriorityClass `json:"items"`
+}
+
+// DeepCopyObject implements runtime.Object.
+func (p *Pod) DeepCopyObject() runtime.Object {
+	if p == nil {
+		return nil
+	}
+	return p.deepCopy()
+}
+
+func (p *Pod) deepCopy() *Pod {
+	out := &Pod{TypeMeta: p.TypeMeta, Spec: p.Spec, Status: PodStatus{Phase: p.Status.Phase}}
+	p.ObjectMeta.DeepCopyInto(&out.ObjectMeta)
+	if p.Spec.Priority != nil {
+		v := *p.Spec.Priority
+		out.Spec.Priority = &v
+	}
+	out.Status.InitContainerStatuses = cloneStatuses(p.Status.InitContainerStatuses)
+	out.Status.ContainerStatuses = cloneStatuses(p.Status.ContainerStatuses)
+	return out
+}
+
+func cloneStatuses(in []ContainerStatus) []ContainerStatus {
+	if in == nil {
+		return nil
+	}
+	return append(make([]ContainerStatus, 0, len(in)), in...)
+}
+
+// DeepCopyObject implements runtime.Object.
+func (l *PodList) DeepCopyObject() runtime.Object {
+	if l == nil {
+		return nil
+	}
+	out := &PodList{TypeMeta: l.TypeMeta}
+	l.ListMeta.DeepCopyInto(&out.ListMeta)
+	if l.Items != nil {
+		out.Items = make([]Pod, len(l.Items))
+		for i := range l.Items {
+			out.Items[i] = *l.Items[i].deepCopy()
+		}
+	}
+	return out
+}
+
+// DeepCopyObject implements runtime.Object.
+func (c *PriorityClass) DeepCopyObject() runtime.Object {
+	if c == nil {
+		return nil
+	}
+	return c.deepCopy()
+}
+
+func (c *PriorityClass) deepCopy() *PriorityClass {
+	out := &PriorityClass{TypeMeta: c.TypeMeta, Value: c.Value}
+	c.ObjectMeta.DeepCopyInto(&out.ObjectMeta)
+	return out
+}
+
+// DeepCopyObject implements runtime.Object.
+func (l *PriorityClassList) DeepCopyObject() runtime.Object {
+	if l == nil {
+		return nil
+	}
+	out := &PriorityClassList{TypeMeta: l.TypeMeta}
+	l.ListMeta.DeepCopyInto(&out.ListMeta)
+	if l.Items != nil {
+		out.Items = make([]PriorityClass, len(l.Items))
+		for i := range l.Items {
+			out.Items[i] = *l.Items[i].deepCopy()
+		}
+	}
+	return out
+}
