@@ -135,7 +135,17 @@ func (r *Reader) resolve(pid uint32) (entry, bool, error) {
 	if e, hit := r.cache[pid]; hit {
 		start, err := r.heldStartTime(pid, e.stat)
 		if err == nil && start == e.start {
-			return e, true, nil
+			if len(e.info.Cmdline) > 0 {
+				return e, true, nil
+			}
+			// An empty command line was read mid-exec (or from a zombie):
+			// exec keeps the PID and start time, so read the process again
+			// until it names itself, or its model would be lost for life.
+			again, ok, err := r.resolveOpen(pid, e.stat)
+			if !ok {
+				e.stat.Close()
+			}
+			return again, ok, err
 		}
 		// Exited, replaced or unreadable: start again from the path.
 		e.stat.Close()

@@ -158,6 +158,33 @@ func TestResolvePIDReuse(t *testing.T) {
 	}
 }
 
+// TestResolveEmptyCmdlineReadAgain: a process read mid-exec (an empty
+// command line; exec keeps the PID and start time) is read again at the
+// next call, not cached for its life without a name; once named, it is
+// cached.
+func TestResolveEmptyCmdlineReadAgain(t *testing.T) {
+	t.Parallel()
+	root := t.TempDir()
+	writeProc(t, root, 4242, "python3", 1000, cgroupOf(uidA, cidA))
+	r := New(Config{Root: root}, nil)
+	if got, errs := r.Resolve([]uint32{4242}); len(errs) != 0 || got[4242].PodUID != uidA || len(got[4242].Cmdline) != 0 {
+		t.Fatalf("mid-exec: %+v, %v", got[4242], errs)
+	}
+	writeProc(t, root, 4242, "python3", 1000, cgroupOf(uidA, cidA), "vllm", "serve", "meta-llama/Llama-3.1-8B")
+	got, errs := r.Resolve([]uint32{4242})
+	want := []string{"vllm", "serve", "meta-llama/Llama-3.1-8B"}
+	if len(errs) != 0 || !reflect.DeepEqual(got[4242].Cmdline, want) || got[4242].PodUID != uidA {
+		t.Fatalf("after exec: %+v, %v; want command line %q", got[4242], errs, want)
+	}
+	// Named now: a cache hit, which reads only stat (a changed command
+	// line is not seen).
+	writeProc(t, root, 4242, "python3", 1000, cgroupOf(uidA, cidA), "other")
+	if got, _ := r.Resolve([]uint32{4242}); !reflect.DeepEqual(got[4242].Cmdline, want) {
+		t.Errorf("named process read again: %q, want the cached %q", got[4242].Cmdline, want)
+	}
+	r.Resolve(nil)
+}
+
 // TestResolveGone checks that a process that exits between polls, or
 // between the reads of one poll, is left out without an error.
 func TestResolveGone(t *testing.T) {
