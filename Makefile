@@ -40,7 +40,7 @@ image-binaries:
 
 ## test: everything, with the race detector (needs promtool on PATH for the metrics checks)
 test:
-	go test -race -count=1 ./...
+	go test -race -count=1 -timeout 20m ./...
 
 ## test-short: quick unit tests
 test-short:
