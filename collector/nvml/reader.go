@@ -420,6 +420,19 @@ func (r *Reader) readDevice(d *device) (res readResult) {
 	// Each call's samples are judged against the time the call answers,
 	// not the time the read began: a call that hung for minutes answers
 	// with samples stamped up to its answer.
+	//
+	// Process samples are asked for from the device's newest sample before
+	// this read, not from the newest process sample: the process call
+	// answers after the device call, so its newest samples cover periods
+	// whose device samples the next poll reads, and are needed again then
+	// (the engine skips those it has credited). Asked from the newest
+	// process sample, those periods would find no process of any holder
+	// and read idle: a holder's share of every period between the two
+	// calls, more the later the second call comes.
+	procSince := d.lastProcSeen
+	if !d.noSamples && d.gotSamples {
+		procSince = d.lastSeen
+	}
 	if !d.noSamples {
 		samples, bad, ret := readSamples(d.handle, d.lastSeen, r.clock, buf.samples[:0])
 		if bad > 0 {
@@ -469,7 +482,7 @@ func (r *Reader) readDevice(d *device) (res readResult) {
 		}
 	}
 	if !d.noProcSamples {
-		ps, bad, ret := readProcessSamples(d.handle, d.lastProcSeen, r.clock, buf.procSamples[:0])
+		ps, bad, ret := readProcessSamples(d.handle, procSince, r.clock, buf.procSamples[:0])
 		if bad > 0 {
 			res.errs = append(res.errs, collector.NewSourceError(collector.SourceNVML, "bad_timestamp",
 				fmt.Errorf("GPU %d %s: %d process samples stamped outside [now-%s, now+%s] dropped", d.info.GPU, d.info.UUID, bad, maxSampleAge, maxSampleLead)))
@@ -481,7 +494,7 @@ func (r *Reader) readDevice(d *device) (res readResult) {
 			for _, p := range ps {
 				d.lastProcSeen = max(d.lastProcSeen, uint64(p.Time.UnixMicro()))
 			}
-		case ret == nvml.ERROR_NOT_FOUND: // no process was active since lastProcSeen
+		case ret == nvml.ERROR_NOT_FOUND: // no process was active since procSince
 			rd.HasProcessSamples, d.gotProcSamples = true, true
 		case ret == nvml.ERROR_NOT_SUPPORTED && !d.gotProcSamples:
 			d.noProcSamples = true

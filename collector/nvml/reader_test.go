@@ -300,3 +300,82 @@ func TestSampleStampJudgedAtAnswer(t *testing.T) {
 		})
 	}
 }
+
+// lateProcLib is a driver whose process-utilization call answers a while
+// after the device's samples call, as on a loaded node: the clock moves
+// between the two.
+type lateProcLib struct {
+	gonvml.Interface
+	clock *sim.VirtualClock
+	late  time.Duration
+}
+
+func (l lateProcLib) DeviceGetHandleByIndex(i int) (gonvml.Device, gonvml.Return) {
+	d, ret := l.Interface.DeviceGetHandleByIndex(i)
+	return lateProcDevice{Device: d, lib: l}, ret
+}
+
+type lateProcDevice struct {
+	gonvml.Device
+	lib lateProcLib
+}
+
+func (d lateProcDevice) GetProcessUtilization(lastSeen uint64) ([]gonvml.ProcessUtilizationSample, gonvml.Return) {
+	d.lib.clock.Advance(d.lib.late)
+	return d.Device.GetProcessUtilization(lastSeen)
+}
+
+// TestProcessSamplesCoverTheDeviceSamples: each read's process samples
+// cover every device sample it reads, even those of periods whose process
+// samples an earlier read got, because its process call answered after its
+// device call. Asked from the newest process sample instead, a read would
+// lack the process samples of the periods between the two calls, and a
+// holder on a shared GPU would read idle in them.
+func TestProcessSamplesCoverTheDeviceSamples(t *testing.T) {
+	t.Parallel()
+	sc, err := sim.ParseScenario([]byte(`start: 2026-12-01T08:00:00Z
+duration: 10m
+system: dgxa100
+gpus: 1
+pods:
+  - {namespace: a, name: p, devices: ["gpu:0::0"], memory: 1GiB, util: [{at: 0s, value: 0.3}]}
+  - {namespace: a, name: q, devices: ["gpu:0::1"], memory: 1GiB, util: [{at: 0s, value: 0.2}]}
+`), "late.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	clock := sim.NewVirtualClock(sc.Start.Add(time.Minute))
+	node, err := sim.NewNode(sc, clock)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer node.Close()
+	r := New(lateProcLib{Interface: node.NVML(), clock: clock, late: 500 * time.Millisecond}, DefaultConfig(), zap.NewNop(), clock)
+	if err := r.Init(); err != nil {
+		t.Fatal(err)
+	}
+	defer r.Shutdown()
+	for i := range 4 {
+		snap, err := r.Read(context.Background())
+		if err != nil || len(snap.Devices) != 1 {
+			t.Fatalf("read %d: %v, %d devices", i, err, len(snap.Devices))
+		}
+		d := snap.Devices[0]
+		if i > 0 {
+			// Every device sample has both processes' samples at its time.
+			at := map[time.Time]int{}
+			for _, p := range d.ProcessSamples {
+				at[p.Time]++
+			}
+			for _, s := range d.Samples {
+				if at[s.Time] != 2 {
+					t.Errorf("read %d: the device sample at %s has %d process samples, want 2", i, s.Time.Format("15:04:05.000"), at[s.Time])
+				}
+			}
+			if len(d.Samples) == 0 {
+				t.Errorf("read %d: no device samples", i)
+			}
+		}
+		clock.Advance(time.Second)
+	}
+}

@@ -251,8 +251,18 @@ func TestHungCallLateAnswer(t *testing.T) {
 			if s := next.Devices[0].Samples; tc.call == sim.CallSamples && (len(s) != 6 || !s[0].Time.Equal(lastSample.Add(sim.SamplePeriod))) {
 				t.Errorf("the read after the late answer: %d samples, want 6 from %v", len(s), lastSample.Add(sim.SamplePeriod))
 			}
-			if ps := next.Devices[0].ProcessSamples; len(ps) != 6 || !ps[0].Time.Equal(lastProc.Add(sim.SamplePeriod)) {
-				t.Errorf("the read after the late answer: %d process samples, want 6 from %v", len(ps), lastProc.Add(sim.SamplePeriod))
+			// Process samples are asked for from the device's last sample
+			// before the read: they cover every device sample it reads,
+			// those of the periods the late process answer ran ahead of
+			// included.
+			s, ps := next.Devices[0].Samples, next.Devices[0].ProcessSamples
+			switch {
+			case tc.gpm || tc.call == sim.CallSamples:
+				if len(ps) != 6 || !ps[0].Time.Equal(lastProc.Add(sim.SamplePeriod)) {
+					t.Errorf("the read after the late answer: %d process samples, want 6 from %v", len(ps), lastProc.Add(sim.SamplePeriod))
+				}
+			case len(s) == 0 || len(ps) != len(s) || !ps[0].Time.Equal(s[0].Time) || !ps[len(ps)-1].Time.Equal(s[len(s)-1].Time):
+				t.Errorf("the read after the late answer: %d process samples, want one for each of its %d device samples, from its first to its last", len(ps), len(s))
 			}
 		})
 	}
@@ -346,3 +356,4 @@ func TestHungCallCounted(t *testing.T) {
 		})
 	}
 }
+
