@@ -29,8 +29,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 	fs.IntVar(&c.HistoryParallel, "history.parallel", c.HistoryParallel, "replays at once")
 	fs.DurationVar(&c.HistoryPoll, "history.poll", c.HistoryPoll, "the replayed agents' --poll.interval: at most 20s; replay CPU time is about proportional to polls")
 	fs.IntVar(&c.CompareNodes, "engines.nodes", c.CompareNodes, "nodes of the history set in both VictoriaMetrics and Prometheus (0: no comparison)")
-	fs.DurationVar(&c.Scrape, "live.scrape", c.Scrape, "the vmagent shards' scrape interval")
-	fs.DurationVar(&c.Poll, "live.poll", c.Poll, "the live agents' --poll.interval")
+	fs.DurationVar(&c.Scrape, "live.scrape", c.Scrape, "the vmagent shards' scrape interval (15s past 250 nodes)")
+	fs.DurationVar(&c.Poll, "live.poll", c.Poll, "the live agents' --poll.interval (5s past 250 nodes)")
 	gpuxray := fs.String("gpuxray", "bin/gpuxray", "the gpuxray binary (make build)")
 	fs.StringVar(&c.Dir, "dir", "", "directory for the run's engine data and logs (a temporary one when empty)")
 	fs.BoolVar(&c.Keep, "keep", false, "keep the run's directory")
@@ -44,6 +44,18 @@ func run(args []string, stdout, stderr io.Writer) int {
 			return 0
 		}
 		return 2
+	}
+	// The live poll and scrape follow the fleet's size (DefaultConfig)
+	// unless given.
+	set := map[string]bool{}
+	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
+	d := fleet.DefaultConfig(c.Nodes)
+	c.LiveTimeout = d.LiveTimeout
+	if !set["live.poll"] {
+		c.Poll = d.Poll
+	}
+	if !set["live.scrape"] {
+		c.Scrape = d.Scrape
 	}
 	if fs.NArg() > 0 {
 		fmt.Fprintf(stderr, "fleet: unexpected argument %q\n", fs.Arg(0))
