@@ -36,7 +36,15 @@ type liveRun struct {
 	nodeOf map[string]string
 
 	mu    sync.Mutex
-	spans map[[2]time.Time][][2]*totals
+	spans map[[2]time.Time]*windowTruth
+}
+
+// windowTruth is every node's truth over one window, peak and off-peak,
+// and which nodes hold each workload in it: a workload's rule sums its
+// nodes only.
+type windowTruth struct {
+	nodes [][2]*totals
+	work  map[wkey][]int
 }
 
 // alertKey is an alert's subject: the node, and the pod and GPU or
@@ -406,7 +414,9 @@ func (l *liveRun) checkRules(ctx context.Context, res *Result) {
 		if derived[r.name] {
 			first, lagMax = first.Add(30*time.Second), maxLag+30*time.Second
 		}
-		if r.at.Before(first) {
+		// Too late: the agents stop serving at the end of the live phase,
+		// and the rules then read their series going stale.
+		if r.at.Before(first) || r.at.After(l.end) {
 			continue
 		}
 		lo, hi := math.Inf(1), math.Inf(-1)
@@ -519,24 +529,36 @@ func (l *liveRun) truthOf(trs []*truther, r recorded, start, end time.Time) floa
 		return v
 	}
 	window := r.labels["window"]
-	spans := l.nodeSpans(trs, start, end)
+	wt := l.nodeSpans(trs, start, end)
+	metric := strings.SplitN(name, ":", 3)[1]
 	var v float64
-	for _, sp := range spans {
-		var vi float64
+	add := func(sp [2]*totals) {
 		for _, t := range sp {
 			if window != "" && (window == "peak") != (t == sp[0]) {
 				continue
 			}
-			vi += totalsFor(name, r.labels, t)
+			v += totalsFor(name, metric, r.labels, t)
 		}
-		v += vi
+	}
+	if perWorkload(name) {
+		for _, i := range wt.work[labelsWkey(r.labels)] {
+			add(wt.nodes[i])
+		}
+		return v / secs
+	}
+	for _, sp := range wt.nodes {
+		add(sp)
 	}
 	return v / secs
 }
 
+func labelsWkey(labels map[string]string) wkey {
+	return wkey{labels["namespace"], labels["workload_kind"], labels["workload"], labels["model"]}
+}
+
 // nodeSpans is each node's truth over [start, end), peak and off-peak,
 // cached: every rule evaluated at one time reads the same spans.
-func (l *liveRun) nodeSpans(trs []*truther, start, end time.Time) [][2]*totals {
+func (l *liveRun) nodeSpans(trs []*truther, start, end time.Time) *windowTruth {
 	k := [2]time.Time{start, end}
 	l.mu.Lock()
 	c, ok := l.spans[k]
@@ -544,27 +566,32 @@ func (l *liveRun) nodeSpans(trs []*truther, start, end time.Time) [][2]*totals {
 	if ok {
 		return c
 	}
-	c = make([][2]*totals, len(l.agents))
+	c = &windowTruth{nodes: make([][2]*totals, len(l.agents)), work: map[wkey][]int{}}
 	for i, a := range l.agents {
 		pk, op := trs[i].span(start.Sub(a.scenario.Start), end.Sub(a.scenario.Start), l.sched)
-		c[i] = [2]*totals{pk, op}
+		c.nodes[i] = [2]*totals{pk, op}
+		for _, t := range c.nodes[i] {
+			for w := range t.Work {
+				if ns := c.work[w]; len(ns) == 0 || ns[len(ns)-1] != i {
+					c.work[w] = append(ns, i)
+				}
+			}
+		}
 	}
 	l.mu.Lock()
 	if l.spans == nil {
-		l.spans = map[[2]time.Time][][2]*totals{}
+		l.spans = map[[2]time.Time]*windowTruth{}
 	}
 	l.spans[k] = c
 	l.mu.Unlock()
 	return c
 }
 
-// totalsFor is the seconds rule name sums, for the labels it keeps.
-func totalsFor(name string, labels map[string]string, t *totals) float64 {
-	metric := strings.SplitN(name, ":", 3)[1]
-	if strings.HasPrefix(name, "namespace_workload_model_window:") {
-		k := wkey{labels["namespace"], labels["workload_kind"], labels["workload"], labels["model"]}
-		p := t.Work[k]
-		return podField(metric, p)
+// totalsFor is the seconds rule name (of the metric it sums) sums, for the
+// labels it keeps.
+func totalsFor(name, metric string, labels map[string]string, t *totals) float64 {
+	if perWorkload(name) {
+		return podField(metric, t.Work[labelsWkey(labels)])
 	}
 	switch metric {
 	case "gpuxray_device_observed_seconds":

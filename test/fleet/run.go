@@ -205,7 +205,14 @@ func (r *run) live(ctx context.Context, vmAddr string) error {
 	if err != nil {
 		return err
 	}
-	defer fleet.Stop()
+	stopped := false
+	stopFleet := func() {
+		if !stopped {
+			stopped = true
+			fleet.Stop()
+		}
+	}
+	defer stopFleet()
 	r.res.measure("live: agents' lead-in, all nodes", time.Since(started).Seconds(), "s")
 	targets := filepath.Join(r.dir, "targets.json")
 	if err := writeTargets(targets, map[string]string{}); err != nil {
@@ -228,9 +235,10 @@ func (r *run) live(ctx context.Context, vmAddr string) error {
 	// Wait for the idle allocations' alerts, and at least two rate windows'
 	// worth of recorded rules.
 	deadline := l.targetsAt.Add(c.LiveTimeout)
-	// Two minutes: vmalert's rules see a scrape 30 s late, and a rate needs
-	// two scrapes; from then on, a recorded sample every 15 s.
-	minimum := l.targetsAt.Add(120 * time.Second)
+	// Two and a half minutes: vmalert's rules see a scrape 30 s late, and a
+	// rate needs two scrapes; from then on, a recorded sample every 15 s,
+	// of which a workload's series needs minWorkloadEvals to be judged.
+	minimum := l.targetsAt.Add(150 * time.Second)
 	for {
 		l.end = time.Now()
 		must, _ := l.idleAllocations()
@@ -254,6 +262,9 @@ func (r *run) live(ctx context.Context, vmAddr string) error {
 		}
 	}
 	r.measureLive(ctx, l, alertAddr)
+	// The checks read the engine up to l.end: the agents' CPU goes to them
+	// and to the history's replays.
+	stopFleet()
 	l.checkTargets(ctx, r.res)
 	l.checkAlerts(ctx, r.res)
 	l.checkRules(ctx, r.res)
