@@ -85,6 +85,9 @@ func writeTargets(path string, targets map[string]string) error {
 	return os.Rename(tmp, path)
 }
 
+// shardName is the name of the i-th vmagent shard's process.
+func shardName(i int) string { return fmt.Sprintf("vmagent-%d", i) }
+
 // startShards starts n vmagents as one scraping cluster
 // (-promscrape.cluster.*): each scrapes its share of the targets and
 // remote-writes to the engine.
@@ -99,7 +102,7 @@ func startShards(ctx context.Context, ps *procs, t Tools, dir, config, vmAddr st
 		if err != nil {
 			return nil, err
 		}
-		p, err := ps.start(fmt.Sprintf("vmagent-%d", i), t.VMAgent,
+		p, err := ps.start(shardName(i), t.VMAgent,
 			"-promscrape.config="+cfg,
 			"-promscrape.cluster.membersCount="+fmt.Sprint(n),
 			"-promscrape.cluster.memberNum="+fmt.Sprint(i),

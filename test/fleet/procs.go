@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"syscall"
@@ -128,6 +129,24 @@ func (p *proc) stop(grace time.Duration) {
 	case <-time.After(grace):
 		_ = syscall.Kill(-p.cmd.Process.Pid, syscall.SIGKILL)
 		<-p.done
+	}
+}
+
+// stopNamed ends the children named in names, as Stop would.
+func (ps *procs) stopNamed(names ...string) {
+	ps.mu.Lock()
+	var stop, keep []*proc
+	for _, p := range ps.list {
+		if slices.Contains(names, p.name) {
+			stop = append(stop, p)
+		} else {
+			keep = append(keep, p)
+		}
+	}
+	ps.list = keep
+	ps.mu.Unlock()
+	for _, p := range stop {
+		p.stop(5 * time.Second)
 	}
 }
 
