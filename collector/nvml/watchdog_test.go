@@ -356,4 +356,3 @@ func TestHungCallCounted(t *testing.T) {
 		})
 	}
 }
-
