@@ -70,6 +70,7 @@ type Fleet struct {
 	ksmLn  net.Listener
 	cancel context.CancelFunc
 	wg     sync.WaitGroup
+	stop   sync.Once
 }
 
 // ServeFleet starts an agent for every node, each after playing its
@@ -242,20 +243,23 @@ func (k fleetKubeState) Collect(ch chan<- prometheus.Metric) {
 	}
 }
 
-// Stop ends every agent and the kube-state-metrics endpoint.
+// Stop ends every agent and the kube-state-metrics endpoint; a second call
+// does nothing.
 func (f *Fleet) Stop() {
-	if f.cancel != nil {
-		f.cancel()
-	}
-	f.wg.Wait()
-	if f.ksm != nil {
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		_ = f.ksm.Shutdown(ctx)
-		cancel()
-	}
-	for _, a := range f.agents {
-		if a != nil {
-			a.stop()
+	f.stop.Do(func() {
+		if f.cancel != nil {
+			f.cancel()
 		}
-	}
+		f.wg.Wait()
+		if f.ksm != nil {
+			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			_ = f.ksm.Shutdown(ctx)
+			cancel()
+		}
+		for _, a := range f.agents {
+			if a != nil {
+				a.stop()
+			}
+		}
+	})
 }

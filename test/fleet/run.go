@@ -205,14 +205,7 @@ func (r *run) live(ctx context.Context, vmAddr string) error {
 	if err != nil {
 		return err
 	}
-	stopped := false
-	stopFleet := func() {
-		if !stopped {
-			stopped = true
-			fleet.Stop()
-		}
-	}
-	defer stopFleet()
+	defer fleet.Stop()
 	r.res.measure("live: agents' lead-in, all nodes", time.Since(started).Seconds(), "s")
 	targets := filepath.Join(r.dir, "targets.json")
 	if err := writeTargets(targets, map[string]string{}); err != nil {
@@ -264,7 +257,7 @@ func (r *run) live(ctx context.Context, vmAddr string) error {
 	r.measureLive(ctx, l, alertAddr)
 	// The checks read the engine up to l.end: the agents' CPU goes to them
 	// and to the history's replays.
-	stopFleet()
+	fleet.Stop()
 	l.checkTargets(ctx, r.res)
 	l.checkAlerts(ctx, r.res)
 	l.checkRules(ctx, r.res)
