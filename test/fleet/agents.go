@@ -66,8 +66,8 @@ type liveAgent struct {
 // Fleet is every simulated agent of a live run, served by this process.
 type Fleet struct {
 	agents []*liveAgent
-	ksm    *http.Server
-	ksmLn  net.Listener
+	ksm    []*http.Server
+	ksmLn  []net.Listener
 	cancel context.CancelFunc
 	wg     sync.WaitGroup
 	stop   sync.Once
@@ -149,8 +149,10 @@ func startAgent(ctx context.Context, n *Node, c LiveConfig, sched *agent.Schedul
 	cfg.Windows = sched
 	// The lead-in polls every LeadInStep; a GPU in MIG mode on Hopper reads
 	// its instances' activity from GPM once a poll, each reading covering
-	// it, which --sample.max-gap must allow.
-	cfg.MaxSampleGap = max(cfg.MaxSampleGap, c.LeadInStep+2*time.Second)
+	// it, which --sample.max-gap must allow. Live, a poll of a thousand
+	// agents on two cores may start seconds late: a reading covers up to
+	// three polls before its time is lost as a gap.
+	cfg.MaxSampleGap = max(cfg.MaxSampleGap, c.LeadInStep+2*time.Second, 3*c.Poll)
 	procs := cgroup.New(cgroup.Config{Root: filepath.Join(a.dir, "proc")}, log.Named("proc"))
 	if a.engine, err = agent.New(cfg, a.reader, a.kube, clock, log.Named("engine"), agent.WithPods(node), agent.WithProcesses(procs)); err != nil {
 		return fail(err)
@@ -211,23 +213,41 @@ func (f *Fleet) Targets() map[string]string {
 	return m
 }
 
-// KubeStateAddr is where the fleet's kube-state-metrics series are served.
-func (f *Fleet) KubeStateAddr() string { return f.ksmLn.Addr().String() }
+// KubeStateAddrs are where the fleet's kube-state-metrics shards serve.
+func (f *Fleet) KubeStateAddrs() []string {
+	out := make([]string, len(f.ksmLn))
+	for i, ln := range f.ksmLn {
+		out[i] = ln.Addr().String()
+	}
+	return out
+}
 
-// serveKubeState serves, as one cluster-wide kube-state-metrics would,
-// the pods of every node (sim.Node.KubeState) and those no node took.
+// NodesPerKubeState is how many nodes' pods one kube-state-metrics shard
+// serves. A cluster of 1,000 such nodes holds some 25,000 pods, whose
+// series come to 32 MB a scrape: over vmagent's -promscrape.maxScrapeSize
+// (16 MiB), which drops the whole scrape. A cluster that size runs
+// kube-state-metrics sharded (--shard, --total-shards) as the fleet does,
+// each shard under 9 MB.
+const NodesPerKubeState = 250
+
+// serveKubeState serves, as a cluster's kube-state-metrics would, the pods
+// of every node (sim.Node.KubeState) and those no node took: one shard per
+// NodesPerKubeState nodes, each its nodes' pods, as kube-state-metrics'
+// own sharding gives each shard a share of the pods.
 func (f *Fleet) serveKubeState() error {
-	reg := prometheus.NewRegistry()
-	if err := reg.Register(fleetKubeState(f.agents)); err != nil {
-		return err
+	for lo := 0; lo < len(f.agents); lo += NodesPerKubeState {
+		reg := prometheus.NewRegistry()
+		if err := reg.Register(fleetKubeState(f.agents[lo:min(lo+NodesPerKubeState, len(f.agents))])); err != nil {
+			return err
+		}
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			return err
+		}
+		srv := &http.Server{Handler: promhttp.HandlerFor(reg, promhttp.HandlerOpts{}), ReadHeaderTimeout: 10 * time.Second}
+		f.ksmLn, f.ksm = append(f.ksmLn, ln), append(f.ksm, srv)
+		go func() { _ = srv.Serve(ln) }()
 	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return err
-	}
-	f.ksmLn = ln
-	f.ksm = &http.Server{Handler: promhttp.HandlerFor(reg, promhttp.HandlerOpts{}), ReadHeaderTimeout: 10 * time.Second}
-	go func() { _ = f.ksm.Serve(ln) }()
 	return nil
 }
 
@@ -251,15 +271,20 @@ func (f *Fleet) Stop() {
 			f.cancel()
 		}
 		f.wg.Wait()
-		if f.ksm != nil {
+		for _, srv := range f.ksm {
 			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-			_ = f.ksm.Shutdown(ctx)
+			_ = srv.Shutdown(ctx)
 			cancel()
 		}
+		// Each stop waits for its server's scrapes and its kubelet's
+		// connections: a thousand of them one after the other took minutes.
+		var g errgroup.Group
+		g.SetLimit(16)
 		for _, a := range f.agents {
 			if a != nil {
-				a.stop()
+				g.Go(func() error { a.stop(); return nil })
 			}
 		}
+		_ = g.Wait()
 	})
 }

@@ -39,8 +39,9 @@ func startVM(ctx context.Context, ps *procs, t Tools, name, dir string, extra ..
 // scrapeConfig is the shards' configuration: the agents from a file_sd
 // file, each target's node name relabelled from the file's __fleet_node
 // label as a PodMonitor relabels __meta_kubernetes_pod_node_name, and the
-// cluster's kube-state-metrics.
-func scrapeConfig(targetsFile, ksmAddr string, every time.Duration) string {
+// cluster's kube-state-metrics shards.
+func scrapeConfig(targetsFile string, ksmAddrs []string, every time.Duration) string {
+	ksm, _ := json.Marshal(ksmAddrs)
 	return fmt.Sprintf(`global:
   scrape_interval: %[1]s
   scrape_timeout: %[1]s
@@ -54,8 +55,8 @@ scrape_configs:
   - job_name: kube-state-metrics
     honor_labels: true
     static_configs:
-      - targets: [%[3]q]
-`, every, targetsFile, ksmAddr)
+      - targets: %[3]s
+`, every, targetsFile, ksm)
 }
 
 // writeTargets writes a file_sd file of the agents: one target each, with

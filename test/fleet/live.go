@@ -23,8 +23,10 @@ type liveRun struct {
 	// targetsAt is when the targets file was written: no scrape before.
 	targetsAt time.Time
 	// end is when the live phase stopped looking.
-	end    time.Time
-	scrape time.Duration
+	end time.Time
+	// scrape and eval: the shards' scrape interval, vmalert's evaluation
+	// interval.
+	scrape, eval time.Duration
 	// poll is the agents' poll interval.
 	poll   time.Duration
 	sched  *agent.Schedule
@@ -64,12 +66,15 @@ func (k alertKey) String() string {
 	return s
 }
 
-// Margins of the live alert checks. vmalert sees a series some 35 s after
-// its scrape (VictoriaMetrics' -search.latencyOffset, 30 s, and a scrape
-// interval), and an alert fires one `for:` after it is first seen pending,
-// then Alertmanager sends it within its group_wait: an allocation idle for
-// 30 minutes plus this margin must have reached the webhook.
-const firingMargin = 150 * time.Second
+// firingMargin is the margin of the live alert checks. vmalert sees a
+// series some 35 s after its scrape (VictoriaMetrics' -search.latencyOffset,
+// 30 s, and a scrape interval), and an alert fires one `for:` after it is
+// first seen pending, each a round of evaluations late at most, then
+// Alertmanager sends it within its group_wait: an allocation idle for 30
+// minutes plus this margin must have reached the webhook.
+func (l *liveRun) firingMargin() time.Duration {
+	return 120*time.Second + 2*l.eval
+}
 
 // idleAllocations are the allocations (pod × GPU) the GPUAllocatedButIdle
 // rule must have fired for by the end (idle for 30 minutes and the margin,
@@ -97,7 +102,7 @@ func (l *liveRun) idleAllocations() (must, mustNot map[alertKey]bool) {
 					}
 				}
 				switch {
-				case end < p.To && streakAt(p, end) >= 30*time.Minute+firingMargin:
+				case end < p.To && streakAt(p, end) >= 30*time.Minute+l.firingMargin():
 					must[k] = true
 				case longest < 30*time.Minute:
 					mustNot[k] = true
@@ -382,6 +387,51 @@ const (
 	minWorkloadEvals = 6
 )
 
+// judgedFrom is the first evaluation of a recording rule the checks
+// judge. Earlier, the first samples are not yet in every window; a rule
+// built on recorded series (derived) reads them an evaluation and a
+// latency later.
+func (l *liveRun) judgedFrom(derived bool) time.Time {
+	first := l.targetsAt.Add(l.scrape + 45*time.Second)
+	if derived {
+		first = first.Add(l.derivedLag())
+	}
+	return first
+}
+
+// workloadWindow is the shortest rate window a workload's series is
+// judged on. A scrape reads the counters of the agent's last poll, up to a
+// poll old, and which poll it reads can change from one scrape to the next
+// when the two nearly coincide: a window's rate is off by up to a poll
+// over its length. At a 1 s poll, the shortest window checked (a minute)
+// holds 60 polls; a slower poll needs a window as many polls long (at
+// 5 s, 5 minutes less a lag), or one workload's series reads 3–5% off
+// in the live phase's first minutes.
+func (l *liveRun) workloadWindow() time.Duration {
+	return max(time.Minute, 50*l.poll)
+}
+
+// workloadFrom is the first evaluation at which every window a workload's
+// series may have been read over is workloadWindow long.
+func (l *liveRun) workloadFrom() time.Time {
+	from := l.judgedFrom(false)
+	if w := l.workloadWindow(); w > time.Minute {
+		from = maxTime(from, l.targetsAt.Add(l.scrape+w+maxLag))
+	}
+	return from
+}
+
+func maxTime(a, b time.Time) time.Time {
+	if a.After(b) {
+		return a
+	}
+	return b
+}
+
+// derivedLag is how much later than the series it reads a rule built on
+// recorded series may read them: two rounds of evaluations.
+func (l *liveRun) derivedLag() time.Duration { return 2 * l.eval }
+
 // checkRules sets every recorded sample of every recording rule against
 // the truth of its window.
 func (l *liveRun) checkRules(ctx context.Context, res *Result) {
@@ -407,16 +457,13 @@ func (l *liveRun) checkRules(ctx context.Context, res *Result) {
 			byRule[r.name] = w
 			names = append(names, r.name)
 		}
-		// Too early: the first samples are not yet in every window; a rule
-		// built on recorded series reads them an evaluation and a latency
-		// later.
-		first, lagMax := l.targetsAt.Add(l.scrape+45*time.Second), maxLag
+		first, lagMax := l.judgedFrom(derived[r.name]), maxLag
 		if derived[r.name] {
-			first, lagMax = first.Add(30*time.Second), maxLag+30*time.Second
+			lagMax += l.derivedLag()
 		}
 		// Too late: the agents stop serving at the end of the live phase,
 		// and the rules then read their series going stale.
-		if r.at.Before(first) || r.at.After(l.end) {
+		if r.at.Before(first) || r.at.After(l.end) || (perWorkload(r.name) && r.at.Before(l.workloadFrom())) {
 			continue
 		}
 		lo, hi := math.Inf(1), math.Inf(-1)

@@ -50,7 +50,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 	set := map[string]bool{}
 	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
 	d := fleet.DefaultConfig(c.Nodes)
-	c.LiveTimeout = d.LiveTimeout
+	c.Eval, c.LiveTimeout, c.HistoryAfterLive = d.Eval, d.LiveTimeout, d.HistoryAfterLive
 	if !set["live.poll"] {
 		c.Poll = d.Poll
 	}
