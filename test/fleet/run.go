@@ -273,10 +273,11 @@ func (r *run) live(ctx context.Context, vmAddr string) error {
 		l.end = time.Now()
 		rounds := 0.0
 		if l.end.After(l.workloadFrom()) {
+			n := evaluated()
 			if math.IsNaN(base) {
-				base = evaluated()
+				base = n
 			}
-			rounds = evaluated() - base
+			rounds = n - base
 		}
 		must, _ := l.idleAllocations()
 		got := 0
@@ -423,7 +424,11 @@ func (r *run) measureLive(ctx context.Context, l *liveRun, alertAddr string) {
 		r.res.measure("live: series per node (most)", most, "")
 		r.res.measure(fmt.Sprintf("live: samples per second, %d nodes at a %s scrape", nodes, r.c.Scrape), sum/r.c.Scrape.Seconds(), "")
 	}
-	r.res.pass("live", "engine: series of every node counted", qerr == nil && nodes == len(l.agents), fmt.Sprintf("%d of %d nodes%s", nodes, len(l.agents), errText(qerr)))
+	detail := fmt.Sprintf("%d of %d nodes", nodes, len(l.agents))
+	if qerr != nil {
+		detail += ": " + qerr.Error()
+	}
+	r.res.pass("live", "engine: series of every node counted", qerr == nil && nodes == len(l.agents), detail)
 	rows := func() float64 {
 		_, b, err := httpGet(ctx, "http://"+l.vm+"/metrics")
 		if err != nil {
@@ -485,12 +490,4 @@ func (r *run) measureDisk(ctx context.Context, vmAddr string) {
 	gpuDays := float64(r.res.HistoryGPUs * r.c.HistoryDays)
 	r.res.measure(fmt.Sprintf("engine: data size after a %s-scraped history of %d GPU-days", r.c.HistoryScrape, int(gpuDays)), size/(1<<20), "MiB")
 	r.res.measure("engine: bytes on disk per GPU-day at that scrape", size/gpuDays, "B")
-}
-
-// errText is ": err" for a detail column, empty for none.
-func errText(err error) string {
-	if err == nil {
-		return ""
-	}
-	return ": " + err.Error()
 }
