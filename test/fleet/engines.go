@@ -98,7 +98,7 @@ func (r *run) engines(ctx context.Context) error {
 	for i, m := range members {
 		trs[i] = m.tr
 	}
-	l := &liveRun{sched: r.sched}
+	l := &liveRun{sched: r.sched, poll: c.HistoryPoll, scrape: c.CompareScrape}
 	for _, n := range nodes {
 		sc := asPolled(n.Scenario, c.HistoryPoll)
 		sc.Start = sc.Start.Add(shifts[n.Name])
@@ -157,21 +157,24 @@ func (r *run) engines(ctx context.Context) error {
 					}
 				}
 				rec := recorded{name: name, labels: labels, at: at}
-				lo, hi, mean, n := math.Inf(1), math.Inf(-1), 0.0, 0
+				// The truth as each engine reads young series: MetricsQL
+				// over their own span, Prometheus over the window.
+				var truths [2]spread
 				for lag := time.Duration(0); lag <= c.CompareScrape; lag += c.CompareScrape / 2 {
 					for _, before := range []time.Duration{0, c.CompareScrape} {
 						e := at.Add(-lag)
-						tv := l.truthOf(trs, rec, e.Add(-5*time.Minute-before), e)
-						lo, hi, mean, n = math.Min(lo, tv), math.Max(hi, tv), mean+tv, n+1
+						for i := range truths {
+							truths[i].add(l.truthOf(trs, rec, e.Add(-5*time.Minute-before), e, i == 0))
+						}
 					}
 				}
-				mean /= float64(n)
-				if hi-lo > stableSpread*math.Max(math.Abs(mean), floorGPUs*10) {
+				if !truths[0].stable() || !truths[1].stable() {
 					skipped++
 					continue
 				}
-				vsTruth[0].add(fmt.Sprintf("%v at %s", labels, at.Format("15:04")), v, mean)
-				vsTruth[1].add(fmt.Sprintf("%v at %s", labels, at.Format("15:04")), pv, mean)
+				for i, got := range []float64{v, pv} {
+					vsTruth[i].add(fmt.Sprintf("%v at %s", labels, at.Format("15:04")), got, truths[i].mean())
+				}
 			}
 		}
 		for _, w := range vsTruth {

@@ -37,6 +37,10 @@ func (p *podSeconds) add(o podSeconds, sign float64) {
 type totals struct {
 	Observed, Allocated, AllocIdle, AllocActive, Unallocated, UnallocActive float64
 	Work                                                                    map[wkey]podSeconds
+
+	// byPod are the pod-seconds of each pod of the truther's scenario, by
+	// its index there; a cumulative truth's only (add leaves them).
+	byPod []podSeconds
 }
 
 func newTotals() *totals { return &totals{Work: map[wkey]podSeconds{}} }
@@ -135,12 +139,18 @@ func asPolled(sc *sim.Scenario, poll time.Duration) *sim.Scenario {
 // the scenario cut there), cached.
 type truther struct {
 	sc *sim.Scenario
-	mu sync.Mutex
-	at map[time.Duration]*totals
+	// index is each pod's index in sc.Pods, by namespace/name.
+	index map[string]int
+	mu    sync.Mutex
+	at    map[time.Duration]*totals
 }
 
 func newTruther(sc *sim.Scenario) *truther {
-	return &truther{sc: sc, at: map[time.Duration]*totals{}}
+	index := make(map[string]int, len(sc.Pods))
+	for i, p := range sc.Pods {
+		index[p.Namespace+"/"+p.Name] = i
+	}
+	return &truther{sc: sc, index: index, at: map[time.Duration]*totals{}}
 }
 
 // cumulative is the truth from the scenario's start to offset t (clamped
@@ -154,6 +164,7 @@ func (tr *truther) cumulative(t time.Duration) *totals {
 	}
 	tr.mu.Unlock()
 	out := newTotals()
+	out.byPod = make([]podSeconds, len(tr.sc.Pods))
 	if t > 0 {
 		c := cut(tr.sc, t)
 		blind := noMIGActivity(c.System)
@@ -169,17 +180,14 @@ func (tr *truther) cumulative(t time.Duration) *totals {
 			out.AllocActive += g.AllocatedActiveSeconds
 			out.UnallocActive += g.UnallocatedActiveSeconds
 		}
-		byName := map[string]sim.Pod{}
-		for _, p := range c.Pods {
-			byName[p.Namespace+"/"+p.Name] = p
-		}
 		for _, r := range c.Truth(idleThreshold) {
-			p := byName[r.Namespace+"/"+r.Pod]
+			i := tr.index[r.Namespace+"/"+r.Pod]
 			s := podSeconds{Allocated: r.AllocatedSeconds, Idle: r.IdleSeconds, Active: r.ActiveSeconds}
 			if r.Device.MIG && blind {
 				s.Idle, s.Active = 0, 0
 			}
-			k := workloadOf(p)
+			out.byPod[i].add(s, 1)
+			k := workloadOf(tr.sc.Pods[i])
 			w := out.Work[k]
 			w.add(s, 1)
 			out.Work[k] = w
@@ -205,6 +213,23 @@ func (tr *truther) span(a, b time.Duration, sched *agent.Schedule) (peak, offpea
 		}
 		dst.add(tr.cumulative(s.to), 1, nil)
 		dst.add(tr.cumulative(s.from), -1, nil)
+	}
+	return
+}
+
+// podSpan is pod i's seconds over scenario offsets [a, b), peak and
+// off-peak.
+func (tr *truther) podSpan(i int, a, b time.Duration, sched *agent.Schedule) (peak, offpeak podSeconds) {
+	if b <= a {
+		return
+	}
+	for _, s := range windowSplit(tr.sc.Start, a, b, sched) {
+		dst := &offpeak
+		if s.peak {
+			dst = &peak
+		}
+		dst.add(tr.cumulative(s.to).byPod[i], 1)
+		dst.add(tr.cumulative(s.from).byPod[i], -1)
 	}
 	return
 }

@@ -150,3 +150,43 @@ pods:
 		t.Error("asPolled changed the scenario it was given")
 	}
 }
+
+// TestYoungSeries: as MetricsQL reads them, the series of a pod that starts
+// inside a rate's window count its GPUs over their own samples, where the
+// mean over the window counts them for the part of it the pod held them;
+// a series with one sample in the window counts nothing.
+func TestYoungSeries(t *testing.T) {
+	t.Parallel()
+	sc := parse(t, truthScenario) // a-0: 2 GPUs from 10m; b-0: 1 GPU throughout
+	sched, _ := agent.ParseSchedule(agent.DefaultPeakSchedule, time.UTC)
+	l := &liveRun{agents: []*liveAgent{{scenario: sc}}, poll: time.Second, scrape: 15 * time.Second, sched: sched}
+	trs := []*truther{newTruther(sc)}
+	cluster := recorded{name: "cluster_window:gpuxray_allocated_seconds:rate5m", labels: map[string]string{"window": "offpeak"}}
+	job := recorded{name: "namespace_workload_model_window:gpuxray_allocated_seconds:rate5m",
+		labels: map[string]string{"namespace": "ml", "workload_kind": "Job", "workload": "a", "model": "", "window": "offpeak"}}
+	device := recorded{name: "cluster_window:gpuxray_device_allocated_seconds:rate5m", labels: map[string]string{"window": "offpeak"}}
+	at := func(d time.Duration) time.Time { return sc.Start.Add(d) }
+	for _, c := range []struct {
+		name      string
+		r         recorded
+		from, to  time.Duration
+		mean, mql float64
+	}{
+		// 08:08-08:13, off-peak: a-0 holds its 2 GPUs for 3 of the 5
+		// minutes; its first sample is at 10m8.5s.
+		{"cluster", cluster, 8 * time.Minute, 13 * time.Minute, 1 + 2*3.0/5, 3},
+		{"workload", job, 8 * time.Minute, 13 * time.Minute, 2 * 3.0 / 5, 2},
+		// The devices' series are as old as the node: no difference.
+		{"device", device, 8 * time.Minute, 13 * time.Minute, 1 + 2*3.0/5, 1 + 2*3.0/5},
+		// One sample of a-0 in the window: no rate.
+		{"one sample", cluster, 5*time.Minute + 10*time.Second, 10*time.Minute + 10*time.Second, 1 + 2*10.0/300, 1},
+		// a-0 older than the window: no difference.
+		{"old", cluster, 20 * time.Minute, 25 * time.Minute, 3, 3},
+	} {
+		mean := l.truthOf(trs, c.r, at(c.from), at(c.to), false)
+		mql := l.truthOf(trs, c.r, at(c.from), at(c.to), true)
+		if !near(mean, c.mean) || !near(mql, c.mql) {
+			t.Errorf("%s: mean over the window %g (want %g), as MetricsQL reads it %g (want %g)", c.name, mean, c.mean, mql, c.mql)
+		}
+	}
+}
