@@ -47,10 +47,18 @@ type liveRun struct {
 type windowTruth struct {
 	nodes [][2]*totals
 	work  map[wkey][]int
-	// young is, by workload, peak and off-peak, how many GPUs more than
-	// their mean over the window MetricsQL reads in the series of pods
+	// young is, by workload, what MetricsQL reads in the series of pods
 	// younger than the window (see youngPods).
-	young map[wkey][2]podSeconds
+	young map[wkey]*youngRead
+}
+
+// youngRead is what MetricsQL reads in one workload's series younger than
+// a window: extra is how many GPUs more than their mean over the window,
+// peak and off-peak; shortest is the shortest span such a series has in
+// the window.
+type youngRead struct {
+	extra    [2]podSeconds
+	shortest time.Duration
 }
 
 // alertKey is an alert's subject: the node, and the pod and GPU or
@@ -486,7 +494,7 @@ func (l *liveRun) checkRules(ctx context.Context, res *Result) {
 				}
 			}
 		}
-		if truth.n == 0 {
+		if truth.n == 0 && !truth.unfit {
 			continue
 		}
 		if !truth.stable() {
@@ -556,9 +564,15 @@ func perWorkload(rule string) bool {
 type spread struct {
 	lo, hi, sum float64
 	n           int
+	// unfit: a truth could not be judged (NaN).
+	unfit bool
 }
 
 func (s *spread) add(v float64) {
+	if math.IsNaN(v) {
+		s.unfit = true
+		return
+	}
 	if s.n == 0 {
 		s.lo, s.hi = v, v
 	}
@@ -567,10 +581,10 @@ func (s *spread) add(v float64) {
 
 func (s *spread) mean() float64 { return s.sum / float64(s.n) }
 
-// stable tells whether the truths agree within stableSpread: no pod came,
-// went or changed near the windows' edges.
+// stable tells whether the truths agree within stableSpread (no pod came,
+// went or changed near the windows' edges) and each could be judged.
 func (s *spread) stable() bool {
-	return s.hi-s.lo <= stableSpread*math.Max(math.Abs(s.mean()), floorGPUs*10)
+	return !s.unfit && s.hi-s.lo <= stableSpread*math.Max(math.Abs(s.mean()), floorGPUs*10)
 }
 
 type seriesMean struct {
@@ -581,7 +595,8 @@ type seriesMean struct {
 
 // truthOf is the truth of recorded sample r over [start, end): a mean
 // number of GPUs, or pending GPUs at end. metricsQL: as MetricsQL reads
-// the series of pods younger than the window (see youngPods).
+// the series of pods younger than the window (see youngPods); NaN for a
+// workload's series too young to judge.
 func (l *liveRun) truthOf(trs []*truther, r recorded, start, end time.Time, metricsQL bool) float64 {
 	secs := end.Sub(start).Seconds()
 	name := r.name
@@ -609,8 +624,8 @@ func (l *liveRun) truthOf(trs []*truther, r recorded, start, end time.Time, metr
 			v += totalsFor(name, metric, r.labels, t)
 		}
 	}
-	young := func(y [2]podSeconds) {
-		for w, s := range y {
+	young := func(y *youngRead) {
+		for w, s := range y.extra {
 			if window != "" && (window == "peak") != (w == 0) {
 				continue
 			}
@@ -623,8 +638,14 @@ func (l *liveRun) truthOf(trs []*truther, r recorded, start, end time.Time, metr
 		for _, i := range wt.work[k] {
 			add(wt.nodes[i])
 		}
-		if podSeries {
-			young(wt.young[k])
+		if y := wt.young[k]; podSeries && y != nil {
+			// A series' rate is off by up to a poll over its span, the
+			// workload's mostly one series: not judged on short spans
+			// (see workloadWindow).
+			if y.shortest < l.workloadWindow() {
+				return math.NaN()
+			}
+			young(y)
 		}
 		return v / secs
 	}
@@ -653,7 +674,7 @@ func (l *liveRun) nodeSpans(trs []*truther, start, end time.Time) *windowTruth {
 	if ok {
 		return c
 	}
-	c = &windowTruth{nodes: make([][2]*totals, len(l.agents)), work: map[wkey][]int{}, young: map[wkey][2]podSeconds{}}
+	c = &windowTruth{nodes: make([][2]*totals, len(l.agents)), work: map[wkey][]int{}, young: map[wkey]*youngRead{}}
 	for i, a := range l.agents {
 		pk, op := trs[i].span(start.Sub(a.scenario.Start), end.Sub(a.scenario.Start), l.sched)
 		c.nodes[i] = [2]*totals{pk, op}
@@ -676,7 +697,8 @@ func (l *liveRun) nodeSpans(trs []*truther, start, end time.Time) *windowTruth {
 }
 
 // youngPods adds to young what MetricsQL reads more than the truth in the
-// series of tr's pods that start inside window [a, b) (scenario offsets).
+// series of tr's pods that start inside window [a, b) (scenario offsets),
+// and their shortest span.
 //
 // MetricsQL's rate divides a series' increase from the last sample before
 // the window by the time since that sample; a series younger than the
@@ -691,7 +713,7 @@ func (l *liveRun) nodeSpans(trs []*truther, start, end time.Time) *windowTruth {
 // The first sample lands l.firstSample() after the pod's start in the
 // polled scenario, on average; each pod's own phase of poll and scrape
 // is not known, and over many pods the mean serves.
-func (l *liveRun) youngPods(tr *truther, a, b time.Duration, young map[wkey][2]podSeconds) {
+func (l *liveRun) youngPods(tr *truther, a, b time.Duration, young map[wkey]*youngRead) {
 	secs := (b - a).Seconds()
 	for i, p := range tr.sc.Pods {
 		t0 := p.From + l.firstSample()
@@ -709,9 +731,13 @@ func (l *liveRun) youngPods(tr *truther, a, b time.Duration, young map[wkey][2]p
 		got[1].add(op, -1/secs)
 		k := workloadOf(p)
 		y := young[k]
-		y[0].add(got[0], 1)
-		y[1].add(got[1], 1)
-		young[k] = y
+		if y == nil {
+			y = &youngRead{shortest: b - t0}
+			young[k] = y
+		}
+		y.extra[0].add(got[0], 1)
+		y.extra[1].add(got[1], 1)
+		y.shortest = min(y.shortest, b-t0)
 	}
 }
 
