@@ -390,8 +390,10 @@ func exportRecorded(ctx context.Context, vm string, from time.Time) ([]recorded,
 // window (or the first, for a series younger than the window): the
 // window's end lags T by 0 to a minute, its start by a scrape interval
 // more or less. The truth is taken over each such window; a recorded
-// value is checked where those truths agree within stableSpread (no pod
-// came, went or changed near the window's edges), and skipped otherwise.
+// value is checked against their mean where they agree within
+// stableSpread (no pod came, went or changed near the window's edges);
+// otherwise a cluster-wide sum is checked against the one nearest its
+// value, and a workload's sample is skipped.
 const (
 	maxLag       = 60 * time.Second
 	stableSpread = 0.002
@@ -459,7 +461,7 @@ func (l *liveRun) checkRules(ctx context.Context, res *Result) {
 	derived := derivedRules()
 	means := map[string]*seriesMean{}
 	byRule := map[string]*worst{}
-	skipped := map[string]int{}
+	skipped, nearChange := map[string]int{}, map[string]int{}
 	var names []string
 	for _, r := range rs {
 		w := byRule[r.name]
@@ -498,7 +500,16 @@ func (l *liveRun) checkRules(ctx context.Context, res *Result) {
 			continue
 		}
 		if !truth.stable() {
-			skipped[r.name]++
+			if perWorkload(r.name) || truth.unfit {
+				skipped[r.name]++
+				continue
+			}
+			// A cluster-wide sum near a change: judged against the truth
+			// of the window nearest its value. Without it a rule read
+			// where pods came and went all run long (the offpeak sum of
+			// 1,000 churning nodes) would go unjudged.
+			nearChange[r.name]++
+			w.add(fmt.Sprintf("%v at %s, near a change", r.labels, r.at.Format("15:04:05")), r.value, min(max(r.value, truth.lo), truth.hi))
 			continue
 		}
 		mean := truth.mean()
@@ -528,6 +539,9 @@ func (l *liveRun) checkRules(ctx context.Context, res *Result) {
 		w := byRule[n]
 		if s := skipped[n]; s > 0 {
 			w.notes = append(w.notes, fmt.Sprintf("%d samples near a change skipped", s))
+		}
+		if s := nearChange[n]; s > 0 {
+			w.notes = append(w.notes, fmt.Sprintf("%d samples near a change judged against the nearest window's truth", s))
 		}
 		if f := few[n]; f > 0 {
 			w.notes = append(w.notes, fmt.Sprintf("%d series with fewer than %d stable evaluations not judged alone", f, minWorkloadEvals))

@@ -374,7 +374,7 @@ func (r *run) history(ctx context.Context, vmAddr string) error {
 	}
 	imported := time.Since(began)
 	r.res.measure(fmt.Sprintf("history: %d node-days replayed (CPU time of the replays)", k*c.HistoryDays), total.replay.Seconds(), "s")
-	r.res.measure(fmt.Sprintf("history: %d node-weeks imported (wall time, replays included)", len(nodes)), imported.Seconds(), "s")
+	r.res.measure(fmt.Sprintf("history: %d node-days imported (wall time, replays included)", len(nodes)*c.HistoryDays), imported.Seconds(), "s")
 	r.res.measure("history: samples imported", float64(total.samples), "")
 	r.res.measure("history: series imported", float64(total.series), "")
 
