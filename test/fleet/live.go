@@ -463,6 +463,7 @@ func (l *liveRun) checkRules(ctx context.Context, res *Result) {
 	means := map[string]*seriesMean{}
 	byRule := map[string]*worst{}
 	skipped, nearChange := map[string]int{}, map[string]int{}
+	workFrom := l.workloadFrom()
 	var names []string
 	for _, r := range rs {
 		w := byRule[r.name]
@@ -478,7 +479,7 @@ func (l *liveRun) checkRules(ctx context.Context, res *Result) {
 		}
 		// Too late: the agents stop serving at the end of the live phase,
 		// and the rules then read their series going stale.
-		if r.at.Before(first) || r.at.After(l.end) || (perWorkload(r.name) && r.at.Before(l.workloadFrom())) {
+		if r.at.Before(first) || r.at.After(l.end) || (perWorkload(r.name) && r.at.Before(workFrom)) {
 			continue
 		}
 		var truth spread
@@ -501,7 +502,7 @@ func (l *liveRun) checkRules(ctx context.Context, res *Result) {
 			continue
 		}
 		if !truth.stable() {
-			if perWorkload(r.name) || truth.unfit || r.at.Before(l.workloadFrom()) {
+			if perWorkload(r.name) || truth.unfit || r.at.Before(workFrom) {
 				skipped[r.name]++
 				continue
 			}
@@ -644,12 +645,14 @@ func (l *liveRun) truthOf(trs []*truther, r recorded, start, end time.Time, metr
 			v += totalsFor(name, metric, r.labels, t)
 		}
 	}
+	// extra: GPUs that young series read beyond their mean (youngPods).
+	var extra float64
 	young := func(y *youngRead) {
 		for w, s := range y.extra {
 			if window != "" && (window == "peak") != (w == 0) {
 				continue
 			}
-			v += podField(metric, s) * secs
+			extra += podField(metric, s)
 		}
 	}
 	podSeries := metricsQL && strings.HasPrefix(metric, "gpuxray_allocated_")
@@ -667,7 +670,7 @@ func (l *liveRun) truthOf(trs []*truther, r recorded, start, end time.Time, metr
 			}
 			young(y)
 		}
-		return v / secs
+		return v/secs + extra
 	}
 	for _, sp := range wt.nodes {
 		add(sp)
@@ -677,7 +680,7 @@ func (l *liveRun) truthOf(trs []*truther, r recorded, start, end time.Time, metr
 			young(y)
 		}
 	}
-	return v / secs
+	return v/secs + extra
 }
 
 func labelsWkey(labels map[string]string) wkey {
