@@ -20,6 +20,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/gpuxray/gpuxray/collector"
+	"github.com/gpuxray/gpuxray/internal/testtool"
 )
 
 func TestMain(m *testing.M) {
@@ -144,19 +145,6 @@ func run(t *testing.T, api *apiServer, cfg Config) (*Source, *Client) {
 	return src, client
 }
 
-// eventually polls cond until it holds, or fails after 20 s (the
-// reflector's retry backoff starts at 0.8 s and doubles).
-func eventually(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(20 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting until %s", what)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-}
-
 func waitSync(t *testing.T, src *Source) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
@@ -193,7 +181,7 @@ func resolves(t *testing.T, src *Source, device, wantUUID string, wantErr error)
 func takeHealth(t *testing.T, src *Source, what string, want func(up bool, errs []error) bool) []error {
 	t.Helper()
 	var all []error
-	eventually(t, what, func() bool {
+	testtool.Eventually(t, what, func() bool {
 		up, errs := src.Health()
 		all = append(all, errs...)
 		return want(up, all)
@@ -263,7 +251,7 @@ func TestListWatch(t *testing.T) {
 
 			// The driver creates the MIG device and republishes the slice
 			// with its UUID: seen through the watch.
-			eventually(t, "a watch is open", func() bool {
+			testtool.Eventually(t, "a watch is open", func() bool {
 				reqs := api.requests()
 				return len(reqs) > 0 && reqs[len(reqs)-1].isWatch() && reqs[len(reqs)-1].status == 200
 			})
@@ -427,7 +415,7 @@ func TestBookmark(t *testing.T) {
 	api.put(nodeSlices()[0], true)
 	src, _ := run(t, api, DefaultConfig(node))
 	waitSync(t, src)
-	eventually(t, "a watch is open", func() bool {
+	testtool.Eventually(t, "a watch is open", func() bool {
 		reqs := api.requests()
 		return reqs[len(reqs)-1].isWatch()
 	})

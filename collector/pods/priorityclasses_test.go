@@ -15,6 +15,8 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/kubernetes/fake"
 	k8stesting "k8s.io/client-go/testing"
+
+	"github.com/gpuxray/gpuxray/internal/testtool"
 )
 
 func priorityClass(name string, v int32) *schedulingv1.PriorityClass {
@@ -62,7 +64,7 @@ func TestPriorityClasses(t *testing.T) {
 	if err := c.SchedulingV1().PriorityClasses().Delete(ctx, "notebook", metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, "the watch sees the new class and the deleted one", func() bool {
+	testtool.Eventually(t, "the watch sees the new class and the deleted one", func() bool {
 		return maps.Equal(p.PriorityClasses(), map[string]int32{"train-high": 100000, "batch": 1000})
 	})
 	// The map is the caller's.
@@ -89,7 +91,7 @@ func TestPriorityClassesForbidden(t *testing.T) {
 	})
 	p := runClasses(t, c)
 	var all []error
-	eventually(t, "a failure is reported", func() bool {
+	testtool.Eventually(t, "a failure is reported", func() bool {
 		up, errs := p.Health()
 		all = append(all, errs...)
 		return !up && len(all) > 0
@@ -101,7 +103,7 @@ func TestPriorityClassesForbidden(t *testing.T) {
 		t.Error("classes known before any list succeeded")
 	}
 	deny.Store(false)
-	eventually(t, "the watch recovers", func() bool {
+	testtool.Eventually(t, "the watch recovers", func() bool {
 		up, _ := p.Health()
 		return up && p.PriorityClasses()["train-high"] == 100000
 	})

@@ -27,6 +27,7 @@ import (
 
 	"github.com/gpuxray/gpuxray/collector"
 	"github.com/gpuxray/gpuxray/collector/internal/apihealth"
+	"github.com/gpuxray/gpuxray/internal/testtool"
 )
 
 func TestMain(m *testing.M) {
@@ -180,19 +181,6 @@ func (h *harness) set(f func()) {
 	f()
 }
 
-// eventually polls cond until it holds, or fails after 15 s (the
-// reflector's retry backoff starts at 0.8 s and doubles).
-func eventually(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(15 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting until %s", what)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-}
-
 func TestConfigValidate(t *testing.T) {
 	t.Parallel()
 	tests := []struct {
@@ -324,7 +312,7 @@ func TestPodLifecycle(t *testing.T) {
 	if _, err := pods.Create(ctx, added, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, "the added pod is known", func() bool {
+	testtool.Eventually(t, "the added pod is known", func() bool {
 		p, ok := h.src.PodByUID("uid-2")
 		return ok && p.WorkloadKind == "Job" && p.Workload == "bert-ft" && p.Model == "bert" && p.ExtraLabels["team"] == "vision"
 	})
@@ -336,7 +324,7 @@ func TestPodLifecycle(t *testing.T) {
 	if _, err := pods.Update(ctx, relabelled, metav1.UpdateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, "the relabelled pod's model and team change", func() bool {
+	testtool.Eventually(t, "the relabelled pod's model and team change", func() bool {
 		p, _ := h.src.Pod("serving", relabelled.Name)
 		return p.Model == "llama-3.3-70b" && p.ExtraLabels["team"] == "platform"
 	})
@@ -347,7 +335,7 @@ func TestPodLifecycle(t *testing.T) {
 	if _, err := pods.UpdateStatus(ctx, done, metav1.UpdateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, "the pod is terminal", func() bool {
+	testtool.Eventually(t, "the pod is terminal", func() bool {
 		p, ok := h.src.Pod("serving", done.Name)
 		return ok && p.Phase == "Succeeded" && p.Terminal()
 	})
@@ -358,7 +346,7 @@ func TestPodLifecycle(t *testing.T) {
 	if _, err := pods.Update(ctx, moved, metav1.UpdateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, "a pod updated onto another node is forgotten", func() bool {
+	testtool.Eventually(t, "a pod updated onto another node is forgotten", func() bool {
 		_, ok := h.src.PodByUID("uid-2")
 		return !ok
 	})
@@ -368,7 +356,7 @@ func TestPodLifecycle(t *testing.T) {
 	if err := pods.Delete(ctx, done.Name, metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, "the deleted pod is forgotten", func() bool {
+	testtool.Eventually(t, "the deleted pod is forgotten", func() bool {
 		_, ok1 := h.src.Pod("serving", done.Name)
 		_, ok2 := h.src.PodByUID("uid-1")
 		return !ok1 && !ok2
@@ -376,7 +364,7 @@ func TestPodLifecycle(t *testing.T) {
 	if _, err := pods.Create(ctx, vllmPod("uid-3"), metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, "the recreated pod is known by its new UID", func() bool {
+	testtool.Eventually(t, "the recreated pod is known by its new UID", func() bool {
 		p, ok := h.src.PodByUID("uid-3")
 		return ok && p.Name == done.Name
 	})
@@ -405,7 +393,7 @@ func forbidden() error {
 func takeHealth(t *testing.T, src *Source, what string, want func(up bool, errs []error) bool) []error {
 	t.Helper()
 	var all []error
-	eventually(t, what, func() bool {
+	testtool.Eventually(t, what, func() bool {
 		up, errs := src.Health()
 		all = append(all, errs...)
 		return want(up, all)
@@ -495,7 +483,7 @@ func TestUnavailableLater(t *testing.T) {
 	}
 	h.set(func() { h.listErr, h.watchErr = nil, nil })
 	takeHealth(t, h.src, "the source recovers", func(up bool, _ []error) bool { return up })
-	eventually(t, "the pod deleted while disconnected is forgotten", func() bool { return h.src.Len() == 0 })
+	testtool.Eventually(t, "the pod deleted while disconnected is forgotten", func() bool { return h.src.Len() == 0 })
 }
 
 func TestWatchStreamError(t *testing.T) {
@@ -529,10 +517,17 @@ func TestWatchStreamError(t *testing.T) {
 	// An expired resource version ends a watch normally: no failure.
 	h.waitWatch()
 	h.mu.Lock()
-	w := h.watchers[len(h.watchers)-1]
+	opened := len(h.watchers)
+	w := h.watchers[opened-1]
 	h.mu.Unlock()
 	w.(*watch.RaceFreeFakeWatcher).Error(&apierrors.NewResourceExpired("too old resource version: 1 (2)").ErrStatus)
-	time.Sleep(200 * time.Millisecond)
+	// The reflector opens its next watch only after it has handled the
+	// expired one, so from then on Health has seen whatever it made of it.
+	testtool.Eventually(t, "a watch is opened after the expired one", func() bool {
+		h.mu.Lock()
+		defer h.mu.Unlock()
+		return len(h.watchers) > opened
+	})
 	takeHealth(t, h.src, "up with no error after an expired watch", func(up bool, errs []error) bool {
 		if len(errs) > 0 {
 			t.Fatalf("an expired watch was counted: %v", errs)
@@ -651,7 +646,7 @@ func TestStaticPodMirror(t *testing.T) {
 	if _, err := pods.Create(ctx, mirror("mirror-uid-2", staticUID), metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, "the recreated mirror is known by its new UID", func() bool {
+	testtool.Eventually(t, "the recreated mirror is known by its new UID", func() bool {
 		p, ok := h.src.PodByUID("mirror-uid-2")
 		return ok && p.UID == "mirror-uid-2"
 	})
@@ -665,7 +660,7 @@ func TestStaticPodMirror(t *testing.T) {
 	if _, err := pods.Update(ctx, mirror("mirror-uid-2", newStaticUID), metav1.UpdateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, "the new manifest's UID finds the pod", func() bool {
+	testtool.Eventually(t, "the new manifest's UID finds the pod", func() bool {
 		_, ok := h.src.PodByUID(newStaticUID)
 		return ok
 	})
@@ -675,7 +670,7 @@ func TestStaticPodMirror(t *testing.T) {
 	if err := pods.Delete(ctx, "llm-server-"+node, metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, "the deleted mirror is forgotten by both UIDs", func() bool {
+	testtool.Eventually(t, "the deleted mirror is forgotten by both UIDs", func() bool {
 		_, ok1 := h.src.PodByUID("mirror-uid-2")
 		_, ok2 := h.src.PodByUID(newStaticUID)
 		return !ok1 && !ok2
