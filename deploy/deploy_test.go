@@ -88,9 +88,11 @@ func TestDockerfile(t *testing.T) {
 		{"the agent by default", runtime.has("CMD ") == `CMD ["agent"]`},
 	}
 	for _, c := range checks {
-		if !c.ok {
-			t.Errorf("Dockerfile: %s: no\nstages: %+v", c.what, stages)
-		}
+		t.Run(c.what, func(t *testing.T) {
+			if !c.ok {
+				t.Errorf("Dockerfile: %s: no\nstages: %+v", c.what, stages)
+			}
+		})
 	}
 }
 

@@ -1,6 +1,7 @@
 package exporter
 
 import (
+	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -148,11 +149,13 @@ func TestHandler(t *testing.T) {
 		{"/nope", true, 404, ""},
 	}
 	for _, tc := range tests {
-		ready = tc.ready
-		code, body := get(tc.path)
-		if code != tc.code || !strings.Contains(body, tc.contains) {
-			t.Errorf("GET %s (ready=%v) = %d %q, want %d containing %q", tc.path, tc.ready, code, body, tc.code, tc.contains)
-		}
+		t.Run(fmt.Sprintf("GET %s ready=%v", tc.path, tc.ready), func(t *testing.T) {
+			ready = tc.ready
+			code, body := get(tc.path)
+			if code != tc.code || !strings.Contains(body, tc.contains) {
+				t.Errorf("GET %s (ready=%v) = %d %q, want %d containing %q", tc.path, tc.ready, code, body, tc.code, tc.contains)
+			}
+		})
 	}
 }
 

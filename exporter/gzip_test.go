@@ -3,6 +3,7 @@ package exporter
 import (
 	"bytes"
 	"compress/gzip"
+	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -179,13 +180,15 @@ func TestAcceptsGzip(t *testing.T) {
 		{[]string{"gzip, *;q=0"}, true},
 	}
 	for _, tc := range tests {
-		h := http.Header{}
-		for _, v := range tc.header {
-			h.Add("Accept-Encoding", v)
-		}
-		if got := acceptsGzip(h); got != tc.want {
-			t.Errorf("acceptsGzip(Accept-Encoding %q) = %v, want %v", tc.header, got, tc.want)
-		}
+		t.Run(fmt.Sprintf("%q", tc.header), func(t *testing.T) {
+			h := http.Header{}
+			for _, v := range tc.header {
+				h.Add("Accept-Encoding", v)
+			}
+			if got := acceptsGzip(h); got != tc.want {
+				t.Errorf("acceptsGzip(Accept-Encoding %q) = %v, want %v", tc.header, got, tc.want)
+			}
+		})
 	}
 }
 
@@ -211,19 +214,21 @@ func TestGzipNoBody(t *testing.T) {
 		}, 200, "br"},
 	}
 	for _, tc := range tests {
-		rec := httptest.NewRecorder()
-		req := httptest.NewRequest(http.MethodGet, "/", nil)
-		req.Header.Set("Accept-Encoding", "gzip")
-		withGzip(tc.handler).ServeHTTP(rec, req)
-		res := rec.Result()
-		if res.StatusCode != tc.code || res.Header.Get("Content-Encoding") != tc.encoding || !varies(res.Header, "Accept-Encoding") {
-			t.Errorf("%s: %d, Content-Encoding %q, Vary %q; want %d, %q, Accept-Encoding", tc.name, res.StatusCode, res.Header.Get("Content-Encoding"), res.Header.Values("Vary"), tc.code, tc.encoding)
-		}
-		if tc.encoding == "gzip" && len(gunzip(t, rec.Body.Bytes())) == 0 {
-			t.Errorf("%s: the gzip body is empty", tc.name)
-		}
-		if tc.encoding == "" && rec.Body.Len() != 0 {
-			t.Errorf("%s: a %d-byte body, want none", tc.name, rec.Body.Len())
-		}
+		t.Run(tc.name, func(t *testing.T) {
+			rec := httptest.NewRecorder()
+			req := httptest.NewRequest(http.MethodGet, "/", nil)
+			req.Header.Set("Accept-Encoding", "gzip")
+			withGzip(tc.handler).ServeHTTP(rec, req)
+			res := rec.Result()
+			if res.StatusCode != tc.code || res.Header.Get("Content-Encoding") != tc.encoding || !varies(res.Header, "Accept-Encoding") {
+				t.Errorf("%s: %d, Content-Encoding %q, Vary %q; want %d, %q, Accept-Encoding", tc.name, res.StatusCode, res.Header.Get("Content-Encoding"), res.Header.Values("Vary"), tc.code, tc.encoding)
+			}
+			if tc.encoding == "gzip" && len(gunzip(t, rec.Body.Bytes())) == 0 {
+				t.Errorf("%s: the gzip body is empty", tc.name)
+			}
+			if tc.encoding == "" && rec.Body.Len() != 0 {
+				t.Errorf("%s: a %d-byte body, want none", tc.name, rec.Body.Len())
+			}
+		})
 	}
 }

@@ -268,21 +268,23 @@ func TestCollectorLabelChange(t *testing.T) {
 		{func(s *agent.Snapshot) { s.Devices[0].DriverVersion = "560.1" }, `driver_version="550.54.15"`, `driver_version="560.1"`},
 	}
 	for _, tc := range changes {
-		next := *src.Snapshot()
-		next.Devices = slices.Clone(next.Devices)
-		next.Allocations = slices.Clone(next.Allocations)
-		tc.change(&next)
-		src.p.Store(&next)
-		got := exposition(t, c, text)
-		if !strings.Contains(got, tc.want) || strings.Contains(got, tc.old) {
-			t.Errorf("after the change to %s the scrape has %s: %v, %s: %v\n%s", tc.want, tc.want, strings.Contains(got, tc.want), tc.old, strings.Contains(got, tc.old), got)
-		}
-		if want := exposition(t, constCollector{c}, text); got != want {
-			t.Errorf("after the change to %s: got\n%s\nwant\n%s", tc.want, got, want)
-		}
-		if len(c.labels.allocs) != len(next.Allocations) || len(c.labels.devices) != len(next.Devices) {
-			t.Errorf("the cache holds %d allocations and %d devices, want %d and %d", len(c.labels.allocs), len(c.labels.devices), len(next.Allocations), len(next.Devices))
-		}
+		t.Run(tc.want, func(t *testing.T) {
+			next := *src.Snapshot()
+			next.Devices = slices.Clone(next.Devices)
+			next.Allocations = slices.Clone(next.Allocations)
+			tc.change(&next)
+			src.p.Store(&next)
+			got := exposition(t, c, text)
+			if !strings.Contains(got, tc.want) || strings.Contains(got, tc.old) {
+				t.Errorf("after the change to %s the scrape has %s: %v, %s: %v\n%s", tc.want, tc.want, strings.Contains(got, tc.want), tc.old, strings.Contains(got, tc.old), got)
+			}
+			if want := exposition(t, constCollector{c}, text); got != want {
+				t.Errorf("after the change to %s: got\n%s\nwant\n%s", tc.want, got, want)
+			}
+			if len(c.labels.allocs) != len(next.Allocations) || len(c.labels.devices) != len(next.Devices) {
+				t.Errorf("the cache holds %d allocations and %d devices, want %d and %d", len(c.labels.allocs), len(c.labels.devices), len(next.Allocations), len(next.Devices))
+			}
+		})
 	}
 }
 

@@ -212,12 +212,14 @@ func TestConfigValidate(t *testing.T) {
 		{"quantile", func(c *Config) { c.Quantile = 0 }, "quantile"},
 		{"points", func(c *Config) { c.MaxPoints = 20000 }, "max points"},
 	} {
-		cfg := DefaultConfig()
-		c.mod(&cfg)
-		err := cfg.Validate()
-		if (err == nil) != (c.want == "") || (err != nil && !strings.Contains(err.Error(), c.want)) {
-			t.Errorf("%s: %v, want %q", c.name, err, c.want)
-		}
+		t.Run(c.name, func(t *testing.T) {
+			cfg := DefaultConfig()
+			c.mod(&cfg)
+			err := cfg.Validate()
+			if (err == nil) != (c.want == "") || (err != nil && !strings.Contains(err.Error(), c.want)) {
+				t.Errorf("%s: %v, want %q", c.name, err, c.want)
+			}
+		})
 	}
 }
 

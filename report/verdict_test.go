@@ -1,6 +1,7 @@
 package report
 
 import (
+	"fmt"
 	"math"
 	"slices"
 	"strings"
@@ -27,7 +28,9 @@ func TestQuantile(t *testing.T) {
 		{[]float64{4, 1, 3, 2}, 0.5, 2},
 		{[]float64{4, 1, 3, 2}, 1, 4},
 	} {
-		approx(t, "quantile", Quantile(c.xs, c.q), c.want)
+		t.Run(fmt.Sprintf("q%g of %v", c.q, c.xs), func(t *testing.T) {
+			approx(t, "quantile", Quantile(c.xs, c.q), c.want)
+		})
 	}
 }
 
@@ -222,9 +225,11 @@ func TestMIGName(t *testing.T) {
 		gib             float64
 		want            string
 	}{{1, 1, 80, "1g.10gb"}, {3, 4, 80, "3g.40gb"}, {2, 2, 141, "2g.35gb"}, {1, 1, 40, "1g.5gb"}} {
-		if got := migName(c.compute, c.memory, c.gib*(1<<30)); got != c.want {
-			t.Errorf("migName(%d, %d, %g GiB) = %s, want %s", c.compute, c.memory, c.gib, got, c.want)
-		}
+		t.Run(c.want, func(t *testing.T) {
+			if got := migName(c.compute, c.memory, c.gib*(1<<30)); got != c.want {
+				t.Errorf("migName(%d, %d, %g GiB) = %s, want %s", c.compute, c.memory, c.gib, got, c.want)
+			}
+		})
 	}
 }
 

@@ -437,9 +437,11 @@ func TestReached(t *testing.T) {
 		{"10", "9", true}, {"10", "10", true}, {"9", "10", false},
 		{"", "1", false}, {"abc", "abc", true}, {"abc", "abd", false}, {"10", "x", false},
 	} {
-		if got := reached(tt.have, tt.want); got != tt.ok {
-			t.Errorf("reached(%q, %q) = %v, want %v", tt.have, tt.want, got, tt.ok)
-		}
+		t.Run(tt.have+" vs "+tt.want, func(t *testing.T) {
+			if got := reached(tt.have, tt.want); got != tt.ok {
+				t.Errorf("reached(%q, %q) = %v, want %v", tt.have, tt.want, got, tt.ok)
+			}
+		})
 	}
 }
 
@@ -501,16 +503,18 @@ func TestConfig(t *testing.T) {
 		{"empty attribute", Config{NodeName: "n", Drivers: []string{driver}}, `the UUID attribute ""`},
 	}
 	for _, tt := range tests {
-		err := tt.cfg.Validate()
-		if tt.want == "" {
-			if err != nil {
-				t.Errorf("%s: Validate() = %v, want nil", tt.name, err)
+		t.Run(tt.name, func(t *testing.T) {
+			err := tt.cfg.Validate()
+			if tt.want == "" {
+				if err != nil {
+					t.Errorf("%s: Validate() = %v, want nil", tt.name, err)
+				}
+				return
 			}
-			continue
-		}
-		if err == nil || !strings.Contains(err.Error(), tt.want) {
-			t.Errorf("%s: Validate() = %v, want an error containing %q", tt.name, err, tt.want)
-		}
+			if err == nil || !strings.Contains(err.Error(), tt.want) {
+				t.Errorf("%s: Validate() = %v, want an error containing %q", tt.name, err, tt.want)
+			}
+		})
 	}
 	for _, tt := range []struct {
 		attr, driver string

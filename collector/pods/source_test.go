@@ -562,9 +562,11 @@ func TestClassify(t *testing.T) {
 		{errors.New("x"), ReasonOther},
 	}
 	for _, tt := range tests {
-		if got := apihealth.Classify(tt.err); got != tt.want {
-			t.Errorf("Classify(%v) = %q, want %q", tt.err, got, tt.want)
-		}
+		t.Run(tt.want+" "+tt.err.Error(), func(t *testing.T) {
+			if got := apihealth.Classify(tt.err); got != tt.want {
+				t.Errorf("Classify(%v) = %q, want %q", tt.err, got, tt.want)
+			}
+		})
 	}
 }
 

@@ -164,9 +164,11 @@ unallocated:
 		{"gpu util unallocated after the end", s.GPUUtilAt(7, 5*time.Hour), 0.0},
 	}
 	for _, c := range checks {
-		if !equal(c.got, c.want) {
-			t.Errorf("%s = %v, want %v", c.name, c.got, c.want)
-		}
+		t.Run(c.name, func(t *testing.T) {
+			if !equal(c.got, c.want) {
+				t.Errorf("%s = %v, want %v", c.name, c.got, c.want)
+			}
+		})
 	}
 }
 

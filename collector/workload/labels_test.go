@@ -1,6 +1,7 @@
 package workload
 
 import (
+	"fmt"
 	"maps"
 	"strings"
 	"testing"
@@ -22,9 +23,11 @@ func TestSanitizeLabelName(t *testing.T) {
 		{"--", "_"},
 	}
 	for _, tt := range tests {
-		if got := SanitizeLabelName(tt.in); got != tt.want {
-			t.Errorf("SanitizeLabelName(%q) = %q, want %q", tt.in, got, tt.want)
-		}
+		t.Run(tt.in, func(t *testing.T) {
+			if got := SanitizeLabelName(tt.in); got != tt.want {
+				t.Errorf("SanitizeLabelName(%q) = %q, want %q", tt.in, got, tt.want)
+			}
+		})
 	}
 }
 
@@ -64,9 +67,11 @@ func TestCapValue(t *testing.T) {
 		{"x", -1, ""},
 	}
 	for _, tt := range tests {
-		if got := CapValue(tt.in, tt.n); got != tt.want {
-			t.Errorf("CapValue(%q, %d) = %q, want %q", tt.in, tt.n, got, tt.want)
-		}
+		t.Run(fmt.Sprintf("%q cut at %d", tt.in, tt.n), func(t *testing.T) {
+			if got := CapValue(tt.in, tt.n); got != tt.want {
+				t.Errorf("CapValue(%q, %d) = %q, want %q", tt.in, tt.n, got, tt.want)
+			}
+		})
 	}
 }
 

@@ -22,12 +22,14 @@ func TestNeedMissing(t *testing.T) {
 		{"", "--- SKIP: TestNeedHelper"},
 		{"1", "--- FAIL: TestNeedHelper"},
 	} {
-		cmd := exec.Command(os.Args[0], "-test.run=^TestNeedHelper$", "-test.v")
-		cmd.Env = append(os.Environ(), "GPUXRAY_NEED_HELPER=1", "CI="+tc.ci)
-		out, _ := cmd.CombinedOutput()
-		if !strings.Contains(string(out), tc.want) {
-			t.Errorf("CI=%q: want %q in\n%s", tc.ci, tc.want, out)
-		}
+		t.Run("CI="+tc.ci, func(t *testing.T) {
+			cmd := exec.Command(os.Args[0], "-test.run=^TestNeedHelper$", "-test.v")
+			cmd.Env = append(os.Environ(), "GPUXRAY_NEED_HELPER=1", "CI="+tc.ci)
+			out, _ := cmd.CombinedOutput()
+			if !strings.Contains(string(out), tc.want) {
+				t.Errorf("CI=%q: want %q in\n%s", tc.ci, tc.want, out)
+			}
+		})
 	}
 }
 

@@ -297,10 +297,12 @@ scrape_configs:
 		{`count(gpuxray_device_info)`, 8, 8, "eight GPUs"},
 	}
 	for _, c := range checks {
-		v, ok := query(c.q)
-		if !ok || v < c.min || v > c.max {
-			t.Errorf("%s: %s = %v (ok=%v), want in [%g, %g]", c.what, c.q, v, ok, c.min, c.max)
-		}
+		t.Run(c.what, func(t *testing.T) {
+			v, ok := query(c.q)
+			if !ok || v < c.min || v > c.max {
+				t.Errorf("%s: %s = %v (ok=%v), want in [%g, %g]", c.what, c.q, v, ok, c.min, c.max)
+			}
+		})
 	}
 	if code := agentProc.stop(t); code != 0 {
 		t.Errorf("agent exited %d after SIGTERM, want 0", code)

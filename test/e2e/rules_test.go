@@ -433,26 +433,28 @@ func TestBackfilledDays(t *testing.T) {
 		window string
 		want   map[string]float64
 	}{{".*", want.hours}, {"peak", want.peakHours}} {
-		q := strings.ReplaceAll(top, `window=~".*"`, `window=~"`+c.window+`"`)
-		res, err := promQuery(addr, q, end)
-		if err != nil {
-			t.Fatal(err)
-		}
-		got := map[string]float64{}
-		for _, s := range res {
-			got[s.Labels["namespace"]] += s.Value
-			if wl := s.Labels["workload"]; wl != "" && wl != want.workload[s.Labels["namespace"]] {
-				t.Errorf("namespace %s: workload %q, want %q", s.Labels["namespace"], wl, want.workload[s.Labels["namespace"]])
+		t.Run("window "+c.window, func(t *testing.T) {
+			q := strings.ReplaceAll(top, `window=~".*"`, `window=~"`+c.window+`"`)
+			res, err := promQuery(addr, q, end)
+			if err != nil {
+				t.Fatal(err)
 			}
-		}
-		for ns, w := range c.want {
-			if math.Abs(got[ns]-w) > 0.02*w {
-				t.Errorf("window %s: %s has %.2f idle GPU-hours, want %.2f ± 2%%", c.window, ns, got[ns], w)
+			got := map[string]float64{}
+			for _, s := range res {
+				got[s.Labels["namespace"]] += s.Value
+				if wl := s.Labels["workload"]; wl != "" && wl != want.workload[s.Labels["namespace"]] {
+					t.Errorf("namespace %s: workload %q, want %q", s.Labels["namespace"], wl, want.workload[s.Labels["namespace"]])
+				}
 			}
-		}
-		if len(got) != len(c.want) {
-			t.Errorf("window %s: top workloads %v, want %v", c.window, got, c.want)
-		}
+			for ns, w := range c.want {
+				if math.Abs(got[ns]-w) > 0.02*w {
+					t.Errorf("window %s: %s has %.2f idle GPU-hours, want %.2f ± 2%%", c.window, ns, got[ns], w)
+				}
+			}
+			if len(got) != len(c.want) {
+				t.Errorf("window %s: top workloads %v, want %v", c.window, got, c.want)
+			}
+		})
 	}
 	t.Logf("replayed and backfilled in %s, rule backfill %s, checked at %s",
 		backfilled.Round(time.Millisecond), (rulesBackfilled - backfilled).Round(time.Millisecond),
