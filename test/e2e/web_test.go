@@ -95,7 +95,7 @@ func TestWebConfig(t *testing.T) {
 	addr, healthAddr := freeAddr(t), freeAddr(t)
 	p := start(t, binary, "agent", "--simulate", "--log.format=json",
 		"--web.listen-address="+addr, "--web.health-listen-address="+healthAddr, "--web.config.file="+webConfig)
-	waitFor(t, "http://"+healthAddr+"/readyz", 10*time.Second)
+	waitFor(t, "http://"+healthAddr+"/readyz", 30*time.Second)
 
 	// The client trusts only the test CA: the agent serves the configured certificate.
 	client := &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pool}}}
