@@ -1,3 +1,5 @@
+//go:build e2e
+
 // Package deploy holds gpuxray's deployment files: the kustomize base and
 // overlays, the Helm chart, and (by other hands) the Prometheus rules and
 // Grafana dashboards. Its tests render and parse them, since no cluster runs

@@ -1,3 +1,5 @@
+//go:build e2e
+
 // Package e2e runs the gpuxray binary as a user would: the demo agent from
 // the README, checked by promtool and scraped by a real Prometheus server.
 package e2e
