@@ -1,6 +1,7 @@
 package deploy
 
 import (
+	"regexp"
 	"slices"
 	"strconv"
 	"strings"
@@ -10,6 +11,7 @@ import (
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
+	schedulingv1 "k8s.io/api/scheduling/v1"
 	"k8s.io/apimachinery/pkg/labels"
 )
 
@@ -25,6 +27,10 @@ type expect struct {
 	// The VictoriaMetrics operator's: a VMServiceScrape, a VMPodScrape, a VMRule.
 	vmServiceScrape, vmPodScrape, vmRule bool
 	noDRA                                bool // --dra.enabled=false: no resourceslices access
+	// critical is the system-*-critical class the agents run at, with a
+	// ResourceQuota scoped to it (GKE admits them only so); "" for the
+	// default, the manifests' own PriorityClass.
+	critical string
 }
 
 // checkManifest asserts what every gpuxray deployment keeps: the agent's
@@ -52,7 +58,6 @@ func checkManifest(t *testing.T, m *manifest, want expect) {
 		{"hostPID only with process attribution", pod.HostPID == want.hostPID},
 		{"no host network", !pod.HostNetwork},
 		{"no host IPC", !pod.HostIPC},
-		{"system-node-critical", pod.PriorityClassName == "system-node-critical"},
 		{"seccomp RuntimeDefault", pod.SecurityContext != nil && pod.SecurityContext.SeccompProfile != nil && pod.SecurityContext.SeccompProfile.Type == corev1.SeccompProfileTypeRuntimeDefault},
 		{"read-only root filesystem", is(sc.ReadOnlyRootFilesystem, true)},
 		{"no privilege escalation", is(sc.AllowPrivilegeEscalation, false)},
@@ -65,10 +70,6 @@ func checkManifest(t *testing.T, m *manifest, want expect) {
 		{"readiness on /readyz at the health port", c.ReadinessProbe != nil && c.ReadinessProbe.HTTPGet != nil && c.ReadinessProbe.HTTPGet.Path == "/readyz" && c.ReadinessProbe.HTTPGet.Port.StrVal == "health"},
 		{"probes in plain HTTP", c.LivenessProbe.HTTPGet.Scheme == "" && c.ReadinessProbe.HTTPGet.Scheme == ""},
 		{"NODE_NAME from the downward API", hasEnvFrom(c.Env, "NODE_NAME", "spec.nodeName")},
-		{"GOMEMLIMIT from the memory limit", slices.ContainsFunc(c.Env, func(e corev1.EnvVar) bool {
-			return e.Name == "GOMEMLIMIT" && e.ValueFrom != nil && e.ValueFrom.ResourceFieldRef != nil &&
-				e.ValueFrom.ResourceFieldRef.Resource == "limits.memory" && e.ValueFrom.ResourceFieldRef.Divisor.IsZero()
-		})},
 		{"GPU taint tolerated", slices.ContainsFunc(pod.Tolerations, func(tl corev1.Toleration) bool {
 			return tl.Key == "nvidia.com/gpu" && tl.Operator == corev1.TolerationOpExists && tl.Effect == corev1.TaintEffectNoSchedule
 		})},
@@ -81,6 +82,8 @@ func checkManifest(t *testing.T, m *manifest, want expect) {
 			t.Errorf("DaemonSet: %s: no", ch.what)
 		}
 	}
+	checkPriority(t, m, pod.PriorityClassName, want)
+	checkGoMemLimit(t, c)
 
 	// The health port is the one --web.health-listen-address binds.
 	ports := map[string]int32{}
@@ -205,7 +208,7 @@ func checkManifest(t *testing.T, m *manifest, want expect) {
 	}
 	for _, o := range m.objects {
 		switch o.(type) {
-		case *corev1.Namespace, *rbacv1.ClusterRole, *rbacv1.ClusterRoleBinding:
+		case *corev1.Namespace, *rbacv1.ClusterRole, *rbacv1.ClusterRoleBinding, *schedulingv1.PriorityClass:
 			continue // cluster-scoped
 		}
 		if ns := namespaceOf(o); ns != want.namespace {
@@ -277,4 +280,102 @@ func namespaceOf(o any) string {
 		return v.GetNamespace()
 	}
 	return ""
+}
+
+// maxUserPriority is the highest value a PriorityClass other than the
+// system-* ones may have (k8s.io/api/scheduling/v1's HighestUserDefinablePriority).
+const maxUserPriority = 1_000_000_000
+
+// checkPriority: by default the agents run at a PriorityClass the manifests
+// ship, above ordinary pods and below every system class, that never
+// preempts (a telemetry agent must not evict user pods), installable in any
+// namespace of any cluster. Raised to a system-*-critical class outside
+// kube-system, the manifests hold the ResourceQuota scoped to it that GKE
+// requires ("insufficient quota to match these scopes: [{PriorityClass In
+// [system-node-critical system-cluster-critical]}]"; GKE's own is
+// kube-system's gcp-critical-pods).
+func checkPriority(t *testing.T, m *manifest, class string, want expect) {
+	t.Helper()
+	pcs := all[schedulingv1.PriorityClass](m)
+	quotas := all[corev1.ResourceQuota](m)
+	if want.critical == "" {
+		if len(pcs) != 1 || pcs[0].Name != class {
+			t.Errorf("priorityClassName %q with PriorityClasses %v: want the manifests' own class", class, pcs)
+			return
+		}
+		pc := pcs[0]
+		if pc.Value <= 0 || pc.Value >= maxUserPriority || pc.GlobalDefault || pc.PreemptionPolicy == nil ||
+			*pc.PreemptionPolicy != corev1.PreemptNever || pc.Description == "" {
+			t.Errorf("PriorityClass %s: value %d, globalDefault %v, preemptionPolicy %v: want above 0 and a user value, not the default, never preempting, described",
+				pc.Name, pc.Value, pc.GlobalDefault, pc.PreemptionPolicy)
+		}
+		if len(quotas) != 0 {
+			t.Errorf("%d ResourceQuotas without a critical class", len(quotas))
+		}
+		return
+	}
+	if class != want.critical || len(pcs) != 0 {
+		t.Errorf("priorityClassName %q, PriorityClasses %d: want %s and none of our own", class, len(pcs), want.critical)
+	}
+	if want.namespace == "kube-system" {
+		if len(quotas) != 0 {
+			t.Errorf("a ResourceQuota in kube-system, which GKE's gcp-critical-pods already covers")
+		}
+		return
+	}
+	ok := false
+	for _, q := range quotas {
+		sel := q.Spec.ScopeSelector
+		if sel == nil || len(sel.MatchExpressions) != 1 {
+			continue
+		}
+		e := sel.MatchExpressions[0]
+		pods := q.Spec.Hard[corev1.ResourcePods]
+		ok = ok || e.ScopeName == corev1.ResourceQuotaScopePriorityClass && e.Operator == corev1.ScopeSelectorOpIn &&
+			slices.Contains(e.Values, want.critical) && pods.Value() >= 1_000_000 && q.Namespace == want.namespace
+	}
+	if !ok {
+		t.Errorf("no ResourceQuota in %s scoped to PriorityClass %s with room for the pods: %+v", want.namespace, want.critical, quotas)
+	}
+}
+
+// checkGoMemLimit: GOMEMLIMIT, the Go runtime's soft limit, sits well below
+// the container's hard limit: the rest holds the binary's own mapped pages
+// (≈ 32 MiB when hot, docs/benchmarks.md) and NVML's C allocations, which
+// the runtime does not count, so that the GC works harder before the kernel
+// kills the pod.
+func checkGoMemLimit(t *testing.T, c corev1.Container) {
+	t.Helper()
+	limit := c.Resources.Limits.Memory().Value()
+	var soft int64 = -1
+	for _, e := range c.Env {
+		if e.Name == "GOMEMLIMIT" {
+			if e.ValueFrom != nil {
+				t.Errorf("GOMEMLIMIT from %+v: want a size below the limit, not the limit itself", e.ValueFrom)
+				return
+			}
+			soft = goMemLimitBytes(t, e.Value)
+		}
+	}
+	switch {
+	case soft < 0:
+		t.Error("no GOMEMLIMIT")
+	case limit == 0:
+		t.Error("no memory limit")
+	case soft > limit-32<<20 || float64(soft) > 0.8*float64(limit):
+		t.Errorf("GOMEMLIMIT %d MiB with a limit of %d MiB: want at most 80%% of it and 32 MiB below", soft>>20, limit>>20)
+	}
+}
+
+// goMemLimitBytes parses GOMEMLIMIT as the Go runtime does (runtime/debug:
+// a number of bytes with an optional B, KiB, MiB, GiB or TiB).
+func goMemLimitBytes(t *testing.T, v string) int64 {
+	t.Helper()
+	m := regexp.MustCompile(`^([0-9]+)(B|KiB|MiB|GiB|TiB)?$`).FindStringSubmatch(v)
+	if m == nil {
+		t.Errorf("GOMEMLIMIT=%q is not a size the Go runtime reads", v)
+		return -1
+	}
+	n, _ := strconv.ParseInt(m[1], 10, 64)
+	return n << map[string]int{"": 0, "B": 0, "KiB": 10, "MiB": 20, "GiB": 30, "TiB": 40}[m[2]]
 }

@@ -372,6 +372,9 @@ func TestHelmValuesSchema(t *testing.T) {
 		{"bad DRA driver", "agent: {dra: {drivers: [GPU NVIDIA]}}\n", "drivers"},
 		{"no DRA driver", "agent: {dra: {drivers: []}}\n", "drivers"},
 		{"bad DRA UUID attribute", "agent: {dra: {uuidAttribute: the uuid}}\n", "uuidAttribute"},
+		{"GOMEMLIMIT in Kubernetes units", "goMemLimit: 96Mi\n", "goMemLimit"},
+		{"a system priority value", "priorityClass: {value: 2000000000}\n", "value"},
+		{"unknown preemption policy", "priorityClass: {preemptionPolicy: Always}\n", "preemptionPolicy"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
