@@ -13,6 +13,7 @@ import (
 	rbacv1 "k8s.io/api/rbac/v1"
 	schedulingv1 "k8s.io/api/scheduling/v1"
 	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 )
 
 // expect is what one rendering of the manifests must hold beyond the
@@ -27,6 +28,9 @@ type expect struct {
 	// The VictoriaMetrics operator's: a VMServiceScrape, a VMPodScrape, a VMRule.
 	vmServiceScrape, vmPodScrape, vmRule bool
 	noDRA                                bool // --dra.enabled=false: no resourceslices access
+	// release is the label release on every Prometheus Operator object
+	// (kube-prometheus-stack selects them by it); "" for none.
+	release string
 	// critical is the system-*-critical class the agents run at, with a
 	// ResourceQuota scoped to it (GKE admits them only so); "" for the
 	// default, the manifests' own PriorityClass.
@@ -185,6 +189,17 @@ func checkManifest(t *testing.T, m *manifest, want expect) {
 	for _, r := range rules {
 		if len(r.Spec.Groups) == 0 {
 			t.Error("the PrometheusRule has no group")
+		}
+	}
+	for _, o := range m.objects {
+		if g := groupOf(o); g != "monitoring.coreos.com" {
+			if l := labelsOf(o)["release"]; l != "" && g != "" {
+				t.Errorf("%T %s has the release label %q, meant for the Prometheus Operator's objects", o, nameOf(o), l)
+			}
+			continue
+		}
+		if l := labelsOf(o)["release"]; l != want.release {
+			t.Errorf("%T %s: label release=%q, want %q", o, nameOf(o), l, want.release)
 		}
 	}
 	checkVMObjects(t, m, want, svc.Labels, ds.Spec.Template.Labels)
@@ -378,4 +393,35 @@ func goMemLimitBytes(t *testing.T, v string) int64 {
 	}
 	n, _ := strconv.ParseInt(m[1], 10, 64)
 	return n << map[string]int{"": 0, "B": 0, "KiB": 10, "MiB": 20, "GiB": 30, "TiB": 40}[m[2]]
+}
+
+type objectMeta interface {
+	GetName() string
+	GetLabels() map[string]string
+}
+
+type typed interface {
+	GetObjectKind() schema.ObjectKind
+}
+
+func labelsOf(o any) map[string]string {
+	if v, ok := o.(objectMeta); ok {
+		return v.GetLabels()
+	}
+	return nil
+}
+
+func nameOf(o any) string {
+	if v, ok := o.(objectMeta); ok {
+		return v.GetName()
+	}
+	return ""
+}
+
+// groupOf is an object's API group, "" for core objects.
+func groupOf(o any) string {
+	if v, ok := o.(typed); ok {
+		return v.GetObjectKind().GroupVersionKind().Group
+	}
+	return ""
 }

@@ -160,7 +160,7 @@ func TestHelmTemplate(t *testing.T) {
 		t.Parallel()
 		values := writeValues(t, strings.Replace(nonDefault, "%RULE%", map[bool]string{true: "true", false: "false"}[rule != ""], 1))
 		m := helmManifest(t, chart, "gpu-monitoring", values)
-		checkManifest(t, m, expect{namespace: "gpu-monitoring", hostPID: true, serviceMonitor: true, rule: rule != "", dashboards: len(dashboards), noDRA: true})
+		checkManifest(t, m, expect{namespace: "gpu-monitoring", hostPID: true, serviceMonitor: true, rule: rule != "", dashboards: len(dashboards), noDRA: true, release: "kube-prometheus-stack"})
 		ds := one[appsv1.DaemonSet](t, m)
 		pod := ds.Spec.Template.Spec
 		c := pod.Containers[0]
