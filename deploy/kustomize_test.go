@@ -38,7 +38,7 @@ func TestKustomizeOverlays(t *testing.T) {
 		{"overlays/kube-prometheus-stack", expect{namespace: "gpuxray", serviceMonitor: true, rule: rule != "", dashboards: len(dashboards), release: "kube-prometheus-stack"}},
 		{"overlays/podmonitor", expect{namespace: "gpuxray", podMonitor: true, rule: rule != "", dashboards: len(dashboards)}},
 		{"overlays/process-attribution", expect{namespace: "gpuxray", hostPID: true, serviceMonitor: true, rule: rule != "", dashboards: len(dashboards)}},
-		{"overlays/victoriametrics", expect{namespace: "gpuxray", vmServiceScrape: true, vmRule: true}},
+		{"overlays/victoriametrics", expect{namespace: "gpuxray", vmServiceScrape: true, vmRule: true, dashboards: len(dashboards)}},
 		{"overlays/dra", expect{namespace: "gpuxray", hostPID: true, serviceMonitor: true, rule: rule != "", dashboards: len(dashboards)}},
 	}
 	for _, tc := range tests {
