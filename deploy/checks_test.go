@@ -31,6 +31,9 @@ type expect struct {
 	// release is the label release on every Prometheus Operator object
 	// (kube-prometheus-stack selects them by it); "" for none.
 	release string
+	// gkeDriver: NVML from the driver folder of GKE's own driver install,
+	// in a privileged container (GKE has no NVIDIA container toolkit).
+	gkeDriver bool
 	// critical is the system-*-critical class the agents run at, with a
 	// ResourceQuota scoped to it (GKE admits them only so); "" for the
 	// default, the manifests' own PriorityClass.
@@ -64,8 +67,12 @@ func checkManifest(t *testing.T, m *manifest, want expect) {
 		{"no host IPC", !pod.HostIPC},
 		{"seccomp RuntimeDefault", pod.SecurityContext != nil && pod.SecurityContext.SeccompProfile != nil && pod.SecurityContext.SeccompProfile.Type == corev1.SeccompProfileTypeRuntimeDefault},
 		{"read-only root filesystem", is(sc.ReadOnlyRootFilesystem, true)},
-		{"no privilege escalation", is(sc.AllowPrivilegeEscalation, false)},
-		{"not privileged", is(sc.Privileged, false)},
+		// GKE's driver install: the GPUs' device nodes need a privileged
+		// container, and the API server refuses privileged with
+		// allowPrivilegeEscalation false.
+		{"no privilege escalation", want.gkeDriver || is(sc.AllowPrivilegeEscalation, false)},
+		{"not privileged (privileged only for GKE's driver)", is(sc.Privileged, want.gkeDriver) && !(want.gkeDriver && is(sc.AllowPrivilegeEscalation, false))},
+		{"LD_LIBRARY_PATH to the driver only with GKE's driver", (envValue(c.Env, "LD_LIBRARY_PATH") == "/usr/local/nvidia/lib64") == want.gkeDriver},
 		{"all capabilities dropped, none added", sc.Capabilities != nil && slices.Equal(sc.Capabilities.Drop, []corev1.Capability{"ALL"}) && len(sc.Capabilities.Add) == 0},
 		{"uid 0 for the kubelet's root-owned socket", sc.RunAsUser != nil && *sc.RunAsUser == 0},
 		{"memory limit", !c.Resources.Limits.Memory().IsZero()},
@@ -104,10 +111,16 @@ func checkManifest(t *testing.T, m *manifest, want expect) {
 		t.Errorf("--web.listen-address=%q, want the metrics port %d", a, ports["metrics"])
 	}
 
-	// The only host path: the kubelet's pod-resources folder, read-only.
+	// The only host paths, read-only: the kubelet's pod-resources folder,
+	// and with GKE's driver install its driver folder where GKE's own
+	// exporters mount it.
 	mounts := map[string]corev1.VolumeMount{}
 	for _, vm := range c.VolumeMounts {
 		mounts[vm.Name] = vm
+	}
+	wantPaths := map[string]string{"/var/lib/kubelet/pod-resources": "/var/lib/kubelet/pod-resources"}
+	if want.gkeDriver {
+		wantPaths["/home/kubernetes/bin/nvidia"] = "/usr/local/nvidia"
 	}
 	hostPaths := 0
 	for _, v := range pod.Volumes {
@@ -116,15 +129,16 @@ func checkManifest(t *testing.T, m *manifest, want expect) {
 		}
 		hostPaths++
 		vm := mounts[v.Name]
-		if v.HostPath.Path != "/var/lib/kubelet/pod-resources" || v.HostPath.Type == nil || *v.HostPath.Type != corev1.HostPathDirectory {
-			t.Errorf("host path %q (%v), want only the pod-resources folder", v.HostPath.Path, v.HostPath.Type)
+		at, ok := wantPaths[v.HostPath.Path]
+		if !ok || v.HostPath.Type == nil || *v.HostPath.Type != corev1.HostPathDirectory {
+			t.Errorf("host path %q (%v), want only %v", v.HostPath.Path, v.HostPath.Type, wantPaths)
 		}
-		if vm.MountPath != v.HostPath.Path || !vm.ReadOnly {
-			t.Errorf("host path %s mounted at %q read-only=%v, want at the same path, read-only", v.HostPath.Path, vm.MountPath, vm.ReadOnly)
+		if vm.MountPath != at || !vm.ReadOnly {
+			t.Errorf("host path %s mounted at %q read-only=%v, want at %s, read-only", v.HostPath.Path, vm.MountPath, vm.ReadOnly, at)
 		}
 	}
-	if hostPaths != 1 {
-		t.Errorf("%d host paths, want the pod-resources folder only", hostPaths)
+	if hostPaths != len(wantPaths) {
+		t.Errorf("%d host paths, want %v", hostPaths, wantPaths)
 	}
 
 	// The ServiceAccount, its ClusterRole and binding agree.
