@@ -300,17 +300,18 @@ vmRule: {enabled: true, additionalLabels: {team: gpus}}
 	})
 }
 
-// TestHelmREADMEExample renders the README's secured-endpoint values.
-func TestHelmREADMEExample(t *testing.T) {
+// TestHelmSecuredEndpointExample renders docs/install.md's secured-endpoint
+// values.
+func TestHelmSecuredEndpointExample(t *testing.T) {
 	t.Parallel()
-	b, err := os.ReadFile("../README.md")
+	b, err := os.ReadFile(installDocs)
 	if err != nil {
 		t.Fatal(err)
 	}
 	_, rest, ok := strings.Cut(string(b), "```yaml\nweb:\n")
 	example, _, ok2 := strings.Cut(rest, "```")
 	if !ok || !ok2 {
-		t.Fatal("the README has no ```yaml block of web: values")
+		t.Fatal("docs/install.md has no ```yaml block of web: values")
 	}
 	values := "web:\n" + strings.Replace(example, "$2y$10$...", "$2y$10$QOauhQNbBCuQDKes6eFzPeMqBSjb7Mr5DUmpZ/VcEd00UAV/LDeSi", 1)
 	values = strings.Replace(values, "serviceMonitor:\n", "serviceMonitor:\n  enabled: true\n", 1)
@@ -319,11 +320,11 @@ func TestHelmREADMEExample(t *testing.T) {
 	ep := one[monitoringv1.ServiceMonitor](t, m).Spec.Endpoints[0]
 	if ep.Scheme == nil || ep.Scheme.String() != "https" || ep.BasicAuth == nil || ep.BasicAuth.Username.Name != "gpuxray-scrape" ||
 		ep.TLSConfig == nil || ep.TLSConfig.CA.Secret == nil || ep.TLSConfig.CA.Secret.Name != "gpuxray-tls" {
-		t.Errorf("ServiceMonitor endpoint %+v: not the README's https, CA and basic auth", ep)
+		t.Errorf("ServiceMonitor endpoint %+v: not the docs' https, CA and basic auth", ep)
 	}
 	pod := one[appsv1.DaemonSet](t, m).Spec.Template.Spec
 	if !hasSecretVolume(pod, "tls", "gpuxray-tls") || !slices.Contains(pod.Containers[0].Args, "--web.config.file=/etc/gpuxray/web/web-config.yml") {
-		t.Error("the README's web config is not mounted and used")
+		t.Error("the docs' web config is not mounted and used")
 	}
 }
 
