@@ -71,10 +71,14 @@ type Reader struct {
 	mu          sync.Mutex // guards the fields below against Shutdown during Read
 	initialized bool
 	initErr     error
-	nextInit    time.Time
-	initBackoff time.Duration
-	devices     []*device
-	migScan     migRescan
+	// initUnreported is set when an Init attempt failed and no Read has
+	// returned its error yet: the engine counts each attempt once, not
+	// each poll between two attempts.
+	initUnreported bool
+	nextInit       time.Time
+	initBackoff    time.Duration
+	devices        []*device
+	migScan        migRescan
 	// snaps are the Devices slices of Read's snapshots, used in turn as a
 	// device's bufs are; wait is Read's timer.
 	snaps [2][]collector.DeviceReading
@@ -149,38 +153,62 @@ func New(lib nvml.Interface, cfg Config, logger *zap.Logger, clock Clock) *Reade
 }
 
 // Init initialises NVML and enumerates the devices. On failure (no
-// libnvidia-ml.so.1, driver not loaded) it logs one line, returns a
-// *collector.SourceError, and Read retries Init with a growing backoff, so an
-// agent started before the driver was installed picks it up later.
+// libnvidia-ml.so.1, driver not loaded) it returns a *collector.SourceError,
+// which the next Read returns too, and Read retries Init with a growing
+// backoff, so an agent started before the driver was installed picks it up
+// later. The failure is logged at debug: the engine that reads it says once
+// that the source is down.
 func (r *Reader) Init() error {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	return r.initLocked(true)
+	return r.initLocked()
 }
 
-func (r *Reader) initLocked(first bool) error {
+func (r *Reader) initLocked() error {
 	if ret := r.lib.Init(); ret != nvml.SUCCESS {
 		err := collector.NewSourceError(collector.SourceNVML, "init", fmt.Errorf("nvml.Init: %w", retError(ret)))
-		r.initErr = err
-		r.nextInit = r.clock.Now().Add(r.initBackoff)
-		r.initBackoff = min(2*r.initBackoff, initRetryMax)
-		if first {
-			r.log.Warn("NVML is not available; GPU metrics are off until it is (retrying)", zap.Error(err))
-		} else {
-			r.log.Debug("NVML init retry failed", zap.Error(err))
-		}
+		r.initFailed(err)
 		return err
 	}
-	r.initialized, r.initErr = true, nil
+	r.initialized, r.initErr, r.initUnreported = true, nil, false
 	if err := r.enumerate(); err != nil {
 		r.lib.Shutdown()
 		r.initialized = false
-		r.initErr = err
-		r.nextInit = r.clock.Now().Add(r.initBackoff)
+		r.initFailed(err)
 		return err
 	}
 	r.log.Info("NVML initialised", zap.String("driver", r.driver), zap.Int("devices", len(r.devices)))
 	return nil
+}
+
+// initFailed records a failed Init attempt and when to try again. A
+// failure unlike the last one (the library found, the driver not loaded
+// yet) is worth a line of its own; the rest are debug.
+func (r *Reader) initFailed(err error) {
+	if r.initErr != nil && r.initErr.Error() != err.Error() {
+		r.log.Warn("NVML still cannot be initialised, now for another reason (retrying)", zap.Error(err), zap.NamedError("before", r.initErr))
+	}
+	r.log.Debug("NVML Init failed", zap.Error(err), zap.Duration("retry_in", r.initBackoff))
+	r.initErr, r.initUnreported = err, true
+	r.nextInit = r.clock.Now().Add(r.initBackoff)
+	r.initBackoff = min(2*r.initBackoff, initRetryMax)
+}
+
+// notInitialized is Read's error while NVML is not initialised: the last
+// attempt's *collector.SourceError the first time it is returned, so that
+// the engine counts the attempt, and after that the same words without the
+// SourceError, so that the polls until the next attempt are not counted.
+func (r *Reader) notInitialized() error {
+	var se *collector.SourceError
+	if !errors.As(r.initErr, &se) {
+		return fmt.Errorf("%w: %w", ErrNotInitialized, r.initErr)
+	}
+	err := fmt.Errorf("%w: %w", ErrNotInitialized, se.Err)
+	if r.initUnreported {
+		r.initUnreported = false
+		return collector.NewSourceError(se.Source, se.Reason, err)
+	}
+	return fmt.Errorf("%s %s: %w", se.Source, se.Reason, err)
 }
 
 func (r *Reader) enumerate() error {
@@ -273,9 +301,8 @@ func (r *Reader) Read(ctx context.Context) (collector.DeviceSnapshot, error) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if !r.initialized {
-		if r.clock.Now().Before(r.nextInit) || r.initLocked(false) != nil {
-			return collector.DeviceSnapshot{At: r.clock.Now()},
-				collector.NewSourceError(collector.SourceNVML, "init", fmt.Errorf("%w: %w", ErrNotInitialized, r.initErr))
+		if r.clock.Now().Before(r.nextInit) || r.initLocked() != nil {
+			return collector.DeviceSnapshot{At: r.clock.Now()}, r.notInitialized()
 		}
 	}
 	r.rescanMIG(ctx)
