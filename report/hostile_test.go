@@ -21,6 +21,7 @@ import (
 
 	"github.com/prometheus/client_golang/api"
 	v1 "github.com/prometheus/client_golang/api/prometheus/v1"
+	"github.com/prometheus/common/model"
 )
 
 // TestHostileValues: values no figure can hold in Prometheus' answers
@@ -356,5 +357,40 @@ func TestMissingWhereTheServerCannotSay(t *testing.T) {
 	}
 	if w := "1 of the 1 spans without data is given to the 1h step: Prometheus did not say when their data stopped and began (bad_data: no instant queries here)"; !slices.Contains(r.WarningsBySection.Data, w) {
 		t.Errorf("warnings %q, want %q", r.WarningsBySection.Data, w)
+	}
+}
+
+// cancellingAPI answers a query_range with n series and cancels the
+// report's context as it does: a signal that arrives while a large answer
+// is decoded.
+type cancellingAPI struct {
+	n      int
+	cancel context.CancelFunc
+}
+
+func (a cancellingAPI) QueryRange(_ context.Context, _ string, r v1.Range, _ ...v1.Option) (model.Value, v1.Warnings, v1.Infos, error) {
+	m := make(model.Matrix, a.n)
+	for i := range m {
+		m[i] = &model.SampleStream{Metric: model.Metric{"instance": model.LabelValue(fmt.Sprintf("n%d", i))},
+			Values: []model.SamplePair{{Timestamp: model.TimeFromUnixNano(r.End.UnixNano()), Value: 1}}}
+	}
+	a.cancel()
+	return m, nil, nil, nil
+}
+
+func (a cancellingAPI) Query(context.Context, string, time.Time, ...v1.Option) (model.Value, v1.Warnings, v1.Infos, error) {
+	return model.Matrix{}, nil, nil, nil
+}
+
+// TestSignalDuringAnswer: a signal that arrives while an answer of many
+// series is read ends the query there, not after the answer is folded and
+// sorted (a minute for 200,000 series).
+func TestSignalDuringAnswer(t *testing.T) {
+	t.Parallel()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	c := testConfig(time.Date(2026, 12, 2, 0, 0, 0, 0, time.UTC))
+	if r, err := Build(ctx, cancellingAPI{n: 10000, cancel: cancel}, c); !errors.Is(err, context.Canceled) {
+		t.Errorf("a report (%v) and %v, want context.Canceled", r != nil, err)
 	}
 }

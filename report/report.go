@@ -7,7 +7,6 @@ import (
 	"math"
 	"reflect"
 	"slices"
-	"sort"
 	"strconv"
 	"strings"
 	"time"
@@ -409,7 +408,7 @@ func atEdges(mid, end []series, edge []bool) []series {
 	for _, s := range end {
 		put(s, true)
 	}
-	sort.Slice(out, func(i, j int) bool { return out[i].labels.String() < out[j].labels.String() })
+	sortSeries(out)
 	return out
 }
 
