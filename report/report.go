@@ -75,7 +75,7 @@ func DefaultConfig() Config {
 		Hints:          HintConfig{ActivityThreshold: 0.2, MemoryBound: 0.5, Headroom: 1.1, MinHours: 1, MinShare: 0.05},
 		Timeout:        2 * time.Minute,
 		MaxPoints:      10000,
-		MaxAnswerBytes: 64 << 20,
+		MaxAnswerBytes: 32 << 20,
 		MaxSeries:      50000,
 		Concurrency:    4,
 	}
