@@ -10,6 +10,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -64,6 +65,8 @@ type Reader struct {
 	log    *zap.Logger
 	clock  Clock
 	driver string
+	// caps is what the loaded driver offers, probed at each Init.
+	caps driverCaps
 
 	// running counts the device reads whose goroutine has not ended.
 	running atomic.Int64
@@ -99,6 +102,14 @@ type device struct {
 	noSamples                  bool
 	noProcSamples              bool
 	noMemoryV2                 bool
+	// memoryDenied is set once the memory query answered NO_PERMISSION
+	// (a MIG-enabled GPU, read without privileges): it is not asked again.
+	memoryDenied bool
+	// lists are the states of the compute, MPS and graphics process lists.
+	lists [3]listState
+	// running are the PIDs the last read's process lists held, sorted; gone
+	// the PIDs whose samples it dropped as not running.
+	running, gone, goneBuf []uint32
 	// gpm samples SM activity where GPM works; useGPM says its samples are
 	// the device's utilization samples.
 	gpm    *gpmSampler
@@ -186,6 +197,11 @@ func (r *Reader) initLocked(first bool) error {
 func (r *Reader) enumerate() error {
 	if v, ret := r.lib.SystemGetDriverVersion(); ret == nvml.SUCCESS {
 		r.driver = v
+	}
+	r.caps = probeDriver(r.lib, r.driver)
+	if r.caps.processStructBug {
+		r.log.Warn("this driver fills the process lists with entries of another size than NVML's header says (go-nvml #75); they are not read, so per-process memory is unknown and processes are taken from the utilization samples only",
+			zap.String("driver", r.driver))
 	}
 	n, ret := r.lib.DeviceGetCount()
 	if ret != nvml.SUCCESS {
@@ -482,10 +498,14 @@ func (r *Reader) readDevice(d *device) (res readResult) {
 		}
 	}
 	if !d.noProcSamples {
-		ps, bad, ret := readProcessSamples(d.handle, procSince, r.clock, buf.procSamples[:0])
+		ps, bad, absurd, ret := readProcessSamples(d.handle, procSince, r.clock, buf.procSamples[:0])
 		if bad > 0 {
 			res.errs = append(res.errs, collector.NewSourceError(collector.SourceNVML, "bad_timestamp",
 				fmt.Errorf("GPU %d %s: %d process samples stamped outside [now-%s, now+%s] dropped", d.info.GPU, d.info.UUID, bad, maxSampleAge, maxSampleLead)))
+		}
+		if absurd > 0 {
+			res.errs = append(res.errs, collector.NewSourceError(collector.SourceNVML, "bad_value",
+				fmt.Errorf("GPU %d %s: %d process samples above 100%% dropped", d.info.GPU, d.info.UUID, absurd)))
 		}
 		switch {
 		case ret == nvml.SUCCESS:
@@ -506,7 +526,7 @@ func (r *Reader) readDevice(d *device) (res readResult) {
 	}
 	rd.Device = d.info
 
-	if mem, ok := r.memory(d, fail); ok {
+	if mem, ok := r.memory(d, &res, fail); ok {
 		rd.HasMemory, rd.MemoryUsedBytes, rd.MemoryTotalBytes = true, mem.Used, mem.Total
 	} else if res.down != nil {
 		return res
@@ -523,42 +543,80 @@ func (r *Reader) readDevice(d *device) (res readResult) {
 			return res
 		}
 	}
-	if procs, ret := d.handle.GetComputeRunningProcesses(); ret == nvml.SUCCESS {
-		rd.HasProcesses = true
-		rd.Processes = buf.processes[:0]
-		for _, p := range procs {
-			rd.Processes = append(rd.Processes, collector.Process{PID: p.Pid, UsedMemoryBytes: p.UsedGpuMemory})
+	if !r.caps.processStructBug {
+		pr := r.readProcesses(d, buf.processes)
+		buf.processes = pr.procs
+		if len(pr.denied) > 0 {
+			what := strings.Join(pr.denied, ", ")
+			r.logDenied(d, what)
+			res.errs = append(res.errs, deniedError(d, what))
 		}
-		buf.processes = rd.Processes
-	} else if ret != nvml.ERROR_NOT_SUPPORTED && fail("processes", ret) {
-		return res
+		for _, list := range pr.bad {
+			res.errs = append(res.errs, collector.NewSourceError(collector.SourceNVML, "bad_process_list",
+				fmt.Errorf("GPU %d %s: the %s process list does not decode (driver %s)", d.info.GPU, d.info.UUID, list, r.caps.version)))
+		}
+		for _, ret := range pr.failed {
+			if fail("processes", ret) {
+				return res
+			}
+		}
+		if pr.ok {
+			rd.HasProcesses, rd.Processes = true, pr.procs
+			var dropped int
+			var gone []uint32
+			rd.ProcessSamples, gone, dropped = dropStale(rd.ProcessSamples, pr.procs, d.running, d.gone, d.goneBuf)
+			d.gone, d.goneBuf = gone, d.gone
+			if dropped > 0 {
+				res.errs = append(res.errs, collector.NewSourceError(collector.SourceNVML, "stale_pid",
+					fmt.Errorf("GPU %d %s: per-process samples of %d PIDs that no process list holds dropped", d.info.GPU, d.info.UUID, dropped)))
+			}
+			d.running = pids(pr.procs, d.running)
+		}
 	}
 	return res
 }
 
 // memory reads framebuffer memory, preferring the v2 call whose Used excludes
 // the driver's reserved memory, and falling back to v1 on drivers without it.
-func (r *Reader) memory(d *device, fail func(string, nvml.Return) bool) (nvml.Memory, bool) {
-	if !d.noMemoryV2 {
+//
+// The v2 symbol is new in R510: on an older driver it is never called (go-nvml
+// would end the process on the call). A NO_PERMISSION answer is said once
+// and the query not repeated: it is the driver's policy, not a fault.
+func (r *Reader) memory(d *device, res *readResult, fail func(string, nvml.Return) bool) (nvml.Memory, bool) {
+	if d.memoryDenied {
+		return nvml.Memory{}, false
+	}
+	denied := func() (nvml.Memory, bool) {
+		d.memoryDenied = true
+		r.logDenied(d, "memory")
+		res.errs = append(res.errs, deniedError(d, "memory"))
+		return nvml.Memory{}, false
+	}
+	if r.caps.memoryV2 && !d.noMemoryV2 {
 		m, ret := d.handle.GetMemoryInfo_v2()
 		switch ret {
 		case nvml.SUCCESS:
 			return nvml.Memory{Total: m.Total, Used: m.Used, Free: m.Free}, true
 		case nvml.ERROR_NOT_SUPPORTED, nvml.ERROR_FUNCTION_NOT_FOUND, nvml.ERROR_ARGUMENT_VERSION_MISMATCH:
 			d.noMemoryV2 = true
+		case nvml.ERROR_NO_PERMISSION:
+			return denied()
 		default:
 			fail("memory", ret)
 			return nvml.Memory{}, false
 		}
 	}
 	m, ret := d.handle.GetMemoryInfo()
-	if ret != nvml.SUCCESS {
-		if ret != nvml.ERROR_NOT_SUPPORTED {
-			fail("memory", ret)
-		}
-		return nvml.Memory{}, false
+	switch ret {
+	case nvml.SUCCESS:
+		return m, true
+	case nvml.ERROR_NO_PERMISSION:
+		return denied()
+	case nvml.ERROR_NOT_SUPPORTED:
+	default:
+		fail("memory", ret)
 	}
-	return m, true
+	return nvml.Memory{}, false
 }
 
 // readSamples appends to out the utilization samples newer than lastSeen,

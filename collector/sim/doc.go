@@ -265,4 +265,67 @@
 // GPM_METRIC_ANY_TENSOR_UTIL GPMTensorRatio of it. Other metrics get value 0
 // and nvmlReturn ERROR_NOT_SUPPORTED; samples of different devices, or not
 // in time order, ERROR_INVALID_ARGUMENT.
+//
+// # Driver traps
+//
+// The top-level `driver:` mapping asks for behaviours of real drivers that
+// nvml.h does not warn of, each from the source that shows it:
+//
+//	driver:
+//	  version: 470.256.02          # SystemGetDriverVersion, and the library's symbols
+//	  mig_parent_permission: denied # default allowed
+//	  mps: ["gpu:2"]               # pods' processes are MPS clients
+//	  graphics: ["gpu:3"]          # pods' processes hold a graphics context too
+//	  memory_not_available: ["gpu:1"]
+//	  zombies:
+//	    - {device: "gpu:0", pid: 50554, shape: garbage}
+//	    - {device: "gpu:0", pid: 50021, shape: stale, value: 0.4}
+//	  compute_instances: {"mig:0/0": 3}
+//
+// The keys:
+//
+//   - version (default the mock's, 550.54.15) decides the library's
+//     symbols, as LookupSymbol answers them: the _v3 process lists from
+//     510 (nvidia-settings' nvml.h gains them at 510.39.01, commit
+//     b2f0e7f4, as nvitop #89 traces), nvmlDeviceGetMemoryInfo_v2 from
+//     R510 too (nvitop's api/libnvml.py, at 56940d1b, falls back to the v1
+//     call without it), GPM from R520; 535.98 to 535.103 have no _v3
+//     process lists (nvitop #89 and #94: commit 0cb3beff dropped them,
+//     535.104.05 restored them with the 24-byte struct). go-nvml binds
+//     symbols lazily, so a call of one the library lacks ends the
+//     process ("symbol lookup error"): the simulated driver panics. On 535.43 to 535.86 the _v3 process lists write 32-byte
+//     entries (nvmlProcessInfo_v3_st, with usedGpuCcProtectedMemory) into
+//     go-nvml's 24-byte ProcessInfo array (go-nvml #75, nvitop #79 and #89,
+//     nvidia-settings commit 39c3e28e): the lists answer what go-nvml then
+//     decodes, right for the first process and garbage for the others.
+//   - mig_parent_permission: denied makes memory (both versions) and the
+//     process lists of a GPU in MIG mode answer NO_PERMISSION (nvml.h: "In
+//     MIG mode, if device handle is provided, the API returns aggregate
+//     information, only if the caller has appropriate privileges"). Which
+//     privilege (root, or CAP_SYS_ADMIN, which the chart drops) is open
+//     until test/gpu's device check says; the default keeps the answers.
+//   - mps lists the pods' processes on those GPUs only through
+//     GetMPSComputeRunningProcesses (nvml.h: "information only about
+//     compute running processes ... utilizing MPS"); the MPS server itself
+//     is not simulated. graphics lists them through
+//     GetGraphicsRunningProcesses as well, with the same memory (nvml.h:
+//     "The usedGpuMemory field returned is all of the memory used by the
+//     application"). A MIG device's MPS and graphics lists are empty.
+//   - memory_not_available puts NVML_VALUE_NOT_AVAILABLE (nvml.h: "(-1)",
+//     so 2^64-1 in the unsigned field) in every process's usedGpuMemory on
+//     those GPUs, GPU and MIG devices alike.
+//   - zombies are entries GetProcessUtilization returns on every call for
+//     a PID that runs no more: garbage is nvtop #110's (smUtil 37100,
+//     encUtil 50583, decUtil 50624, a stamp of 1976) plus one like it
+//     stamped at the newest sample; stale a plausible entry (smUtil value
+//     ×100) stamped at the newest sample, of a PID no process list holds.
+//   - compute_instances splits a fixed layout's MIG device into that many
+//     compute instances of equal slices: the device keeps its index, UUID,
+//     pods and compute instance 0; each further one is a MIG device at the
+//     next free index after the layout, with a UUID of its own, the same
+//     GPU instance (so GPM's per-instance samples are the instance's), no
+//     pods, and compute instance IDs 1, 2, …. Every one answers
+//     GetAttributes with the GPU instance's gpuInstanceSliceCount and
+//     memory and its own computeInstanceSliceCount (nvml.h,
+//     nvmlDeviceAttributes_t; nvidia-smi names them 1c.3g.40gb).
 package sim

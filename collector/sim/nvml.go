@@ -122,6 +122,7 @@ func NewNode(sc *Scenario, clock Clock) (*Node, error) {
 		return nil, err
 	}
 	n.mig, n.migOn = mig, on
+	n.splitComputeInstances()
 	n.devIDs = sc.identities(n.plan)
 
 	srv.Devices = srv.Devices[:sc.GPUs]

@@ -54,6 +54,8 @@ type Scenario struct {
 	// Faults are the failures injected into the simulated driver and
 	// kubelet, in file order.
 	Faults []Fault
+	// Traps are the driver behaviours the `driver:` keys ask for.
+	Traps DriverTraps
 
 	// LeadIn is how much of the scenario `agent --simulate` plays at once,
 	// as fast as it can poll, before it follows the wall clock: the live
@@ -602,7 +604,7 @@ func (d *decoder) step(n *yaml.Node, m map[string]*yaml.Node, path string, total
 }
 
 func (d *decoder) scenario(root *yaml.Node) (*Scenario, error) {
-	m, err := d.mapping(root, "", "start", "duration", "lead_in", "node", "system", "gpus", "allocation", "mig", "pods", "unallocated", "cgroup", "unattributed", "faults", "unscheduled", "priority_classes", "kueue")
+	m, err := d.mapping(root, "", "start", "duration", "lead_in", "node", "system", "gpus", "allocation", "mig", "pods", "unallocated", "cgroup", "unattributed", "faults", "unscheduled", "priority_classes", "kueue", "driver")
 	if err != nil {
 		return nil, err
 	}
@@ -692,6 +694,11 @@ func (d *decoder) scenario(root *yaml.Node) (*Scenario, error) {
 	}
 	if err := d.processes(m, s); err != nil {
 		return nil, err
+	}
+	if n := m["driver"]; n != nil {
+		if err := d.driver(n, s); err != nil {
+			return nil, err
+		}
 	}
 	if n := m["faults"]; n != nil {
 		if err := d.faults(n, s); err != nil {

@@ -36,7 +36,7 @@ func TestParseScenarioErrors(t *testing.T) {
 		{"gpus zero", "start: 2026-12-01T08:00:00Z\nduration: 4h\nsystem: dgxh100\ngpus: 0\n",
 			"t.yaml:4: gpus: 0 is not a whole number from 1 to 8"},
 		{"unknown top key", head + "gpu: 8\n",
-			"t.yaml:5: gpu: unknown key; want one of start, duration, lead_in, node, system, gpus, allocation, mig, pods, unallocated, cgroup, unattributed, faults, unscheduled, priority_classes, kueue"},
+			"t.yaml:5: gpu: unknown key; want one of start, duration, lead_in, node, system, gpus, allocation, mig, pods, unallocated, cgroup, unattributed, faults, unscheduled, priority_classes, kueue, driver"},
 		{"key twice", head + "duration: 2h\n", "t.yaml:5: duration: given twice"},
 		{"unknown pod key", head + pod + "    memroy: 1GiB\n",
 			"t.yaml:9: pods[0].memroy: unknown key; want one of namespace, name, container, owner, labels, cmdline, parent_cmdline, allocation, claim, resource, pid, devices, from, to, memory, util, priority_class, static"},
