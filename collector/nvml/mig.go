@@ -50,6 +50,7 @@ func (r *Reader) migDevice(parent collector.Device, parentHandle, h nvml.Device,
 	name, _ := h.GetName()
 	d := &device{
 		handle: h,
+		index:  -1,
 		mig:    true,
 		// NVML has no utilization samples on MIG instances.
 		noSamples:     true,

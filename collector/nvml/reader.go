@@ -76,8 +76,26 @@ type Reader struct {
 	initErr     error
 	nextInit    time.Time
 	initBackoff time.Duration
-	devices     []*device
-	migScan     migRescan
+	// retryMax caps initBackoff: initRetryMax for a driver not installed
+	// yet, reloadRetryMax after a driver went away under the reader.
+	retryMax time.Duration
+	devices  []*device
+	// count is how many GPUs DeviceGetCount said at the enumeration;
+	// stale, when set, says why the next walk enumerates them anew.
+	count   int
+	stale   string
+	migScan migRescan
+	// retired are devices dropped while a read of theirs was in flight,
+	// whose GPM samples are freed when it ends (retire).
+	retired []*device
+	// reinit is set when the driver went away: NVML is shut down and
+	// initialised anew once no call is in flight (driverWentAway).
+	reinit bool
+	// released is set between Release and Reacquire; releaseSaid once
+	// the release was returned as an error.
+	released      bool
+	releaseReason string
+	releaseSaid   bool
 	// snaps are the Devices slices of Read's snapshots, used in turn as a
 	// device's bufs are; wait is Read's timer.
 	snaps [2][]collector.DeviceReading
@@ -90,6 +108,8 @@ type Reader struct {
 type device struct {
 	handle nvml.Device
 	info   collector.Device
+	// index is a whole GPU's NVML index (its handle's), -1 for a MIG device.
+	index int
 	// lastSeen is the newest sample timestamp read, in NVML's microseconds.
 	lastSeen uint64
 	// lastProcSeen is the newest per-process sample timestamp read.
@@ -148,6 +168,8 @@ type readResult struct {
 	rd   collector.DeviceReading
 	errs []error
 	down *collector.SourceError
+	// gone is the code of a call that said the driver went away.
+	gone nvml.Return
 }
 
 // New returns a reader over lib, which is nvml.New() on a node or a simulated
@@ -156,7 +178,7 @@ func New(lib nvml.Interface, cfg Config, logger *zap.Logger, clock Clock) *Reade
 	if clock == nil {
 		clock = realClock{}
 	}
-	return &Reader{lib: lib, cfg: cfg, log: logger, clock: clock, initBackoff: initRetryMin}
+	return &Reader{lib: lib, cfg: cfg, log: logger, clock: clock, initBackoff: initRetryMin, retryMax: initRetryMax}
 }
 
 // Init initialises NVML and enumerates the devices. On failure (no
@@ -174,7 +196,7 @@ func (r *Reader) initLocked(first bool) error {
 		err := collector.NewSourceError(collector.SourceNVML, "init", fmt.Errorf("nvml.Init: %w", retError(ret)))
 		r.initErr = err
 		r.nextInit = r.clock.Now().Add(r.initBackoff)
-		r.initBackoff = min(2*r.initBackoff, initRetryMax)
+		r.initBackoff = min(2*r.initBackoff, r.retryMax)
 		if first {
 			r.log.Warn("NVML is not available; GPU metrics are off until it is (retrying)", zap.Error(err))
 		} else {
@@ -183,6 +205,7 @@ func (r *Reader) initLocked(first bool) error {
 		return err
 	}
 	r.initialized, r.initErr = true, nil
+	r.initBackoff, r.retryMax = initRetryMin, initRetryMax
 	if err := r.enumerate(); err != nil {
 		r.lib.Shutdown()
 		r.initialized = false
@@ -207,7 +230,22 @@ func (r *Reader) enumerate() error {
 	if ret != nvml.SUCCESS {
 		return collector.NewSourceError(collector.SourceNVML, "device_count", retError(ret))
 	}
+	// Samples already read are not read again by the devices enumerated
+	// anew: the engine would count their time twice.
+	type stamps struct{ samples, procs uint64 }
+	seen := make(map[string]stamps, len(r.devices))
+	for _, d := range r.devices {
+		seen[d.info.UUID] = stamps{d.lastSeen, d.lastProcSeen}
+	}
 	r.freeDevices()
+	r.count, r.stale = n, ""
+	defer func() {
+		for _, d := range r.devices {
+			if s, ok := seen[d.info.UUID]; ok {
+				d.lastSeen, d.lastProcSeen = s.samples, s.procs
+			}
+		}
+	}()
 	for i := 0; i < n; i++ {
 		h, ret := r.lib.DeviceGetHandleByIndex(i)
 		if ret != nvml.SUCCESS {
@@ -229,6 +267,7 @@ func (r *Reader) enumerate() error {
 		gpm := gpmSupported(r.lib, h)
 		d := &device{
 			handle: h,
+			index:  i,
 			info: collector.Device{
 				UUID:              uuid,
 				GPU:               idx,
@@ -267,14 +306,16 @@ func (r *Reader) sampler(parent nvml.Device, gi int) *gpmSampler {
 	return g
 }
 
+// freeDevices drops the devices, waiting at most Config.CallTimeout for
+// their reads in flight; a device whose read has not ended keeps its GPM
+// samples until it does (retire).
 func (r *Reader) freeDevices() {
 	r.dropMIGWalks()
 	r.waitInflight(r.cfg.CallTimeout)
 	for _, d := range r.devices {
-		if d.gpm != nil {
-			d.gpm.free(r.lib)
-		}
+		r.retire(d)
 	}
+	clear(r.devices)
 	r.devices = r.devices[:0]
 }
 
@@ -288,6 +329,10 @@ func (r *Reader) freeDevices() {
 func (r *Reader) Read(ctx context.Context) (collector.DeviceSnapshot, error) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
+	if r.released {
+		return r.releasedSnapshot(), nil
+	}
+	r.reinitLocked()
 	if !r.initialized {
 		if r.clock.Now().Before(r.nextInit) || r.initLocked(false) != nil {
 			return collector.DeviceSnapshot{At: r.clock.Now()},
@@ -355,9 +400,16 @@ func (r *Reader) Read(ctx context.Context) (collector.DeviceSnapshot, error) {
 		case lost && !d.lost:
 			r.log.Warn("GPU is lost (fell off the bus?); its metrics are stale until it is back", zap.Int("gpu", d.info.GPU), zap.String("uuid", d.info.UUID))
 		case !lost && d.lost:
+			// A GPU back from a reset may have new MIG devices and
+			// handles: the next walk enumerates it afresh.
 			r.log.Info("lost GPU is back", zap.Int("gpu", d.info.GPU), zap.String("uuid", d.info.UUID))
+			r.migScan.last = time.Time{}
+			r.stale = fmt.Sprintf("GPU %d %s is back from a loss", d.info.GPU, d.info.UUID)
 		}
 		d.lost = lost
+		if res.gone != nvml.SUCCESS {
+			r.driverWentAway(fmt.Sprintf("GPU %d %s: %v", d.info.GPU, d.info.UUID, retError(res.gone)))
+		}
 		if res.down != nil {
 			snap.Errors = append(snap.Errors, res.down)
 			continue
@@ -422,7 +474,10 @@ func (r *Reader) readDevice(d *device) (res readResult) {
 	// fail records a failed call and reports whether the device is lost,
 	// which ends the read: every other call would fail the same way.
 	fail := func(reason string, ret nvml.Return) bool {
-		if lostGPU(ret) {
+		if driverGone(ret) {
+			res.gone = ret
+		}
+		if lostGPU(ret) || driverGone(ret) {
 			res.down = sourceErr(reason, ret)
 			return true
 		}
@@ -474,6 +529,9 @@ func (r *Reader) readDevice(d *device) (res readResult) {
 		default:
 			// The device's activity is unknown this poll: it is down, and
 			// its samples are read from the ring next time.
+			if driverGone(ret) {
+				res.gone = ret
+			}
 			res.down = sourceErr("samples", ret)
 			return res
 		}
@@ -484,7 +542,10 @@ func (r *Reader) readDevice(d *device) (res readResult) {
 		}
 		s, gauges, ok, ret := d.gpm.read(r.lib, d.metrics, r.clock)
 		switch {
-		case ret != nvml.SUCCESS && (d.useGPM || lostGPU(ret)):
+		case ret != nvml.SUCCESS && (d.useGPM || lostGPU(ret) || driverGone(ret)):
+			if driverGone(ret) {
+				res.gone = ret
+			}
 			res.down = sourceErr("gpm", ret)
 			return res
 		case ret != nvml.SUCCESS:
@@ -664,15 +725,31 @@ func stampBounds(now time.Time) (lo, hi uint64) {
 }
 
 // Shutdown releases NVML. It must be the last NVML call of the process. It
-// waits at most Config.CallTimeout for reads still in flight.
+// waits at most Config.CallTimeout for reads still in flight; while one
+// is, NVML is left initialised (the process is ending): go-nvml unloads the
+// library on Shutdown, and the call, when it returns, would run on into
+// code no longer mapped.
 func (r *Reader) Shutdown() {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	if r.initialized {
-		r.freeDevices()
-		r.lib.Shutdown()
-		r.initialized = false
+	if !r.initialized {
+		return
 	}
+	r.freeDevices()
+	if !r.quiet() {
+		r.log.Warn("NVML calls are still in flight; NVML is left initialised", zap.Int("gpm_buffers_kept", len(r.retired)))
+		return
+	}
+	r.shutdownLocked()
+}
+
+// shutdownLocked drops the devices and shuts NVML down; no call may be in
+// flight.
+func (r *Reader) shutdownLocked() {
+	r.freeDevices()
+	r.reapRetired()
+	r.lib.Shutdown()
+	r.initialized = false
 }
 
 // retError turns an NVML return code into an error without calling into the

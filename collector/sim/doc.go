@@ -328,4 +328,44 @@
 //     GetAttributes with the GPU instance's gpuInstanceSliceCount and
 //     memory and its own computeInstanceSliceCount (nvml.h,
 //     nvmlDeviceAttributes_t; nvidia-smi names them 1c.3g.40gb).
+//
+// Runtime changes of the node, under the same `driver:` mapping:
+//
+//	driver:
+//	  mig_mode:    [{gpu: "gpu:0", at: 10m, mode: disabled}]
+//	  reloads:     [{at: 20m, for: 30s, version: 550.90.07}]
+//	  node_labels: [{key: nvidia.com/mig.config.state, value: pending, from: 9m, to: 11m}]
+//
+// The keys:
+//
+//   - mig_mode turns a GPU's MIG mode on (a GPU with no layout: MIG mode
+//     with no MIG device yet, as NVIDIA's DRA driver does before it makes
+//     the first) or off (a fixed layout's MIG devices end then; their pods
+//     must end before) once. The change takes a GPU reset (nvml.h,
+//     nvmlDeviceSetMigMode: "Changing MIG modes may require device unbind
+//     or reset"), which empties the
+//     GPU's sample ring; GetMigMode, GetSamples and the MIG calls answer
+//     the mode of the clock's now.
+//   - reloads unload the driver at at and load it again for later, as
+//     version when given (SystemGetDriverVersion says it from then): Init
+//     answers ERROR_DRIVER_NOT_LOADED meanwhile. The simulated driver
+//     counts NVML sessions (Init opens one, Shutdown closes it): a session
+//     opened before the reload answers its device calls with
+//     ERROR_DRIVER_NOT_LOADED during it and ERROR_LIB_RM_VERSION_MISMATCH
+//     after, until it is shut down. On a node the unload fails while any
+//     process holds /dev/nvidia* open (the GPU Operator's driver manager
+//     evicts every GPU client first, NVIDIA/k8s-driver-manager
+//     cmd/driver-manager at bd62ca7d); here it goes ahead, and
+//     Node.HeldDuringReload says a session was held through it. A reloaded
+//     library of another version is what a reader that mounts the host's
+//     driver root would load; a container whose libnvidia-ml.so.1 the
+//     NVIDIA container toolkit mounted at its start keeps the old one.
+//   - node_labels are labels the node object carries over [from, to)
+//     (Node.NodeLabels): the GPU Operator's MIG manager sets
+//     nvidia.com/mig.config.state to pending while it changes the layout
+//     (NVIDIA/mig-parted deployments/gpu-operator/reconfigure-mig.sh), its
+//     upgrade controller nvidia.com/gpu-driver-upgrade-state
+//     (NVIDIA/k8s-operator-libs pkg/upgrade/consts.go at 11e747a5), and
+//     both move the nvidia.com/gpu.deploy.* labels off "true" to
+//     paused-for-mig-change or paused-for-driver-upgrade.
 package sim

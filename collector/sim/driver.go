@@ -66,8 +66,9 @@ func newDriver(n *Node) *driver {
 
 // Library-level calls.
 
-func (d *driver) Init() nvml.Return     { return nvml.SUCCESS }
-func (d *driver) Shutdown() nvml.Return { return nvml.SUCCESS }
+// Init and Shutdown open and close a session, which driver reloads answer.
+func (d *driver) Init() nvml.Return     { return d.n.initSession() }
+func (d *driver) Shutdown() nvml.Return { return d.n.closeSession() }
 
 func (d *driver) Extensions() nvml.ExtendedInterface { return d }
 
@@ -86,7 +87,12 @@ func (d *driver) SystemGetCudaDriverVersion() (int, nvml.Return) {
 	return d.CudaDriverVersion, nvml.SUCCESS
 }
 
-func (d *driver) DeviceGetCount() (int, nvml.Return) { return len(d.handles), nvml.SUCCESS }
+func (d *driver) DeviceGetCount() (int, nvml.Return) {
+	if ret, ok := d.n.reloadFault(); ok {
+		return 0, ret
+	}
+	return len(d.handles), nvml.SUCCESS
+}
 
 func (d *driver) DeviceGetHandleByIndex(i int) (nvml.Device, nvml.Return) {
 	if i < 0 || i >= len(d.handles) {

@@ -496,7 +496,14 @@ func (n *Node) migAt(gpu, slot int, t time.Duration) *migDevice {
 	return nil
 }
 
-func (n *Node) migEnabled(gpu int) bool { return n.migOn[gpu] }
+// migEnabled is GPU gpu's MIG mode at the clock's now.
+func (n *Node) migEnabled(gpu int) bool {
+	if len(n.sc.Traps.MIGModeChanges) == 0 {
+		return n.migOn[gpu]
+	}
+	t, _ := n.now()
+	return n.migModeAt(gpu, t)
+}
 
 // instanceIDs are the GPU and compute instance IDs NVML reports for process
 // pid on gpu: those of its MIG device, or 0xFFFFFFFF for both without MIG.

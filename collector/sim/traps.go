@@ -8,6 +8,8 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
+	"time"
 
 	"github.com/NVIDIA/go-nvml/pkg/nvml"
 	"go.yaml.in/yaml/v3"
@@ -42,6 +44,10 @@ type DriverTraps struct {
 	// ComputeInstances splits MIG devices' GPU instances into compute
 	// instances: (GPU, MIG device index) to how many.
 	ComputeInstances map[[2]int]int
+	// MIGModeChanges, Reloads and Labels are runtime changes of the node.
+	MIGModeChanges []MIGModeChange
+	Reloads        []DriverReload
+	Labels         []NodeLabel
 }
 
 // Zombie is a per-process utilization entry of a process that is not
@@ -68,11 +74,14 @@ var driverTrapKeys = []string{"version", "mig_parent_permission", "mps", "graphi
 
 // driver decodes the top-level `driver:` mapping.
 func (d *decoder) driver(n *yaml.Node, s *Scenario) error {
-	m, err := d.mapping(n, "driver", driverTrapKeys...)
+	m, err := d.mapping(n, "driver", append(driverTrapKeys, runtimeKeys...)...)
 	if err != nil {
 		return err
 	}
-	return d.driverTraps(m, s)
+	if err := d.driverTraps(m, s); err != nil {
+		return err
+	}
+	return d.runtimeTraps(m, s)
 }
 
 var driverVersionRE = regexp.MustCompile(`^\d{3}\.\d{1,3}(\.\d{1,3})?$`)
@@ -215,8 +224,15 @@ func parseMIGRef(v string) (gpu, slot int, ok bool) {
 	return gpu, slot, err1 == nil && err2 == nil && gpu >= 0 && slot >= 0
 }
 
-// driverVersion is what SystemGetDriverVersion answers.
+// driverVersion is what SystemGetDriverVersion answers: the last reload's
+// version once it is loaded.
 func (n *Node) driverVersion() string {
+	t, _ := n.now()
+	for i := len(n.sc.Traps.Reloads) - 1; i >= 0; i-- {
+		if r := n.sc.Traps.Reloads[i]; r.Version != "" && r.At+r.For <= t {
+			return r.Version
+		}
+	}
 	if n.sc.Traps.Version != "" {
 		return n.sc.Traps.Version
 	}
@@ -462,4 +478,299 @@ func (d *driver) DeviceGetMPSComputeRunningProcesses(h nvml.Device) ([]nvml.Proc
 
 func (d *driver) DeviceGetGraphicsRunningProcesses(h nvml.Device) ([]nvml.ProcessInfo, nvml.Return) {
 	return h.GetGraphicsRunningProcesses()
+}
+
+// MIGModeChange turns a GPU's MIG mode on or off at a scenario time, as
+// nvidia-mig-parted or NVIDIA's DRA driver do at runtime; the change takes
+// a GPU reset, which empties the GPU's sample ring.
+type MIGModeChange struct {
+	GPU     int
+	At      time.Duration
+	Enabled bool
+}
+
+// DriverReload is the node's driver unloaded at At and loaded again For
+// later, as Version (empty: unchanged), as the GPU Operator's driver
+// upgrade does. Meanwhile Init answers ERROR_DRIVER_NOT_LOADED; a session
+// opened before it answers ERROR_DRIVER_NOT_LOADED during it and
+// ERROR_LIB_RM_VERSION_MISMATCH after, until it is shut down.
+type DriverReload struct {
+	At, For time.Duration
+	Version string
+}
+
+// NodeLabel is a label the node object carries over [From, To): the GPU
+// Operator's MIG manager and driver upgrade controller announce a
+// reconfiguration so.
+type NodeLabel struct {
+	Key, Value string
+	From, To   time.Duration
+}
+
+// runtimeKeys are the driver: keys of runtime changes, read by runtimeTraps.
+var runtimeKeys = []string{"mig_mode", "reloads", "node_labels"}
+
+// runtimeTraps decodes the runtime-change keys of the driver: mapping m.
+func (d *decoder) runtimeTraps(m map[string]*yaml.Node, s *Scenario) error {
+	t := &s.Traps
+	if n := m["mig_mode"]; n != nil {
+		items, err := d.seq(n, "driver.mig_mode")
+		if err != nil {
+			return err
+		}
+		changed := map[int]bool{}
+		for i, it := range items {
+			p := fmt.Sprintf("driver.mig_mode[%d]", i)
+			cm, err := d.mapping(it, p, "gpu", "at", "mode")
+			if err != nil {
+				return err
+			}
+			for _, k := range []string{"gpu", "at", "mode"} {
+				if cm[k] == nil {
+					return d.errf(it, p+"."+k, "missing")
+				}
+			}
+			spec, err := d.device(cm["gpu"], p+".gpu", s.GPUs)
+			if err != nil {
+				return err
+			}
+			at, err := d.offset(cm["at"], p+".at", s.Duration)
+			if err != nil {
+				return err
+			}
+			mode, err := d.str(cm["mode"], p+".mode")
+			if err != nil {
+				return err
+			}
+			if mode != "enabled" && mode != "disabled" {
+				return d.errf(cm["mode"], p+".mode", "%q is not one of enabled, disabled", mode)
+			}
+			if changed[spec.GPU] {
+				return d.errf(it, p, "gpu:%d changes MIG mode once at most", spec.GPU)
+			}
+			changed[spec.GPU] = true
+			_, inMIG := s.MIG[spec.GPU]
+			enabled := mode == "enabled"
+			if enabled == inMIG {
+				return d.errf(cm["mode"], p+".mode", "gpu:%d is %s already", spec.GPU, mode)
+			}
+			if enabled && len(s.MIG[spec.GPU]) > 0 {
+				return d.errf(it, p, "gpu:%d turns MIG mode on with no MIG device", spec.GPU)
+			}
+			for _, pod := range s.Pods {
+				for _, dev := range pod.Devices {
+					// Whole-GPU holders before MIG mode, MIG holders
+					// before it ends.
+					if dev.GPU == spec.GPU && pod.To > at && (enabled && !dev.MIG || !enabled && dev.MIG) {
+						return d.errf(it, p, "pod %s/%s holds %s after %s, when gpu:%d's MIG mode changes", pod.Namespace, pod.Name, dev, fmtDur(at), spec.GPU)
+					}
+					if dev.GPU == spec.GPU && !enabled && !dev.MIG && pod.From < at {
+						return d.errf(it, p, "pod %s/%s holds %s before %s, while gpu:%d is in MIG mode", pod.Namespace, pod.Name, dev, fmtDur(at), spec.GPU)
+					}
+				}
+			}
+			t.MIGModeChanges = append(t.MIGModeChanges, MIGModeChange{GPU: spec.GPU, At: at, Enabled: enabled})
+		}
+	}
+	if n := m["reloads"]; n != nil {
+		items, err := d.seq(n, "driver.reloads")
+		if err != nil {
+			return err
+		}
+		var last time.Duration = -1
+		for i, it := range items {
+			p := fmt.Sprintf("driver.reloads[%d]", i)
+			rm, err := d.mapping(it, p, "at", "for", "version")
+			if err != nil {
+				return err
+			}
+			if rm["at"] == nil || rm["for"] == nil {
+				return d.errf(it, p, "want at and for")
+			}
+			var r DriverReload
+			if r.At, err = d.offset(rm["at"], p+".at", s.Duration); err != nil {
+				return err
+			}
+			if r.For, err = d.duration(rm["for"], p+".for"); err != nil {
+				return err
+			}
+			if r.At <= last {
+				return d.errf(rm["at"], p+".at", "%s is not after the previous reload's end", fmtDur(r.At))
+			}
+			last = r.At + r.For
+			if v := rm["version"]; v != nil {
+				if r.Version, err = d.str(v, p+".version"); err != nil {
+					return err
+				}
+				if !driverVersionRE.MatchString(r.Version) {
+					return d.errf(v, p+".version", "%q is not a driver version such as 550.90.07", r.Version)
+				}
+			}
+			t.Reloads = append(t.Reloads, r)
+		}
+	}
+	if n := m["node_labels"]; n != nil {
+		items, err := d.seq(n, "driver.node_labels")
+		if err != nil {
+			return err
+		}
+		for i, it := range items {
+			p := fmt.Sprintf("driver.node_labels[%d]", i)
+			lm, err := d.mapping(it, p, "key", "value", "from", "to")
+			if err != nil {
+				return err
+			}
+			if lm["key"] == nil || lm["value"] == nil {
+				return d.errf(it, p, "want key and value")
+			}
+			l := NodeLabel{To: s.Duration}
+			if l.Key, err = d.str(lm["key"], p+".key"); err != nil {
+				return err
+			}
+			if l.Value, err = d.scalar(lm["value"], p+".value"); err != nil {
+				return err
+			}
+			if err := d.window(lm, p, s.Duration, &l.From, &l.To); err != nil {
+				return err
+			}
+			t.Labels = append(t.Labels, l)
+		}
+	}
+	return nil
+}
+
+// applyMIGModeChanges ends the MIG devices of GPUs whose MIG mode is turned
+// off when it is.
+func (n *Node) applyMIGModeChanges() {
+	for _, c := range n.sc.Traps.MIGModeChanges {
+		if c.Enabled {
+			continue
+		}
+		for _, md := range n.mig[c.GPU] {
+			md.to = min(md.to, c.At)
+		}
+	}
+}
+
+// migModeAt is GPU g's MIG mode at scenario time t.
+func (n *Node) migModeAt(g int, t time.Duration) bool {
+	on := n.migOn[g]
+	for _, c := range n.sc.Traps.MIGModeChanges {
+		if c.GPU == g && c.At <= t {
+			on = c.Enabled
+		}
+	}
+	return on
+}
+
+// migModeReset is the latest MIG mode change of GPU g by t: it reset the
+// GPU.
+func (n *Node) migModeReset(g int, t time.Duration) (time.Duration, bool) {
+	for _, c := range n.sc.Traps.MIGModeChanges {
+		if c.GPU == g && c.At <= t {
+			return c.At, true
+		}
+	}
+	return 0, false
+}
+
+// reloadAt is the reload under way at t, or the index of the reloads done
+// by t: gen counts the reloads begun by t.
+func (n *Node) reloadAt(t time.Duration) (active bool, gen int) {
+	for _, r := range n.sc.Traps.Reloads {
+		if r.At <= t {
+			gen++
+			active = active || t < r.At+r.For
+		}
+	}
+	return active, gen
+}
+
+// sessions is the simulated driver's view of NVML sessions: Init opens
+// one, Shutdown closes one, and gen is the reload generation the newest
+// was opened in. A reload that finds a session open would fail on a node
+// (the kernel module is in use); here it happens, and HeldDuringReload
+// says it was held.
+type sessions struct {
+	mu   sync.Mutex
+	open int
+	gen  int
+	held bool
+}
+
+// initSession is Init: ERROR_DRIVER_NOT_LOADED during a reload.
+func (n *Node) initSession() nvml.Return {
+	t, _ := n.now()
+	active, gen := n.reloadAt(t)
+	if active {
+		return nvml.ERROR_DRIVER_NOT_LOADED
+	}
+	s := &n.sessions
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.open++
+	s.gen = gen
+	return nvml.SUCCESS
+}
+
+// closeSession is Shutdown.
+func (n *Node) closeSession() nvml.Return {
+	s := &n.sessions
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.open == 0 {
+		return nvml.ERROR_UNINITIALIZED
+	}
+	s.open--
+	return nvml.SUCCESS
+}
+
+// reloadFault is what a call of an open session answers because of a
+// reload: during it ERROR_DRIVER_NOT_LOADED, after it, for a session
+// opened before, ERROR_LIB_RM_VERSION_MISMATCH.
+func (n *Node) reloadFault() (nvml.Return, bool) {
+	if len(n.sc.Traps.Reloads) == 0 {
+		return nvml.SUCCESS, false
+	}
+	t, _ := n.now()
+	active, gen := n.reloadAt(t)
+	s := &n.sessions
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.open == 0 || s.gen == gen && !active {
+		return nvml.SUCCESS, false
+	}
+	s.held = s.held || active
+	if active {
+		return nvml.ERROR_DRIVER_NOT_LOADED, true
+	}
+	return nvml.ERROR_LIB_RM_VERSION_MISMATCH, true
+}
+
+// HeldDuringReload reports whether an NVML session was open, and used,
+// while a reload was under way: on a node the reload would have failed.
+func (n *Node) HeldDuringReload() bool {
+	n.sessions.mu.Lock()
+	defer n.sessions.mu.Unlock()
+	return n.sessions.held
+}
+
+// OpenSessions is how many NVML sessions are open (Init without Shutdown).
+func (n *Node) OpenSessions() int {
+	n.sessions.mu.Lock()
+	defer n.sessions.mu.Unlock()
+	return n.sessions.open
+}
+
+// NodeLabels are the labels the node object carries at the clock's now
+// that the scenario's node_labels set.
+func (n *Node) NodeLabels() map[string]string {
+	t, _ := n.now()
+	out := map[string]string{}
+	for _, l := range n.sc.Traps.Labels {
+		if l.From <= t && t < l.To {
+			out[l.Key] = l.Value
+		}
+	}
+	return out
 }
