@@ -146,6 +146,11 @@ func (r *Reader) readProcesses(d *device, out []collector.Process) processesResu
 			l.state.unsupported = true
 			continue
 		case nvml.ERROR_NO_PERMISSION:
+			if !policyDenied(d) {
+				res.ok = false
+				res.failed = append(res.failed, ret)
+				continue
+			}
 			l.state.denied = true
 			res.denied = append(res.denied, l.list.name+" process list")
 			continue
@@ -214,30 +219,41 @@ func mergeByPID(procs []collector.Process) []collector.Process {
 	return out
 }
 
-// dropStale removes from samples those of PIDs that are not running: in
-// neither running, this read's process lists, nor prev, the previous
-// read's (a process that exited since is still owed its last samples). The
-// driver keeps per-process entries of processes long gone (nvtop #110);
-// such a PID resolves to no pod and would stop the device's time from
-// being split by process. It returns how many PIDs it dropped that were
-// not dropped on the previous read, and the PIDs dropped now, in gone.
-func dropStale(samples []collector.ProcessSample, running []collector.Process, prev, prevGone []uint32, gone []uint32) ([]collector.ProcessSample, []uint32, int) {
-	isRunning := func(pid uint32) bool {
-		_, in := slices.BinarySearchFunc(running, pid, func(p collector.Process, pid uint32) int { return cmp.Compare(p.PID, pid) })
-		if in {
-			return true
-		}
-		_, in = slices.BinarySearch(prev, pid)
-		return in
+// staleGrace is how long after a PID was last in a process list its
+// per-process samples are still taken: they are stamped up to seconds
+// after the time they cover (go-nvml #51, nvtop #110: entries refreshed
+// every 2-4 s), so a process that has just exited is still owed its last
+// ones. The driver's ring holds about 20 s.
+const staleGrace = 20 * time.Second
+
+// markRunning records that procs were in the process lists at now, and
+// forgets PIDs not seen for twice staleGrace.
+func markRunning(seen map[uint32]time.Time, procs []collector.Process, now time.Time) {
+	for _, p := range procs {
+		seen[p.PID] = now
 	}
+	for pid, at := range seen {
+		if now.Sub(at) > 2*staleGrace {
+			delete(seen, pid)
+		}
+	}
+}
+
+// dropStale removes from samples those of PIDs that are not running: not
+// in any process list within staleGrace before the sample. The driver
+// keeps per-process entries of processes long gone (nvtop #110); such a
+// PID resolves to no pod and would stop the device's time from being
+// split by process. It returns the PIDs it dropped, sorted, in gone, and
+// how many of them were not dropped the read before (prevGone).
+func dropStale(samples []collector.ProcessSample, seen map[uint32]time.Time, prevGone, gone []uint32) ([]collector.ProcessSample, []uint32, int) {
 	out := samples[:0]
 	gone = gone[:0]
 	for _, s := range samples {
-		if isRunning(s.PID) {
+		if at, ok := seen[s.PID]; ok && !s.Time.After(at.Add(staleGrace)) {
 			out = append(out, s)
 			continue
 		}
-		if _, seen := slices.BinarySearch(gone, s.PID); !seen {
+		if _, dup := slices.BinarySearch(gone, s.PID); !dup {
 			gone = append(gone, s.PID)
 			slices.Sort(gone)
 		}
@@ -251,21 +267,16 @@ func dropStale(samples []collector.ProcessSample, running []collector.Process, p
 	return out, gone, fresh
 }
 
-// pids appends the PIDs of procs, which are sorted by PID, to out.
-func pids(procs []collector.Process, out []uint32) []uint32 {
-	out = out[:0]
-	for _, p := range procs {
-		out = append(out, p.PID)
-	}
-	return out
-}
+// policyDenied reports whether a NO_PERMISSION answer of d is the
+// driver's policy, asked once: memory and process queries of a GPU in MIG
+// mode need privileges (nvml.h), which do not come while it stays in MIG
+// mode. Elsewhere NO_PERMISSION is a failure of that call, counted each
+// time, and the query asked again.
+func policyDenied(d *device) bool { return d.info.MIGEnabled && !d.mig }
 
 // deniedError is the one error a NO_PERMISSION answer is counted as.
 func deniedError(d *device, what string) *collector.SourceError {
-	why := "the agent lacks the privileges NVML asks for"
-	if d.info.MIGEnabled {
-		why = "NVML answers memory and process queries of a GPU in MIG mode only to a privileged caller; its MIG instances are read instead"
-	}
+	why := "NVML answers memory and process queries of a GPU in MIG mode only to a privileged caller; its MIG instances are read instead"
 	return collector.NewSourceError(collector.SourceNVML, "no_permission",
 		fmt.Errorf("GPU %d %s: %s: %w (%s)", d.info.GPU, d.info.UUID, what, retError(nvml.ERROR_NO_PERMISSION), why))
 }

@@ -127,9 +127,11 @@ type device struct {
 	memoryDenied bool
 	// lists are the states of the compute, MPS and graphics process lists.
 	lists [3]listState
-	// running are the PIDs the last read's process lists held, sorted; gone
-	// the PIDs whose samples it dropped as not running.
-	running, gone, goneBuf []uint32
+	// running is when each PID was last in a process list, on the reader's
+	// clock; gone the PIDs whose samples the last read dropped as not
+	// running, sorted.
+	running       map[uint32]time.Time
+	gone, goneBuf []uint32
 	// gpm samples SM activity where GPM works; useGPM says its samples are
 	// the device's utilization samples.
 	gpm    *gpmSampler
@@ -623,15 +625,18 @@ func (r *Reader) readDevice(d *device) (res readResult) {
 		}
 		if pr.ok {
 			rd.HasProcesses, rd.Processes = true, pr.procs
+			if d.running == nil {
+				d.running = map[uint32]time.Time{}
+			}
+			markRunning(d.running, pr.procs, r.clock.Now())
 			var dropped int
 			var gone []uint32
-			rd.ProcessSamples, gone, dropped = dropStale(rd.ProcessSamples, pr.procs, d.running, d.gone, d.goneBuf)
+			rd.ProcessSamples, gone, dropped = dropStale(rd.ProcessSamples, d.running, d.gone, d.goneBuf)
 			d.gone, d.goneBuf = gone, d.gone
 			if dropped > 0 {
 				res.errs = append(res.errs, collector.NewSourceError(collector.SourceNVML, "stale_pid",
-					fmt.Errorf("GPU %d %s: per-process samples of %d PIDs that no process list holds dropped", d.info.GPU, d.info.UUID, dropped)))
+					fmt.Errorf("GPU %d %s: per-process samples of %d PIDs in no process list for %s dropped", d.info.GPU, d.info.UUID, dropped, staleGrace)))
 			}
-			d.running = pids(pr.procs, d.running)
 		}
 	}
 	return res
@@ -641,8 +646,9 @@ func (r *Reader) readDevice(d *device) (res readResult) {
 // the driver's reserved memory, and falling back to v1 on drivers without it.
 //
 // The v2 symbol is new in R510: on an older driver it is never called (go-nvml
-// would end the process on the call). A NO_PERMISSION answer is said once
-// and the query not repeated: it is the driver's policy, not a fault.
+// would end the process on the call). A NO_PERMISSION answer for a GPU in
+// MIG mode is said once and the query not repeated: it is the driver's
+// policy, not a fault (policyDenied).
 func (r *Reader) memory(d *device, res *readResult, fail func(string, nvml.Return) bool) (nvml.Memory, bool) {
 	if d.memoryDenied {
 		return nvml.Memory{}, false
@@ -661,7 +667,11 @@ func (r *Reader) memory(d *device, res *readResult, fail func(string, nvml.Retur
 		case nvml.ERROR_NOT_SUPPORTED, nvml.ERROR_FUNCTION_NOT_FOUND, nvml.ERROR_ARGUMENT_VERSION_MISMATCH:
 			d.noMemoryV2 = true
 		case nvml.ERROR_NO_PERMISSION:
-			return denied()
+			if policyDenied(d) {
+				return denied()
+			}
+			fail("memory", ret)
+			return nvml.Memory{}, false
 		default:
 			fail("memory", ret)
 			return nvml.Memory{}, false
@@ -672,7 +682,10 @@ func (r *Reader) memory(d *device, res *readResult, fail func(string, nvml.Retur
 	case nvml.SUCCESS:
 		return m, true
 	case nvml.ERROR_NO_PERMISSION:
-		return denied()
+		if policyDenied(d) {
+			return denied()
+		}
+		fail("memory", ret)
 	case nvml.ERROR_NOT_SUPPORTED:
 	default:
 		fail("memory", ret)
