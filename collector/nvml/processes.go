@@ -22,7 +22,7 @@ import (
 // says nothing about the process. (GetProcessesUtilizationInfo in go-nvml
 // v0.13.4-1 never returns samples, so the older call is used.)
 func readProcessSamples(h nvml.Device, lastSeen uint64, clock Clock, out []collector.ProcessSample) ([]collector.ProcessSample, int, int, nvml.Return) {
-	raw, ret := h.GetProcessUtilization(lastSeen)
+	raw, ret := processUtilization(h, lastSeen)
 	if ret != nvml.SUCCESS {
 		return nil, 0, 0, ret
 	}
@@ -54,6 +54,23 @@ func readProcessSamples(h nvml.Device, lastSeen uint64, clock Clock, out []colle
 		return nil, bad, absurd, nvml.ERROR_NOT_FOUND
 	}
 	return out, bad, absurd, nvml.SUCCESS
+}
+
+// processUtilization calls GetProcessUtilization. go-nvml v0.13.4-1 asks
+// the table's size, allocates that, asks again, and slices its buffer to
+// the count the second call answers without looking at its code: a table
+// that grew between the two calls, answered INSUFFICIENT_SIZE with the new
+// count, panics in go-nvml (slice bounds). nvml.h says the second call
+// writes what fits, but does not list INSUFFICIENT_SIZE among its codes
+// either way; the panic is taken for that answer, and the next read asks
+// again.
+func processUtilization(h nvml.Device, lastSeen uint64) (raw []nvml.ProcessUtilizationSample, ret nvml.Return) {
+	defer func() {
+		if p := recover(); p != nil {
+			raw, ret = nil, nvml.ERROR_INSUFFICIENT_SIZE
+		}
+	}()
+	return h.GetProcessUtilization(lastSeen)
 }
 
 // valueNotAvailable is NVML_VALUE_NOT_AVAILABLE ((-1) in nvml.h) in an

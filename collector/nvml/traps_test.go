@@ -359,3 +359,51 @@ pods:
 		t.Errorf("slices by GPU instance %v, compute instances %v; want GI 2 three slices over CIs 0-2, GI 1 four", slicesOf, cis)
 	}
 }
+
+// growingTableLib is a driver whose per-process table grows between
+// go-nvml's two GetProcessUtilization calls and answers the second with
+// INSUFFICIENT_SIZE and the new count: go-nvml v0.13.4-1 then slices its
+// buffer past its capacity, as reproduced here.
+type growingTableLib struct{ gonvml.Interface }
+
+func (l growingTableLib) DeviceGetHandleByIndex(i int) (gonvml.Device, gonvml.Return) {
+	d, ret := l.Interface.DeviceGetHandleByIndex(i)
+	return growingTableDevice{d}, ret
+}
+
+type growingTableDevice struct{ gonvml.Device }
+
+func (growingTableDevice) GetProcessUtilization(uint64) ([]gonvml.ProcessUtilizationSample, gonvml.Return) {
+	buf := make([]gonvml.ProcessUtilizationSample, 68)
+	count := 79
+	return buf[:count], gonvml.ERROR_INSUFFICIENT_SIZE
+}
+
+// TestProcessTableGrowsBetweenCalls: go-nvml's panic on a table that grew
+// between its two calls is a failed read of the process samples, counted,
+// not the end of the agent; the device's samples are still read.
+func TestProcessTableGrowsBetweenCalls(t *testing.T) {
+	t.Parallel()
+	sc, err := sim.ParseScenario([]byte("start: 2026-12-01T08:00:00Z\nduration: 1h\nsystem: dgxa100\ngpus: 1\npods:\n  - {namespace: a, name: p, devices: [\"gpu:0\"], memory: 1GiB, util: [{at: 0s, value: 0.5}]}\n"), "grow.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	clock := sim.NewVirtualClock(sc.Start.Add(time.Minute))
+	node, err := sim.NewNode(sc, clock)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := New(growingTableLib{node.NVML()}, DefaultConfig(), zap.NewNop(), clock)
+	if err := r.Init(); err != nil {
+		t.Fatal(err)
+	}
+	defer r.Shutdown()
+	snaps := readN(t, r, clock, 2)
+	d := readingOf(t, snaps[1], node.DeviceUUID(0))
+	if len(d.Samples) == 0 || d.HasProcessSamples {
+		t.Errorf("samples %d, process samples %v; want the device's samples and no process samples", len(d.Samples), d.HasProcessSamples)
+	}
+	if n := countReason(snaps, "process_samples"); n != 2 {
+		t.Errorf("%d process_samples errors in 2 reads, want 2", n)
+	}
+}

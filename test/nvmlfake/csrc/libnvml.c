@@ -336,10 +336,17 @@ EXPORT nvmlReturn_t nvmlDeviceGetProcessUtilization(nvmlDevice_t d, nvmlProcessU
 	if (ret != NVML_SUCCESS)
 		DONE(ret);
 	uint32_t n = get32(&rep);
-	if (!util || *count < n) {
+	if (!util) {
 		*count = n;
 		DONE(NVML_ERROR_INSUFFICIENT_SIZE);
 	}
+	/* nvml.h: called again with a buffer of *count entries, it "updates
+	 * processSamplesCount with the number of process utilization sample
+	 * structures that were actually written", which "may differ from a
+	 * previously read value": the table may have grown since the first
+	 * call, and the buffer takes what fits. */
+	if (n > *count)
+		n = *count;
 	for (uint32_t i = 0; i < n; i++) {
 		util[i].pid = get32(&rep);
 		util[i].timeStamp = get64(&rep);
