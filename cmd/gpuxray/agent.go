@@ -159,9 +159,6 @@ func runAgent(ctx context.Context, args []string, stderr io.Writer) error {
 		}
 		engineOpts = append(engineOpts, draOpts...)
 	}
-	if err := startNodeWatch(gctx, nodeCfg, podCfg, live, reader, logger, g.Go); err != nil {
-		return err
-	}
 	engine, err := agent.New(engineCfg, reader, allocs, clock, logger.Named("engine"), engineOpts...)
 	if err != nil {
 		return usageError{err}
@@ -194,6 +191,9 @@ func runAgent(ctx context.Context, args []string, stderr io.Writer) error {
 			g.Go(func() error { return live.playFaults(gctx, engineCfg.PollInterval/2, logger) })
 		}
 	}
+	// Started after every early return above, so that it never outlives
+	// runAgent.
+	startNodeWatch(gctx, nodeCfg, podCfg, live, reader, logger, g.Go)
 	g.Go(func() error { return engine.Run(gctx) })
 	g.Go(func() error { return srv.Serve(gctx) })
 	err = g.Wait()

@@ -17,13 +17,10 @@ func nodeWatchFlags(fs *flag.FlagSet, c *node.Config) {
 // startNodeWatch releases reader while the node's labels announce a
 // reconfiguration: from the simulated node's labels when live is set,
 // else from the API server (needs --node.name and RBAC get on nodes). It
-// starts nothing, logged, when it cannot read the node.
-func startNodeWatch(ctx context.Context, c node.Config, pc podSourceConfig, live *simulation, reader *nvml.Reader, logger *zap.Logger, run func(func() error)) error {
+// starts nothing, logged, when it cannot read the node. c must be valid.
+func startNodeWatch(ctx context.Context, c node.Config, pc podSourceConfig, live *simulation, reader *nvml.Reader, logger *zap.Logger, run func(func() error)) {
 	if c.Interval == 0 {
-		return nil
-	}
-	if err := c.Validate(); err != nil {
-		return usageError{err}
+		return
 	}
 	var src node.Source
 	switch {
@@ -31,19 +28,18 @@ func startNodeWatch(ctx context.Context, c node.Config, pc podSourceConfig, live
 		src = live.nodeLabels()
 	case pc.nodeName == "":
 		logger.Info("no node watch: --node.name (or $NODE_NAME) is not set; NVML is not released during GPU Operator MIG changes and driver upgrades")
-		return nil
+		return
 	default:
 		c.Name, c.Kubeconfig = pc.nodeName, pc.kubeconfig
 		client, err := node.NewClient(c)
 		if err != nil {
 			logger.Warn("no node watch: the API server cannot be reached from here; NVML is not released during GPU Operator MIG changes and driver upgrades", zap.Error(err))
-			return nil
+			return
 		}
 		src = client
 	}
 	if src == nil {
-		return nil
+		return
 	}
 	run(func() error { return node.Watch(ctx, c, src, reader, logger.Named("node")) })
-	return nil
 }
