@@ -431,8 +431,11 @@ func (e *Engine) updateAllocations(list collector.AllocationList, fresh bool, no
 		uuid, gpu, ok := e.resolve(a.Device)
 		if !ok {
 			e.sources[collector.SourceKubelet].errors["unresolved_device"]++
-			if a.Device.Kind == collector.RefDRA {
-				unresolved++ // no resolver (collector/dra) in front of the kubelet
+			if !a.DRA.IsZero() {
+				// No resolver (collector/dra) in front of the kubelet, or a
+				// MIG device that NVML has not listed (yet): held, by whom
+				// is not known.
+				unresolved++
 			}
 			continue
 		}
@@ -566,16 +569,38 @@ func (e *Engine) resolve(ref collector.DeviceRef) (string, int, bool) {
 			return ref.UUID, ds.info.GPU, true
 		}
 		return ref.UUID, -1, true
-	case collector.RefIndex:
+	case collector.RefMinor:
+		// GKE names a GPU by its minor number, which need not be its index.
 		for uuid, ds := range e.dev {
 			d := ds.info
 			switch {
-			case d.GPU != ref.GPU:
+			case !d.HasMinor || d.Minor != ref.Minor:
 			case !ref.HasGI && d.ParentUUID == "":
 				return uuid, d.GPU, true
 			case ref.HasGI && d.ParentUUID != "" && d.GPUInstance == ref.GI:
 				return uuid, d.GPU, true
 			}
+		}
+	case collector.RefMIGPlacement:
+		// A dynamic MIG device is found as NVIDIA's DRA driver finds it:
+		// the live GPU instance of that profile and placement on the parent.
+		only, gpu, n := "", 0, 0
+		for uuid, ds := range e.dev {
+			d := ds.info
+			switch {
+			case d.ParentUUID != ref.UUID:
+			case d.HasPlacement:
+				if d.GIProfileID == ref.GIProfile && d.PlacementStart == ref.Placement {
+					return uuid, d.GPU, true
+				}
+			case ref.Profile != "" && d.MIGProfile == ref.Profile:
+				// NVML did not say where the instance sits: the profile
+				// decides only if one instance has it.
+				only, gpu, n = uuid, d.GPU, n+1
+			}
+		}
+		if n == 1 {
+			return only, gpu, true
 		}
 	case collector.RefLegacyMIG:
 		for uuid, ds := range e.dev {

@@ -70,6 +70,9 @@ var (
 	ErrUnknownDevice = errors.New("no ResourceSlice of the node lists the device")
 	// ErrNoUUID: the device is listed, without a usable UUID attribute.
 	ErrNoUUID = errors.New("the device has no UUID attribute")
+	// ErrPassthrough: the device is a GPU passed through to a VM (VFIO),
+	// which NVML on the host does not see; its uuid is the driver's own.
+	ErrPassthrough = errors.New("the device is a GPU passed through to a VM")
 )
 
 // Source is the ResourceSlice source of one node. Its methods are safe for
@@ -347,6 +350,8 @@ func (s *Source) Resolve(driver, pool, name string) (collector.DeviceRef, error)
 		return collector.DeviceRef{}, ErrNotSynced
 	case !found:
 		return collector.DeviceRef{}, fmt.Errorf("%w (driver %s, pool %s, device %s)", ErrUnknownDevice, driver, pool, name)
+	case dev.typ == DeviceTypeVFIO:
+		return collector.DeviceRef{}, fmt.Errorf("%w (driver %s, pool %s, device %s)", ErrPassthrough, driver, pool, name)
 	case dev.ref.Kind == 0:
 		return collector.DeviceRef{}, fmt.Errorf("%w (driver %s, pool %s, device %s, type %q, parent %q, profile %q): %s",
 			ErrNoUUID, driver, pool, name, dev.typ, dev.parent, dev.profile, dev.problem)
@@ -381,7 +386,7 @@ func (s *Source) convert(obj any) (string, *slice) {
 			return ""
 		}
 		dev := device{typ: str("type"), parent: str("parentUUID"), profile: str("profile")}
-		dev.ref, dev.problem = uuidOf(attrs, keys)
+		dev.ref, dev.problem = refOf(d.Name, dev.typ, dev.parent, dev.profile, attrs, keys)
 		sl.devices[d.Name] = dev
 	}
 	return rs.Name, sl
