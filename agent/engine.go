@@ -571,46 +571,58 @@ func (e *Engine) resolve(ref collector.DeviceRef) (string, int, bool) {
 		return ref.UUID, -1, true
 	case collector.RefMinor:
 		// GKE names a GPU by its minor number, which need not be its index.
-		for uuid, ds := range e.dev {
-			d := ds.info
-			switch {
-			case !d.HasMinor || d.Minor != ref.Minor:
-			case !ref.HasGI && d.ParentUUID == "":
-				return uuid, d.GPU, true
-			case ref.HasGI && d.ParentUUID != "" && d.GPUInstance == ref.GI:
-				return uuid, d.GPU, true
-			}
+		if uuid, gpu, n := e.findDevice(func(d collector.Device) bool {
+			return d.HasMinor && d.Minor == ref.Minor && (ref.HasGI == (d.ParentUUID != "")) && (!ref.HasGI || d.GPUInstance == ref.GI)
+		}); n == 1 {
+			return uuid, gpu, true
 		}
 	case collector.RefMIGPlacement:
 		// A dynamic MIG device is found as NVIDIA's DRA driver finds it:
 		// the live GPU instance of that profile and placement on the parent.
-		only, gpu, n := "", 0, 0
-		for uuid, ds := range e.dev {
-			d := ds.info
-			switch {
-			case d.ParentUUID != ref.UUID:
-			case d.HasPlacement:
-				if d.GIProfileID == ref.GIProfile && d.PlacementStart == ref.Placement {
-					return uuid, d.GPU, true
-				}
-			case ref.Profile != "" && d.MIGProfile == ref.Profile:
-				// NVML did not say where the instance sits: the profile
-				// decides only if one instance has it.
-				only, gpu, n = uuid, d.GPU, n+1
-			}
+		if uuid, gpu, n := e.findDevice(func(d collector.Device) bool {
+			return d.ParentUUID == ref.UUID && d.HasPlacement && d.GIProfileID == ref.GIProfile && d.PlacementStart == ref.Placement
+		}); n == 1 {
+			return uuid, gpu, true
 		}
-		if n == 1 {
-			return only, gpu, true
+		// NVML did not say where the instances sit (GetGpuInstanceById
+		// needs privileges): the profile decides only if one instance of
+		// it lives on the parent.
+		if uuid, gpu, n := e.findDevice(func(d collector.Device) bool {
+			return d.ParentUUID == ref.UUID && !d.HasPlacement && ref.Profile != "" && d.MIGProfile == ref.Profile
+		}); n == 1 {
+			return uuid, gpu, true
 		}
 	case collector.RefLegacyMIG:
-		for uuid, ds := range e.dev {
-			d := ds.info
-			if d.ParentUUID == ref.UUID && d.GPUInstance == ref.GI && d.ComputeInstance == ref.CI {
-				return uuid, d.GPU, true
-			}
+		if uuid, gpu, n := e.findDevice(func(d collector.Device) bool {
+			return d.ParentUUID == ref.UUID && d.GPUInstance == ref.GI && d.ComputeInstance == ref.CI
+		}); n == 1 {
+			return uuid, gpu, true
 		}
 	}
 	return "", 0, false
+}
+
+// findDevice returns the device that match accepts, and how many it
+// accepts: among the devices of the latest read while NVML is up, since a
+// MIG instance destroyed and made again has the old one's GPU instance or
+// placement; while NVML is down, among the devices last seen, the latest
+// seen first.
+func (e *Engine) findDevice(match func(collector.Device) bool) (string, int, int) {
+	live := e.sources[collector.SourceNVML].up
+	found, gpu, n := "", 0, 0
+	var seen time.Time
+	for uuid, ds := range e.dev {
+		if (live && !ds.present) || !match(ds.info) {
+			continue
+		}
+		switch {
+		case live || n == 0:
+			found, gpu, n, seen = uuid, ds.info.GPU, n+1, ds.goneAt
+		case ds.present || ds.goneAt.After(seen) || (ds.goneAt.Equal(seen) && uuid < found):
+			found, gpu, seen = uuid, ds.info.GPU, ds.goneAt
+		}
+	}
+	return found, gpu, n
 }
 
 // latestHolders returns who holds device uuid in the latest allocation list.

@@ -2,6 +2,7 @@ package agent
 
 import (
 	"context"
+	"slices"
 	"testing"
 	"time"
 
@@ -96,13 +97,22 @@ func placementAlloc(pod, device string, profileID, start int, profile string) co
 // instance NVML lists with that profile and placement on its parent, as
 // the driver itself finds it; two instances of one profile are told apart
 // by placement. Before NVML lists the instance it is held but unresolved
-// and counted.
+// and counted; made again at the same placement, it is the new instance,
+// never the destroyed one NVML no longer lists.
 func TestDynamicMIGPlacement(t *testing.T) {
 	t.Parallel()
 	parent := collector.Device{UUID: uuidOf(0), GPU: 0, UtilizationSource: collector.UtilizationNone, MIGEnabled: true}
 	c := &fakeClock{t: t0}
 	devs := &migDevices{clock: c, at: func(d time.Duration) []collector.Device {
-		out := []collector.Device{parent, placedMIG(1, 9, 19, 0, "1g.10gb", true), placedMIG(2, 10, 19, 3, "1g.10gb", true)}
+		out := []collector.Device{parent, placedMIG(1, 9, 19, 0, "1g.10gb", true)}
+		// The instance at placement 3 is destroyed at 15s and made again
+		// at 16s, a device of its own with the same GPU instance ID.
+		switch {
+		case d < 15*time.Second:
+			out = append(out, placedMIG(2, 10, 19, 3, "1g.10gb", true))
+		case d >= 16*time.Second:
+			out = append(out, placedMIG(4, 10, 19, 3, "1g.10gb", true))
+		}
 		if d >= 10*time.Second {
 			out = append(out, placedMIG(3, 11, 19, 5, "1g.10gb", true))
 		}
@@ -126,16 +136,23 @@ func TestDynamicMIGPlacement(t *testing.T) {
 		c.t = c.t.Add(time.Second)
 	}
 	s := e.Snapshot()
-	for pod, uuid := range map[string]string{"a": uuidOf(102), "b": uuidOf(101), "late": uuidOf(103)} {
-		if a := findAlloc(s, pod); a == nil || a.UUID != uuid {
-			t.Errorf("%s on %+v, want %s", pod, a, uuid)
+	for pod, uuid := range map[string]string{"a": uuidOf(104), "b": uuidOf(101), "late": uuidOf(103)} {
+		i := slices.IndexFunc(s.Allocations, func(a AllocationSnapshot) bool { return a.Pod == pod && a.Live })
+		if i < 0 || s.Allocations[i].UUID != uuid {
+			t.Errorf("%s's live allocation: %d of %+v, want one on %s", pod, i, s.Allocations, uuid)
 		}
 	}
 	if unresolved != 10 {
 		t.Errorf("late was unresolved for %d polls, want the 10 before NVML listed its instance", unresolved)
 	}
-	if got := source(s, collector.SourceKubelet).Errors["unresolved_device"]; got != 10 {
-		t.Errorf("kubelet unresolved_device = %d, want 10, one per poll before NVML listed late's instance", got)
+	if got := source(s, collector.SourceKubelet).Errors["unresolved_device"]; got != 11 {
+		t.Errorf("kubelet unresolved_device = %d, want 11: one per poll before NVML listed late's instance, one while a's was made again", got)
+	}
+	// While a's instance was gone its old series got no time after it went.
+	for _, a := range s.Allocations {
+		if a.Pod == "a" && a.UUID == uuidOf(102) && a.Counters[Offpeak].Allocated > 15.5 {
+			t.Errorf("a credited %.1f s on its destroyed instance", a.Counters[Offpeak].Allocated)
+		}
 	}
 }
 

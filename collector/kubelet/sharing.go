@@ -48,8 +48,9 @@ type GPUGroupLister interface {
 //     every pod of its GPU group (runai-gpu-group label), which KAI's
 //     binder points at it (NVIDIA/KAI-Scheduler,
 //     pkg/binder/binding/resourcereservation). The reservation pod's GPU
-//     is given to those pods, shared; while none runs, or where the pod
-//     source cannot list a group, the reservation pod keeps it.
+//     is given to those of them that run, shared; while none runs, or
+//     where the pod source cannot list a group, the reservation pod keeps
+//     it.
 //
 // Sharing is safe for concurrent use.
 type Sharing struct {
@@ -149,8 +150,8 @@ func (s *Sharing) hamiGPUs(a collector.Allocation) []string {
 }
 
 // kaiHolders appends the allocations of reservation allocation a's GPU:
-// one per running or pending pod of its GPU group, to the container KAI
-// gives the GPU, or a itself when there is none.
+// one per running pod of its GPU group, to the container KAI gives the
+// GPU, or a itself when there is none.
 func (s *Sharing) kaiHolders(a collector.Allocation, out []collector.Allocation) []collector.Allocation {
 	groups, ok := s.pods.(GPUGroupLister)
 	if s.pods == nil || !ok {
@@ -163,7 +164,10 @@ func (s *Sharing) kaiHolders(a collector.Allocation, out []collector.Allocation)
 	n := len(out)
 	for _, g := range rp.Sharing.GPUGroups {
 		for _, p := range groups.PodsInGPUGroup(g) {
-			if p.Namespace == collector.KAIReservationNamespace || p.Terminal() || p.Sharing.GPUContainer == "" {
+			// A fraction pod holds the GPU once it runs: Pending, its
+			// containers have not started (KAI keeps the reservation for
+			// it meanwhile).
+			if p.Namespace == collector.KAIReservationNamespace || p.Phase != "Running" || p.Sharing.GPUContainer == "" {
 				continue
 			}
 			b := a
