@@ -349,4 +349,3 @@ func TestScenarioAllocationErrors(t *testing.T) {
 		})
 	}
 }
-
