@@ -414,7 +414,7 @@ func newMIGDevices(n *Node) ([][]*migDevice, []bool, error) {
 		}
 		// A GPU in dynamic MIG mode is in MIG mode while the driver has
 		// made a MIG device on it, where the GPU can change mode
-		// (migModeAt).
+		// (draMIGModeAt).
 		on[gpu] = !sc.MIGDynamic[gpu]
 		starts, placed := n.sys.staticPlacements(layout)
 		static[gpu] = make([]*migDevice, len(layout))
@@ -514,17 +514,18 @@ func (n *Node) migAt(gpu, slot int, t time.Duration) *migDevice {
 // migEnabled reports whether gpu is in MIG mode at the clock's now.
 func (n *Node) migEnabled(gpu int) bool {
 	t, _ := n.now()
-	return n.migModeAt(gpu, t)
+	return n.draMIGModeAt(gpu, t)
 }
 
-// migModeAt reports whether gpu is in MIG mode at scenario time t: a GPU
+// draMIGModeAt reports whether gpu is in MIG mode at scenario time t, as
+// NVIDIA's DRA driver leaves it: a GPU
 // with a fixed layout always is; one in dynamic MIG mode is while a MIG
 // device the DRA driver made lives on it, where the GPU changes mode
 // without a reset (the driver turns MIG mode on to create the first MIG
 // device and off after destroying the last: nvlib.go createMigDevice,
 // maybeDisableMigMode), and always is where it cannot (Ampere: the driver
 // offers dynamic MIG only on a GPU already in MIG mode).
-func (n *Node) migModeAt(gpu int, t time.Duration) bool {
+func (n *Node) draMIGModeAt(gpu int, t time.Duration) bool {
 	if gpu < 0 || gpu >= len(n.migOn) {
 		return false
 	}
@@ -540,16 +541,16 @@ func (n *Node) migModeAt(gpu int, t time.Duration) bool {
 	return false
 }
 
-// migOffSince is when gpu last left MIG mode at or before scenario time t,
+// draMIGOffSince is when gpu last left MIG mode at or before scenario time t,
 // if it has: its sample rings start over then.
-func (n *Node) migOffSince(gpu int, t time.Duration) (time.Duration, bool) {
-	if gpu < 0 || gpu >= len(n.mig) || !n.sc.MIGDynamic[gpu] || !n.sys.migToggle() || n.migModeAt(gpu, t) {
+func (n *Node) draMIGOffSince(gpu int, t time.Duration) (time.Duration, bool) {
+	if gpu < 0 || gpu >= len(n.mig) || !n.sc.MIGDynamic[gpu] || !n.sys.migToggle() || n.draMIGModeAt(gpu, t) {
 		return 0, false
 	}
 	var off time.Duration
 	found := false
 	for _, md := range n.mig[gpu] {
-		if md.holding != nil && md.to <= t && md.to > off && !n.migModeAt(gpu, md.to) {
+		if md.holding != nil && md.to <= t && md.to > off && !n.draMIGModeAt(gpu, md.to) {
 			off, found = md.to, true
 		}
 	}

@@ -198,7 +198,7 @@ func (n *Node) window(g int, lastSeen uint64) (first, last int64, ok bool) {
 	if at, reset := n.resetAt(g, t); reset {
 		first = max(first, int64(at/SamplePeriod)+1)
 	}
-	if at, off := n.migOffSince(g, t); off {
+	if at, off := n.draMIGOffSince(g, t); off {
 		// The rings start over when the GPU leaves MIG mode.
 		first = max(first, int64(at/SamplePeriod)+1)
 	}
