@@ -7,13 +7,15 @@
 // typed REST client (resource.k8s.io v1, falling back to v1beta2 and
 // v1beta1 on older API servers) and keeps, per device of the configured
 // drivers, the value of its UUID attribute (NVIDIA's driver publishes
-// "uuid" for every GPU and MIG device it has created). Resolver wraps the
-// kubelet client: it replaces each DRA allocation's device by its UUID, or,
-// when it cannot — the slices are not listed yet, the device is not in
-// them, or it has no UUID attribute (a MIG device not created yet) — drops
-// it from the allocations, counts it in AllocationList.Unresolved and
-// reports it, never guessing. Devices of other drivers are ignored and
-// counted.
+// "uuid" for every GPU and fixed MIG device) or, for a MIG device without
+// one (its dynamic MIG partitions), the parent, GPU-instance profile ID
+// and placement its name and parentUUID say. Resolver wraps the kubelet
+// client: it replaces each DRA allocation's device by its UUID or MIG
+// placement, or, when it cannot — the slices are not listed yet, the
+// device is not in them, or it has neither — drops it from the
+// allocations, counts it in AllocationList.Unresolved and reports it,
+// never guessing. Devices of other drivers are ignored and counted;
+// VFIO passthrough devices are dropped (NVML does not see them).
 //
 // When the API server cannot be reached, or RBAC denies the list or watch,
 // the source keeps the slices it last knew, reports itself down through
