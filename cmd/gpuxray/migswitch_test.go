@@ -1,3 +1,5 @@
+//go:build !nosim
+
 package main
 
 import (
