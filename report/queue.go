@@ -53,16 +53,16 @@ const (
 	// Pod owns (Kueue's pod integration) is left out: its gated pods are
 	// Pending pods, counted above. The qWorkload* queries are the rest of
 	// what the configuration says of them.
-	qWorkloads         = `sum by (cluster, namespace, workload, podset) (max by (cluster, namespace, workload, podset) (kube_customresource_kueue_workload_pending_gpus) unless on (cluster, namespace, workload) kube_customresource_kueue_workload_owner_info{owner_kind="Pod"})`
-	qWorkloadIf        = ` and on (cluster, namespace, workload) ` + qWorkloads
-	qWorkloadInfo      = `max by (cluster, namespace, workload, queue, priority_class) (kube_customresource_kueue_workload_info)` + qWorkloadIf
-	qWorkloadPriority  = `max by (cluster, namespace, workload) (kube_customresource_kueue_workload_priority)` + qWorkloadIf
-	qWorkloadPodSets   = `max by (cluster, namespace, workload, podset, gpu_type) (kube_customresource_kueue_workload_podset_pods)` + qWorkloadIf
-	qWorkloadCreated   = `max by (cluster, namespace, workload) (kube_customresource_kueue_workload_created)` + qWorkloadIf
-	qKueueLocalQueues  = `max by (cluster, namespace, local_queue, cluster_queue) (kube_customresource_kueue_localqueue_info)`
-	qQueueClasses      = `max by (cluster, priority_class) (gpuxray_priority_class_value)`
-	qQueueWholeGPU     = ` * on (cluster, job, instance, uuid) group_left (name) max by (cluster, job, instance, uuid, name) (gpuxray_device_info{parent_uuid="", mig_mode!="enabled"})`
-	qQueueHolder       = `max by (cluster, job, instance, uuid, namespace, workload_kind, workload, priority_class, cluster_queue) (max_over_time(gpuxray_allocation_info[S]))`
+	qWorkloads        = `sum by (cluster, namespace, workload, podset) (max by (cluster, namespace, workload, podset) (kube_customresource_kueue_workload_pending_gpus) unless on (cluster, namespace, workload) kube_customresource_kueue_workload_owner_info{owner_kind="Pod"})`
+	qWorkloadIf       = ` and on (cluster, namespace, workload) ` + qWorkloads
+	qWorkloadInfo     = `max by (cluster, namespace, workload, queue, priority_class) (kube_customresource_kueue_workload_info)` + qWorkloadIf
+	qWorkloadPriority = `max by (cluster, namespace, workload) (kube_customresource_kueue_workload_priority)` + qWorkloadIf
+	qWorkloadPodSets  = `max by (cluster, namespace, workload, podset, gpu_type) (kube_customresource_kueue_workload_podset_pods)` + qWorkloadIf
+	qWorkloadCreated  = `max by (cluster, namespace, workload) (kube_customresource_kueue_workload_created)` + qWorkloadIf
+	qKueueLocalQueues = `max by (cluster, namespace, local_queue, cluster_queue) (kube_customresource_kueue_localqueue_info)`
+	qQueueClasses     = `max by (cluster, priority_class) (gpuxray_priority_class_value)`
+	qQueueWholeGPU    = ` * on (cluster, job, instance, uuid) group_left (name) max by (cluster, job, instance, uuid, name) (gpuxray_device_info{parent_uuid="", mig_mode!="enabled"})`
+	qQueueHolder      = `max by (cluster, job, instance, uuid, namespace, workload_kind, workload, priority_class, cluster_queue) (max_over_time(gpuxray_allocation_info[S]))`
 	// qQueueHolders is the idle time in each step of whole GPUs not in
 	// MIG mode (a MIG slice cannot take a pod that asks for
 	// nvidia.com/gpu), by node (job, instance) and GPU product, credited

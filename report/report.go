@@ -42,7 +42,7 @@ type Config struct {
 	// SLOWait is the target p95 wait by priority class ("*": every
 	// class without one of its own): --slo.wait.
 	SLOWait map[string]time.Duration
-	Hints    HintConfig
+	Hints   HintConfig
 	// Timeout bounds each query.
 	Timeout time.Duration
 	// MaxPoints is the most steps one range query asks for (Prometheus
