@@ -23,10 +23,10 @@ var memTotal = map[string]float64{
 // gpuName is each system's GPU product name as the simulated driver
 // reports it, which the report's MIG hint reads from gpuxray_device_info.
 var gpuName = map[string]string{
-	"dgxa100": gpus.A100_SXM4_40GB.Name,
-	"dgxh100": gpus.H100_SXM5_80GB.Name,
-	"dgxh200": gpus.H200_SXM5_141GB.Name,
-	"dgxb200": gpus.B200_SXM5_180GB.Name,
+	"dgxa100": sim.ProductName("dgxa100"),
+	"dgxh100": sim.ProductName("dgxh100"),
+	"dgxh200": sim.ProductName("dgxh200"),
+	"dgxb200": sim.ProductName("dgxb200"),
 }
 
 // member is a node of a fleet whose history is a copy of another's: its
