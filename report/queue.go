@@ -201,7 +201,8 @@ type QueueFigures struct {
 	// FreeGPUHours could have run on whole GPUs nobody held.
 	FreeGPUHours float64 `json:"free_gpu_hours"`
 	// QuotaGPUHours on idle GPUs a Kueue ClusterQueue held on borrowed
-	// quota (reclaimable by quota).
+	// quota, or on free GPUs while Kueue held the workload back
+	// (suspended): reclaimable by quota.
 	QuotaGPUHours float64 `json:"quota_gpu_hours"`
 	// PreemptionGPUHours on idle GPUs held by work of lower priority
 	// (reclaimable by preemption).
@@ -218,6 +219,9 @@ type QueueFigures struct {
 	// ShortfallGPUHours no idle GPU could have served: true capacity
 	// shortfall.
 	ShortfallGPUHours float64 `json:"shortfall_gpu_hours"`
+	// heldBack is the part of QuotaGPUHours on free GPUs, which Kueue held
+	// the waiting back from.
+	heldBack float64
 }
 
 // ReclaimableGPUHours is the waiting that idle GPUs held by lower-priority
@@ -233,7 +237,8 @@ func (f QueueFigures) OnOneNodeGPUHours() float64 {
 
 func (f *QueueFigures) add(w float64, c [numQueueParts]float64) {
 	f.FreeGPUHours += c[partFree] * w
-	f.QuotaGPUHours += c[partQuota] * w
+	f.QuotaGPUHours += (c[partQuota] + c[partHeldBack]) * w
+	f.heldBack += c[partHeldBack] * w
 	f.PreemptionGPUHours += c[partPreemption] * w
 	f.OutrankedGPUHours += c[partOutranked] * w
 	f.FragmentedGPUHours += c[partFragmented] * w
@@ -670,7 +675,7 @@ func computeQueue(in input, qi queueInput, peak []float64, qc queueConfig) Queue
 						w.rank = p
 					}
 				}
-				w.gang = true
+				w.gang, w.kueue = true, true
 				seen("w\x00"+k, i, w.key, product, func() float64 {
 					if m := wlCreated.at(qi.wlCreated, k, i); m >= 0 {
 						return firstValue(qi.wlCreated[m])
@@ -708,7 +713,7 @@ func computeQueue(in input, qi queueInput, peak []float64, qc queueConfig) Queue
 			for _, r := range rems {
 				gpus := r.gpus * max(0, remAll-unmapped) / remAll
 				if gpus > capEps {
-					st.waiters = append(st.waiters, queueWaiter{key: classOf("", "", r.cq), gtype: anyType, pods: []podSet{{gpus: 1, count: gpus}}})
+					st.waiters = append(st.waiters, queueWaiter{key: classOf("", "", r.cq), gtype: anyType, pods: []podSet{{gpus: 1, count: gpus}}, kueue: true})
 				}
 			}
 
@@ -977,8 +982,12 @@ func queueVerdict(q Queue) (kind, sentence string, knobs []string) {
 	if named(f.PreemptionGPUHours) {
 		parts = append(parts, p(f.PreemptionGPUHours)+" by preemption")
 	}
-	if named(f.QuotaGPUHours) {
-		parts = append(parts, p(f.QuotaGPUHours)+" by reclaiming borrowed quota")
+	borrowed := f.QuotaGPUHours - f.heldBack
+	if named(borrowed) {
+		parts = append(parts, p(borrowed)+" by reclaiming borrowed quota")
+	}
+	if named(f.heldBack) {
+		parts = append(parts, p(f.heldBack)+" on free GPUs Kueue's quota held it back from")
 	}
 	if named(f.FreeGPUHours) {
 		parts = append(parts, p(f.FreeGPUHours)+" on GPUs nobody held")
@@ -992,7 +1001,7 @@ func queueVerdict(q Queue) (kind, sentence string, knobs []string) {
 		knobs = append(knobs, "priority classes and preemption: the waiters' PriorityClass preemptionPolicy, Kueue's withinClusterQueue preemption")
 	}
 	if named(f.QuotaGPUHours) {
-		knobs = append(knobs, "Kueue quotas and borrowing: nominalQuota, borrowingLimit, reclaimWithinCohort")
+		knobs = append(knobs, "Kueue quotas and borrowing: nominalQuota, borrowingLimit, reclaimWithinCohort, and the workloads Kueue held back while GPUs were free")
 	}
 	if named(f.FreeGPUHours) {
 		knobs = append(knobs, "placement: the waiters' node selectors, affinities and tolerations")
@@ -1009,9 +1018,15 @@ func queueVerdict(q Queue) (kind, sentence string, knobs []string) {
 	switch {
 	case sched >= f.OutrankedGPUHours && sched >= f.FragmentedGPUHours && sched >= capa:
 		kind = QueueScheduling
-		sentence = fmt.Sprintf("%s of the waiting%s could have run on idle GPUs held by lower-priority or borrowing work, or on free ones%s: a scheduling problem, not a capacity one.", p(sched), at, how)
-		if !named(f.FreeGPUHours) {
-			sentence = fmt.Sprintf("%s of the waiting%s could have run on idle GPUs held by lower-priority or borrowing work%s: a scheduling problem, not a capacity one.", p(sched), at, how)
+		// Most of it held back by Kueue while GPUs were free: say so, it
+		// is Kueue's quota to fix.
+		problem := "a scheduling problem"
+		if f.heldBack > f.FreeGPUHours+f.PreemptionGPUHours+borrowed {
+			problem = "a quota problem (Kueue held it back while GPUs were free)"
+		}
+		sentence = fmt.Sprintf("%s of the waiting%s could have run on idle GPUs held by lower-priority or borrowing work, or on free ones%s: %s, not a capacity one.", p(sched), at, how, problem)
+		if !named(f.FreeGPUHours) && !named(f.heldBack) {
+			sentence = fmt.Sprintf("%s of the waiting%s could have run on idle GPUs held by lower-priority or borrowing work%s: %s, not a capacity one.", p(sched), at, how, problem)
 		}
 	case f.OutrankedGPUHours >= f.FragmentedGPUHours && f.OutrankedGPUHours >= capa:
 		kind = QueueIdle

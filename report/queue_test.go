@@ -11,7 +11,7 @@ import (
 // parts names a match's parts as a map, for readable failures.
 func parts(p [numQueueParts]float64) map[string]float64 {
 	return map[string]float64{"free": p[partFree], "quota": p[partQuota], "preemption": p[partPreemption], "outranked": p[partOutranked],
-		"fragmented": p[partFragmented], "other type": p[partOtherType], "shortfall": p[partShortfall]}
+		"fragmented": p[partFragmented], "other type": p[partOtherType], "shortfall": p[partShortfall], "held back": p[partHeldBack]}
 }
 
 func sameParts(got, want [numQueueParts]float64) bool {
@@ -183,6 +183,13 @@ func TestMatch(t *testing.T) {
 				waiters: []queueWaiter{{key: 0, gtype: h100, pods: []podSet{{gpus: 4, count: 2}}, gang: true}},
 			},
 			waiters: []w{{partFree: 8}},
+		},
+		{
+			name: "a workload Kueue held back while GPUs were free waits on quota",
+			step: queueStep{types: 1, nodes: []queueNode{{gtype: h100, free: 8}},
+				waiters: []queueWaiter{{key: 0, gtype: h100, pods: []podSet{{gpus: 4, count: 2}}, gang: true, kueue: true}},
+			},
+			waiters: []w{{partHeldBack: 8}},
 		},
 		{
 			name: "typed waiters before those of any type",

@@ -16,6 +16,9 @@ const (
 	partFragmented
 	partOtherType
 	partShortfall
+	// partHeldBack is free GPUs a waiter Kueue held back could have run
+	// on: it is quota (QuotaGPUHours), told apart for the sentence.
+	partHeldBack
 	numQueueParts
 )
 
@@ -42,6 +45,9 @@ type queueWaiter struct {
 	rank  float64
 	pods  []podSet
 	gang  bool
+	// kueue: Kueue holds it back (a suspended workload): free GPUs that
+	// could have run it wait on Kueue's quota, not on the scheduler.
+	kueue bool
 }
 
 func (w queueWaiter) gpus() float64 {
@@ -462,7 +468,11 @@ func (x *matcher) take(n int, g float64, i int) {
 	parts := &x.m.waiter[i]
 	t := min(g, ns.free)
 	ns.free -= t
-	parts[partFree] += t
+	if x.s.waiters[i].kueue {
+		parts[partHeldBack] += t
+	} else {
+		parts[partFree] += t
+	}
 	g -= t
 	if x.level >= levelQuota && g > capEps && ns.quotaLeft > capEps {
 		t := min(g, ns.quotaLeft)

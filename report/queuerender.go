@@ -15,7 +15,7 @@ var queueRows = []struct {
 }{
 	{"pending", "", func(f QueueFigures) float64 { return f.PendingGPUHours }},
 	{"on free GPUs", "#2e9d5b", func(f QueueFigures) float64 { return f.FreeGPUHours }},
-	{"by reclaiming borrowed quota", "#3b82c4", func(f QueueFigures) float64 { return f.QuotaGPUHours }},
+	{"by Kueue quota (borrowed, or held back from free GPUs)", "#3b82c4", func(f QueueFigures) float64 { return f.QuotaGPUHours }},
 	{"by preempting lower priority", "#6c5ce7", func(f QueueFigures) float64 { return f.PreemptionGPUHours }},
 	{"only on idle GPUs of higher priority", "#e9a23b", func(f QueueFigures) float64 { return f.OutrankedGPUHours }},
 	{"on idle GPUs of its type, no node with enough (fragmented)", "#17a2b8", func(f QueueFigures) float64 { return f.FragmentedGPUHours }},

@@ -388,7 +388,12 @@ func (v *Verdict) byType(d Demand, steps []DemandStep, q Queue, quantile float64
 	})
 	v.GPUsShort = total
 
-	// The clauses, one per type that is short or idles with nobody waiting.
+	// The clauses, one per type that is short or idles with nobody
+	// waiting: for it, or for any type.
+	anyWaits := false
+	for _, t := range v.GPUTypes {
+		anyWaits = anyWaits || (t.GPUType == GPUTypeAny && t.PendingGPUs >= nothingIdle)
+	}
 	var short, idle []string
 	for _, t := range v.GPUTypes {
 		name := t.GPUType
@@ -399,7 +404,7 @@ func (v *Verdict) byType(d Demand, steps []DemandStep, q Queue, quantile float64
 		case t.GPUsShort > 0:
 			short = append(short, fmt.Sprintf("%s is %d %s short (for %.0f%% of %s its waiting found no free or idle GPU of its type: buy %s)",
 				name, t.GPUsShort, plural(t.GPUsShort, "GPU", "GPUs"), 100*t.ShortShare, of, buyWhat(t.GPUType)))
-		case t.PendingGPUs < nothingIdle && t.IdleGPUs >= nothingIdle:
+		case t.PendingGPUs < nothingIdle && t.IdleGPUs >= nothingIdle && !anyWaits:
 			idle = append(idle, fmt.Sprintf("%s: %.1f idle, nobody waits for them", name, t.IdleGPUs))
 		}
 	}
@@ -427,6 +432,18 @@ func (v *Verdict) byType(d Demand, steps []DemandStep, q Queue, quantile float64
 		v.Sentence = strings.ToUpper(s[:1]) + s[1:]
 	default:
 		v.Kind = VerdictFixFirst
+		// The lever is the queue's: name it.
+		what, ok := fixFirst[q.Kind]
+		if ok && strings.Contains(q.Sentence, "a quota problem") {
+			what = "Kueue's quota"
+		}
+		if ok && strings.HasSuffix(v.Sentence, "fix idle allocation and scheduling first.") {
+			v.Sentence = strings.TrimSuffix(v.Sentence, "fix idle allocation and scheduling first.") + "fix " + what + " first"
+			if len(q.Knobs) > 0 {
+				v.Sentence += " (look at " + strings.Join(knobLeads(q.Knobs), "; ") + ")"
+			}
+			v.Sentence += "."
+		}
 		if len(idle) > 0 && len(v.GPUTypes) > 1 {
 			v.Sentence = strings.TrimSuffix(v.Sentence, ".") + "; " + strings.Join(idle, "; ") + "."
 		}
@@ -446,4 +463,12 @@ func buyWhat(gpuType string) string {
 		return "GPUs"
 	}
 	return gpuType + " GPUs"
+}
+
+// fixFirst is what to fix first, by the queue's kind, when no GPU type is
+// short.
+var fixFirst = map[string]string{
+	QueueScheduling:    "scheduling",
+	QueueIdle:          "idle allocation",
+	QueueFragmentation: "fragmentation",
 }
