@@ -68,16 +68,16 @@ func TestComputeQueue(t *testing.T) {
 	}
 	wl := map[string]string{"namespace": "ml", "workload": "job-w"}
 	qi := queueInput{
-		pods: []series{ser(pod("h"), n, always(1)), ser(pod("x"), n, steps(0, 3, 2))},
+		pods:     []series{ser(pod("h"), n, always(1)), ser(pod("x"), n, steps(0, 3, 2))},
 		podClass: []series{ser(with(pod("h"), "priority_class", "training"), n, always(1)), ser(pod("x"), n, steps(0, 3, 1))},
 		podType: []series{ser(with(pod("h"), "gpu_type", "NVIDIA-H100-80GB-HBM3"), n, always(1)),
 			ser(with(pod("x"), "gpu_type", "NVIDIA-V100-SXM2-16GB-SHARED"), n, steps(0, 3, 1))},
-		podCreated: []series{ser(pod("h"), n, always(float64(start.Add(-10*time.Minute).Unix()))), ser(pod("x"), n, steps(0, 3, float64(start.Unix())))},
-		workloads:  []series{ser(with(wl, "podset", "main"), n, always(8))},
-		wlInfo:     []series{ser(with(with(wl, "queue", "team-a"), "priority_class", "training"), n, always(1))},
-		wlPriority: []series{ser(wl, n, always(1000))},
-		wlPodSets:  []series{ser(with(with(wl, "podset", "main"), "gpu_type", "NVIDIA-A100-SXM4-40GB"), n, always(2))},
-		wlCreated:  []series{ser(wl, n, always(float64(start.Add(-time.Hour).Unix())))},
+		podCreated:  []series{ser(pod("h"), n, always(float64(start.Add(-10*time.Minute).Unix()))), ser(pod("x"), n, steps(0, 3, float64(start.Unix())))},
+		workloads:   []series{ser(with(wl, "podset", "main"), n, always(8))},
+		wlInfo:      []series{ser(with(with(wl, "queue", "team-a"), "priority_class", "training"), n, always(1))},
+		wlPriority:  []series{ser(wl, n, always(1000))},
+		wlPodSets:   []series{ser(with(with(wl, "podset", "main"), "gpu_type", "NVIDIA-A100-SXM4-40GB"), n, always(2))},
+		wlCreated:   []series{ser(wl, n, always(float64(start.Add(-time.Hour).Unix())))},
 		localQueues: []series{ser(map[string]string{"namespace": "ml", "local_queue": "team-a", "cluster_queue": "research"}, n, always(1))},
 		classes:     []series{ser(map[string]string{"priority_class": "training"}, n, always(1000))},
 		free: []series{ser(map[string]string{"job": "gpuxray", "instance": "n1", "name": "NVIDIA H100 80GB HBM3"}, n, always(3*600)),
