@@ -493,17 +493,28 @@ func computeQueue(in input, qi queueInput, peak []float64, qc queueConfig) Queue
 	}
 	// Each cluster's series.
 	type clusterSeries struct {
-		pods, holders, free, pendingGPUs, usage, nominal []int
-		workloads                                        map[string][]int
-		wlOrder                                          []string
+		pods, holders, free, pendingGPUs []int
+		// usage and nominal are each ClusterQueue's series.
+		usage, nominal map[string][]int
+		workloads      map[string][]int
+		wlOrder        []string
 	}
 	clusters := map[string]*clusterSeries{}
 	cs := func(m model.Metric) *clusterSeries {
 		c := string(m["cluster"])
 		if clusters[c] == nil {
-			clusters[c] = &clusterSeries{workloads: map[string][]int{}}
+			clusters[c] = &clusterSeries{workloads: map[string][]int{}, usage: map[string][]int{}, nominal: map[string][]int{}}
 		}
 		return clusters[c]
+	}
+	products := map[string]string{}
+	product := func(name string) string {
+		p, ok := products[name]
+		if !ok {
+			p = productOf(name)
+			products[name] = p
+		}
+		return p
 	}
 	for i, s := range qi.pods {
 		c := cs(s.labels)
@@ -531,11 +542,13 @@ func computeQueue(in input, qi queueInput, peak []float64, qc queueConfig) Queue
 	}
 	for i, s := range qi.kueueUsage {
 		c := cs(s.labels)
-		c.usage = append(c.usage, i)
+		cq := string(s.labels["cluster_queue"])
+		c.usage[cq] = append(c.usage[cq], i)
 	}
 	for i, s := range qi.kueueNominal {
 		c := cs(s.labels)
-		c.nominal = append(c.nominal, i)
+		cq := string(s.labels["cluster_queue"])
+		c.nominal[cq] = append(c.nominal[cq], i)
 	}
 	names := make([]string, 0, len(clusters))
 	for c := range clusters {
@@ -720,7 +733,7 @@ func computeQueue(in input, qi queueInput, peak []float64, qc queueConfig) Queue
 			// The supply: free GPUs and idle holders, by node and type.
 			clear(nodes)
 			nodeOf := func(m model.Metric) int {
-				k := nodeKey{string(m["job"]), string(m["instance"]), productOf(string(m["name"]))}
+				k := nodeKey{string(m["job"]), string(m["instance"]), product(string(m["name"]))}
 				if n, ok := nodes[k]; ok {
 					return n
 				}
@@ -744,7 +757,7 @@ func computeQueue(in input, qi queueInput, peak []float64, qc queueConfig) Queue
 				k := hkey{string(s.labels["namespace"]), string(s.labels["workload_kind"]), string(s.labels["workload"]), class, cq}
 				st.idle = append(st.idle, queueIdle{key: holderOf(k), node: nodeOf(s.labels), rank: rank(cluster, class, i), cq: cq, gpus: v / cov})
 			}
-			st.borrowed = borrowedAt(qi, c.usage, c.nominal, i)
+			st.borrowed = borrowedAt(qi, st.idle, c.usage, c.nominal, i)
 			st.types = len(globalOf)
 			if len(st.waiters) == 0 && len(st.nodes) == 0 {
 				continue
@@ -854,26 +867,37 @@ func productOf(name string) string {
 	return "unknown"
 }
 
-// borrowedAt is, at step i, each ClusterQueue's GPUs used beyond its
-// nominal quota, from the cluster's usage and nominal series.
-func borrowedAt(qi queueInput, usage, nominal []int, i int) map[string]float64 {
+// borrowedAt is, at step i, the GPUs each ClusterQueue of an idle holder
+// uses beyond its nominal quota, from the cluster's usage and nominal
+// series by ClusterQueue: only the holders' queues are read, so a step
+// costs its holders, not every queue Kueue reports.
+func borrowedAt(qi queueInput, idle []queueIdle, usage, nominal map[string][]int, i int) map[string]float64 {
 	if len(usage) == 0 {
 		return nil
 	}
-	use, nom := map[string]float64{}, map[string]float64{}
-	for _, j := range usage {
-		if s := qi.kueueUsage[j]; !math.IsNaN(s.vals[i]) {
-			use[string(s.labels["cluster_queue"])] += s.vals[i]
+	var out map[string]float64
+	for _, h := range idle {
+		if h.cq == "" {
+			continue
 		}
-	}
-	for _, j := range nominal {
-		if s := qi.kueueNominal[j]; !math.IsNaN(s.vals[i]) {
-			nom[string(s.labels["cluster_queue"])] += s.vals[i]
+		if _, done := out[h.cq]; done {
+			continue
 		}
-	}
-	out := map[string]float64{}
-	for cq, u := range use {
-		out[cq] = max(0, u-nom[cq])
+		var use, nom float64
+		for _, j := range usage[h.cq] {
+			if v := qi.kueueUsage[j].vals[i]; !math.IsNaN(v) {
+				use += v
+			}
+		}
+		for _, j := range nominal[h.cq] {
+			if v := qi.kueueNominal[j].vals[i]; !math.IsNaN(v) {
+				nom += v
+			}
+		}
+		if out == nil {
+			out = map[string]float64{}
+		}
+		out[h.cq] = max(0, use-nom)
 	}
 	return out
 }

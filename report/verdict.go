@@ -118,8 +118,11 @@ type Demand struct {
 	// Quantile is the share of peak steps ShortfallGPUs is taken at.
 	Quantile float64 `json:"quantile"`
 	// ShortfallGPUs is that quantile of pending less reclaimable GPUs over
-	// the steps that are mostly peak.
+	// the steps that are mostly peak (where the queue X-ray matched the
+	// waiting, of the waiting no free or idle GPU of its type could hold).
 	ShortfallGPUs float64 `json:"shortfall_gpus"`
+	// matched is whether the steps' shortfall came from the queue X-ray.
+	matched bool
 }
 
 // SetAgainst computes Demand from steps, each weighted by its covered
@@ -156,6 +159,7 @@ func against(steps []DemandStep, q float64, available bool, share func(DemandSte
 		d.UnallocatedActiveGPUHours += s.UnallocatedActive * w
 		d.ReclaimableGPUHours += r * w
 		sf := s.shortfall()
+		d.matched = d.matched || s.Matched
 		d.CoveredGPUHours += (max(0, s.Pending) - sf) * w
 		d.ShortfallGPUHours += sf * w
 		if sh >= 0.5 {
@@ -271,6 +275,12 @@ func Decide(d Demand) Verdict {
 		fmt.Sprintf("pending − reclaimable at the %s of %s: %.2f GPUs → %d GPUs short",
 			percentile(d.Quantile), span, d.ShortfallGPUs, v.GPUsShort),
 	)
+	if d.matched {
+		v.Arithmetic[len(v.Arithmetic)-2] = fmt.Sprintf("at the same times: %s of that demand fit free or idle GPUs of its type (on one node, or scattered over several), %s did not",
+			gpuHours(d.CoveredGPUHours), gpuHours(d.ShortfallGPUHours))
+		v.Arithmetic[len(v.Arithmetic)-1] = fmt.Sprintf("waiting on no free or idle GPU of its type at the %s of %s: %.2f GPUs → %d GPUs short",
+			percentile(d.Quantile), span, d.ShortfallGPUs, v.GPUsShort)
+	}
 	if v.GPUsShort == 0 {
 		v.Kind = VerdictFixFirst
 		if !idle {
