@@ -14,7 +14,9 @@ import (
 	"time"
 
 	"github.com/gpuxray/gpuxray/agent"
+	"github.com/gpuxray/gpuxray/collector/sim"
 	promrules "github.com/gpuxray/gpuxray/deploy/prometheus"
+	"github.com/gpuxray/gpuxray/report"
 )
 
 // liveRun is what the live phase's checks need.
@@ -635,6 +637,20 @@ func (l *liveRun) truthOf(trs []*truther, r recorded, start, end time.Time, metr
 	}
 	window := r.labels["window"]
 	wt := l.nodeSpans(trs, start, end)
+	if strings.HasPrefix(name, "gpu_type:") {
+		// Free or idle GPUs not in MIG mode, of the nodes whose GPUs are
+		// of the type ("any": all of them).
+		var v float64
+		for i, sp := range wt.nodes {
+			if typ := r.labels["gpu_type"]; typ != report.GPUTypeAny && typ != report.GPUProduct(sim.ProductName(l.agents[i].scenario.System)) {
+				continue
+			}
+			for _, t := range sp {
+				v += t.WholeIdle + t.WholeFree
+			}
+		}
+		return v / secs
+	}
 	metric := strings.SplitN(name, ":", 3)[1]
 	var v float64
 	add := func(sp [2]*totals) {
