@@ -20,10 +20,11 @@ import (
 // interleaving metric families, so scrapes are kept until the end and written
 // family by family, each series in time order.
 type omRecorder struct {
-	// target are the labels a scrape of the agent would attach (job, instance).
-	target   []*dto.LabelPair
-	families map[string]*omFamily
-	scrapes  int
+	// target are the labels a scrape of the agent would attach (job,
+	// instance); clusterTarget those of the simulated kube-state-metrics.
+	target, clusterTarget []*dto.LabelPair
+	families              map[string]*omFamily
+	scrapes               int
 }
 
 type omFamily struct {
@@ -37,16 +38,37 @@ type omSeries struct {
 	vals []float64
 }
 
-func newOMRecorder(target map[string]string) *omRecorder {
+func newOMRecorder(target, clusterTarget map[string]string) *omRecorder {
 	r := &omRecorder{families: map[string]*omFamily{}}
-	for k, v := range target {
-		r.target = append(r.target, &dto.LabelPair{Name: &k, Value: &v})
+	pairs := func(m map[string]string) []*dto.LabelPair {
+		var out []*dto.LabelPair
+		for k, v := range m {
+			out = append(out, &dto.LabelPair{Name: &k, Value: &v})
+		}
+		return out
 	}
+	r.target, r.clusterTarget = pairs(target), pairs(clusterTarget)
 	return r
 }
 
-// scrape records the gatherer's metrics as a scrape at t.
-func (r *omRecorder) scrape(t time.Time, g prometheus.Gatherer) error {
+// scrape records the agent's metrics and the cluster's (the simulated
+// kube-state-metrics and Kueue, when set) as scrapes at t.
+func (r *omRecorder) scrape(t time.Time, agent, cluster prometheus.Gatherer) error {
+	if err := r.record(t, agent, r.target, false); err != nil {
+		return err
+	}
+	if cluster != nil {
+		if err := r.record(t, cluster, r.clusterTarget, true); err != nil {
+			return fmt.Errorf("cluster series: %w", err)
+		}
+	}
+	r.scrapes++
+	return nil
+}
+
+// record adds the gatherer's metrics at t, with the target's labels and,
+// with drop, without its empty labels.
+func (r *omRecorder) record(t time.Time, g prometheus.Gatherer, target []*dto.LabelPair, drop bool) error {
 	mfs, err := g.Gather()
 	if err != nil {
 		return fmt.Errorf("gather: %w", err)
@@ -70,7 +92,11 @@ func (r *omRecorder) scrape(t time.Time, g prometheus.Gatherer) error {
 			default:
 				return fmt.Errorf("metric %s: type %s is not supported in a replay", fam.name, fam.typ)
 			}
-			key := renderLabels(append(slices.Clip(m.GetLabel()), r.target...))
+			ls := m.GetLabel()
+			if drop {
+				ls = nonEmpty(ls)
+			}
+			key := renderLabels(append(slices.Clip(ls), target...))
 			s := fam.series[key]
 			if s == nil {
 				s = &omSeries{}
@@ -79,8 +105,17 @@ func (r *omRecorder) scrape(t time.Time, g prometheus.Gatherer) error {
 			s.ms, s.vals = append(s.ms, ms), append(s.vals, v)
 		}
 	}
-	r.scrapes++
 	return nil
+}
+
+// nonEmpty drops labels with empty values, as a scrape stores them: the
+// simulated kube-state-metrics gives every pod every node-selector label,
+// empty where it has none.
+func nonEmpty(ls []*dto.LabelPair) []*dto.LabelPair {
+	if !slices.ContainsFunc(ls, func(l *dto.LabelPair) bool { return l.GetValue() == "" }) {
+		return ls
+	}
+	return slices.DeleteFunc(slices.Clone(ls), func(l *dto.LabelPair) bool { return l.GetValue() == "" })
 }
 
 // WriteTo writes the recorded scrapes, ending with "# EOF".

@@ -26,8 +26,8 @@
 //
 // The top-level `unscheduled` key lists pods that request GPUs and that no
 // node has taken (namespace, name, container, owner, resource, gpus, from,
-// to, priority_class, queue, claim): they wait, Pending and bound to no
-// node. The node never sees them. KubeState serves, for them and for the
+// to, priority_class, queue, claim, node_selector, suspended): they wait,
+// Pending and bound to no node. The node never sees them. KubeState serves, for them and for the
 // node's pods, the series kube-state-metrics would (kube_pod_info,
 // kube_pod_status_phase, kube_pod_container_resource_requests), which
 // `agent --simulate` serves at /simulate/kube-state-metrics and never on
@@ -38,6 +38,59 @@
 // (kube_customresource_resourceclaim_request_devices and _owner_info, no
 // _allocated_device_info: unallocated). Running DRA pods' claims are not
 // served.
+//
+// Every pod also has kube_pod_created, its from in Unix seconds, and
+// kube_pod_nodeselectors, its node selector as nodeselector_<key> labels
+// (the key's characters outside [a-zA-Z0-9_] made "_"; a pod without a
+// key has the label empty, which a scrape drops), as kube-state-metrics
+// writes them (kubernetes/kube-state-metrics@c92fe0c5, internal/store/
+// pod.go: createPodCreatedFamilyGenerator, createPodNodeSelectorsFamily-
+// Generator, which is opt-in; internal/store/utils.go: kubeMapTo-
+// PrometheusLabels, SanitizeLabelName). An unscheduled pod's
+// `node_selector` sets it: GPU Feature Discovery's nvidia.com/gpu.product
+// selects a GPU type.
+//
+// # GPU types
+//
+// A simulated GPU's NVML name is its real product's, as GetName answers
+// on such a node: go-nvml's mocks' names (NVIDIA/go-nvml@v0.13.4-1,
+// pkg/nvml/mock/gpus), but for the A100 mock's "Mock " prefix, which no
+// driver writes and no GFD label matches. GFD's nvidia.com/gpu.product is
+// that name with the characters outside [A-Za-z0-9-_. ] dropped and each
+// run of blanks made a dash, "-SHARED" appended on a node whose GPUs are
+// shared without a new resource name, "-MIG-<profile>" for MIG devices
+// under the mixed strategy (NVIDIA/k8s-device-plugin@1b826acc,
+// internal/lm/resource.go: sanitise, getProductName): "NVIDIA H100 80GB
+// HBM3" is NVIDIA-H100-80GB-HBM3.
+//
+// # Kueue
+//
+// A scenario's `kueue` ClusterQueues serve Kueue's ClusterQueue series
+// (kubernetes-sigs/kueue@ff69552e, pkg/metrics/metrics.go:
+// kueue_cluster_queue_nominal_quota, _borrowing_limit (+Inf unset),
+// _resource_usage by cohort, cluster_queue, flavor and resource;
+// kueue_cluster_queue_resource_pending by cluster_queue and resource, no
+// flavor, as pending workloads are not assigned to one, and only with
+// metrics.enableClusterQueueResources (pkg/cache/queue/metrics.go,
+// reportCQPendingWorkloads); kueue_pending_workloads by status "active"
+// and "inadmissible"; kueue_admitted_active_workloads). Usage is the GPUs
+// of the running pods whose kueue.x-k8s.io/cluster-queue-name label names
+// the queue. An unscheduled pod with a `queue` is pending in its
+// ClusterQueue's series as well as a Pending pod: Kueue's pod integration,
+// whose gated pods exist, Pending and bound to no node.
+//
+// An unscheduled entry with `suspended: true` is a Job Kueue keeps
+// suspended: it has no pod, so no pod series; Kueue counts it pending in
+// the ClusterQueue its `queue` feeds (which the scenario must have), and
+// kube-state-metrics with deploy/kube-state-metrics/kueue.yaml serves its
+// Workload, as Kueue makes one for a Job (apis/kueue/v1beta2/
+// workload_types.go): named job-<Job> (Kueue adds a hash of the Job's UID,
+// pkg/controller/jobframework/workload_names.go), one pod set "main" of
+// one pod of its GPUs, its node selector on the pod template; not
+// admitted, so status.resourceRequests holds its GPUs; spec.queueName,
+// spec.priorityClassRef and spec.priority from its queue and class;
+// created at its from; owned by its Job. Each LocalQueue of `kueue` has
+// kube_customresource_kueue_localqueue_info naming its ClusterQueue.
 //
 // # Duty cycles
 //

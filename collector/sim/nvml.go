@@ -99,6 +99,11 @@ func NewNode(sc *Scenario, clock Clock) (*Node, error) {
 		return nil, fmt.Errorf("sim: scenario %s: unknown system %q", sc.Name, sc.System)
 	}
 	srv := sys.newServer()
+	for _, d := range srv.Devices {
+		if md, ok := d.(*server.Device); ok {
+			md.Config.Name = sys.gpu.Name
+		}
+	}
 	if sc.GPUs < 1 || sc.GPUs > len(srv.Devices) {
 		return nil, fmt.Errorf("sim: scenario %s: %d GPUs, want 1 to %d", sc.Name, sc.GPUs, len(srv.Devices))
 	}
