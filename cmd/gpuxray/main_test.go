@@ -40,7 +40,10 @@ func runCmdWithin(t *testing.T, d time.Duration, args ...string) (int, string, s
 		ctx, cancel = context.WithTimeout(ctx, d)
 		defer cancel()
 	}
-	var out, errb bytes.Buffer
+	// stderr is locked: a client-go list the stop left in flight may log
+	// after run returns, while the test reads it.
+	var out bytes.Buffer
+	var errb syncBuffer
 	code := run(ctx, args, &out, &errb)
 	return code, out.String(), errb.String()
 }
