@@ -233,3 +233,64 @@ pods:
 		}
 	}
 }
+
+// TestStaleAt: an evaluation is not judged when a scrape of a target it
+// sums failed at most its lag and a scrape before it (the engine may have
+// read that target's series as stale, and left them out); a failed scrape
+// older than that, or of another target, changes nothing.
+func TestStaleAt(t *testing.T) {
+	t.Parallel()
+	sc := parse(t, truthScenario)
+	t0 := sc.Start.Add(time.Hour)
+	l := &liveRun{agents: []*liveAgent{{node: &Node{Name: "n1"}, scenario: sc}, {node: &Node{Name: "n2"}, scenario: sc}},
+		scrape: 5 * time.Second, ksm: []string{"127.0.0.1:9"},
+		failedScrapes: map[string][]time.Time{"n1": {t0}, "127.0.0.1:9": {t0.Add(time.Minute)}}}
+	cluster := recorded{name: "cluster_window:gpuxray_allocated_seconds:rate5m"}
+	job := recorded{name: "namespace_workload_model_window:gpuxray_allocated_seconds:rate5m",
+		labels: map[string]string{"namespace": "ml", "workload_kind": "Job", "workload": "a", "model": ""}}
+	other := recorded{name: job.name, labels: map[string]string{"namespace": "ml", "workload_kind": "Job", "workload": "nobody", "model": ""}}
+	pending := recorded{name: "cluster:kube_pod_container_resource_requests_gpu_pending:sum"}
+	for _, c := range []struct {
+		name string
+		r    recorded
+		at   time.Duration
+		want bool
+	}{
+		{"at the failed scrape", cluster, 0, true},
+		{"a lag and a scrape after it", cluster, time.Minute + 5*time.Second, true},
+		{"later: inside the window only", cluster, time.Minute + 6*time.Second, false},
+		{"before it", cluster, -time.Second, false},
+		{"a workload on the node", job, 30 * time.Second, true},
+		{"a workload on no node", other, 30 * time.Second, false},
+		{"pending demand: kube-state-metrics' scrape", pending, 90 * time.Second, true},
+		{"pending demand: a node's failed scrape", pending, 0, false},
+	} {
+		if got := l.staleAt(l.targetsOf(c.r), t0.Add(c.at), time.Minute); got != c.want {
+			t.Errorf("%s: stale %v, want %v", c.name, got, c.want)
+		}
+	}
+}
+
+// TestJudgedFrom: from the first evaluation judged, every window the
+// engine may have read is at least minWindow long, and a workload's at
+// least workloadWindow.
+func TestJudgedFrom(t *testing.T) {
+	t.Parallel()
+	for _, poll := range []time.Duration{time.Second, 5 * time.Second} {
+		l := &liveRun{targetsAt: time.Date(2026, 12, 1, 8, 0, 0, 0, time.UTC), poll: poll, scrape: 5 * time.Second, eval: 15 * time.Second}
+		for _, derived := range []bool{false, true} {
+			lag := maxLag
+			if derived {
+				lag += l.derivedLag()
+			}
+			// The shortest window: the latest start (the second scrape),
+			// the longest lag.
+			if w := l.judgedFrom(derived).Add(-lag).Sub(l.targetsAt.Add(l.scrape)); w < minWindow {
+				t.Errorf("poll %s, derived %v: a window of %s at the first evaluation judged", poll, derived, w)
+			}
+		}
+		if w := l.workloadFrom().Add(-maxLag).Sub(l.targetsAt.Add(l.scrape)); w < l.workloadWindow() {
+			t.Errorf("poll %s: a workload's window of %s at the first evaluation judged, want %s", poll, w, l.workloadWindow())
+		}
+	}
+}
