@@ -397,7 +397,7 @@ func (r *run) history(ctx context.Context, vmAddr string) error {
 	r.res.measure("report: CPU time", rr.cpu.Seconds(), "s")
 	r.res.measure("report: peak memory (max RSS)", float64(rr.maxRSS)/(1<<20), "MiB")
 	r.res.summary(fmt.Sprintf("report of %d GPUs over %dd in %.1fs, %.0f MiB", len(nodes)*GPUsPerNode, c.HistoryDays, rr.took.Seconds(), float64(rr.maxRSS)/(1<<20)))
-	want := historyTruth(members, start, days, c.ReportStep, c.HistoryScrape, r.sched, rc)
+	want := historyTruth(members, start, days, c.ReportStep, c.HistoryScrape, r.sched, rc, readsExact)
 	compareReports(r.res, "history", "report: ", &rr.r, &want.Report)
 	compareTimeline(r.res, "history", "report: ", &rr.r, want.steps, c.ReportStep)
 	r.log("history checks done")

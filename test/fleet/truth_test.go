@@ -294,3 +294,46 @@ func TestJudgedFrom(t *testing.T) {
 		}
 	}
 }
+
+// TestEngineReads: a GPU held idle throughout, scraped every 30 s by a
+// scraper 10 s late, across the 09:00 switch to peak. VictoriaMetrics
+// reads each 15-minute step from its last sample before the step, so
+// the steps tile the samples and the switch's seconds land a step late;
+// Prometheus extrapolates each window's series over its own samples, and
+// the off-peak series, flat from the step's first sample, gives none of
+// the 10 s before it: 890 s of 900.
+func TestEngineReads(t *testing.T) {
+	t.Parallel()
+	sc := parse(t, `start: 2026-11-23T07:00:00Z
+duration: 4h
+node: e
+system: dgxh100
+gpus: 1
+pods:
+  - {namespace: ml, name: nb-0, devices: ["gpu:0"], util: [{at: 0s, value: 0}]}
+`)
+	sched, _ := agent.ParseSchedule(agent.DefaultPeakSchedule, time.UTC)
+	tr := newTruther(sc)
+	const shift = 10 * time.Second
+	// The steps 08:45 and 09:00 on the scraper's clock, at virtual time.
+	before := [2]time.Duration{105*time.Minute - shift, 120*time.Minute - shift}
+	after := [2]time.Duration{120*time.Minute - shift, 135*time.Minute - shift}
+	for _, c := range []struct {
+		reads                 engineReads
+		before, after, atPeak float64
+	}{
+		{readsExact, 900, 900, 890},
+		{readsVictoriaMetrics, 900, 900, 870}, // from 08:59:30: 30 s off-peak
+		{readsPrometheus, 900, 890, 890},
+	} {
+		got := func(s [2]time.Duration) (all, peak float64) {
+			pk, op := stepSpan(tr, s[0], s[1], 30*time.Second, sched, c.reads)
+			return pk.AllocIdle + op.AllocIdle, pk.AllocIdle
+		}
+		b, _ := got(before)
+		a, p := got(after)
+		if !near(b, c.before) || !near(a, c.after) || !near(p, c.atPeak) {
+			t.Errorf("reads %d: idle %g s in the step before 09:00 (want %g), %g after (want %g), %g of it at peak (want %g)", c.reads, b, c.before, a, c.after, p, c.atPeak)
+		}
+	}
+}
