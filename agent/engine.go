@@ -761,12 +761,15 @@ func (e *Engine) integrate(ds *deviceState, rd collector.DeviceReading, now time
 			}
 		case !s.Since.IsZero():
 			// A GPM sample, or a dry ring's on a busy GPU: it covers the
-			// time since Since, and no more than a poll after a gap.
+			// time since Since. A GPM sample measured all of it, however
+			// late the poll that took it came (a CPU-starved agent, a
+			// poll that waited on a slow kubelet); a dry ring's busy
+			// ratio is the GPU's now, and covers no more than a poll.
 			if s.Since.After(from) {
 				e.gap(ds, from, s.Since)
 				from = s.Since
 			}
-			if s.Time.Sub(from) > e.cfg.MaxSampleGap {
+			if s.Dry && s.Time.Sub(from) > e.cfg.MaxSampleGap {
 				cut := s.Time.Add(-min(e.cfg.PollInterval, s.Time.Sub(from)))
 				e.gap(ds, from, cut)
 				from = cut
