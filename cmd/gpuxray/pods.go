@@ -122,7 +122,7 @@ func startPodSource(ctx context.Context, c podSourceConfig, id *identityConfig, 
 	if err != nil {
 		return nil, nil, fmt.Errorf("priority classes: %w", err)
 	}
-	classes, err := pods.NewPriorityClasses(classClient, logger.Named("pods"))
+	classes, err := pods.NewPriorityClasses(classClient, 0, logger.Named("pods"))
 	if err != nil {
 		return nil, nil, err
 	}

@@ -41,13 +41,6 @@ func TestConvertScheduling(t *testing.T) {
 			if got := src.convert(p).Scheduling; got != tt.want {
 				t.Errorf("as listed: %+v, want %+v", got, tt.want)
 			}
-			trimmed, err := trim(p)
-			if err != nil {
-				t.Fatal(err)
-			}
-			if got := src.convert(trimmed.(*Pod)).Scheduling; got != tt.want {
-				t.Errorf("trimmed: %+v, want %+v", got, tt.want)
-			}
 		})
 	}
 }
