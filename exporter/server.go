@@ -22,7 +22,7 @@ import (
 	"github.com/prometheus/exporter-toolkit/web"
 	"go.uber.org/zap"
 	"go.uber.org/zap/exp/zapslog"
-	"go.yaml.in/yaml/v3"
+	"go.yaml.in/yaml/v2" // exporter-toolkit's own: the image links no other
 	"golang.org/x/time/rate"
 )
 
