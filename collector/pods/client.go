@@ -21,7 +21,7 @@ import (
 //
 // A PodClient that also has a method IsWatchListSemanticsUnSupported() bool
 // returning true (as client-go's fakes do) is never sent watch-list
-// requests; otherwise the informer streams its first list through a watch
+// requests; otherwise the source streams its first list through a watch
 // where client-go's WatchListClient feature is on, as with a clientset.
 type PodClient interface {
 	List(ctx context.Context, opts metav1.ListOptions) (*PodList, error)

@@ -11,6 +11,13 @@
 // kept (MaxObjects; beyond, objects are refused and counted), health
 // through an apihealth.Tracker that counts watches cut at once, and
 // resources that the API server does not serve (NotServed).
+//
+// A new resource is a REST client with List and Watch (see collector/dra's
+// Client, with LimitResponses on its rest.Config), a type decoded from its
+// JSON, and a Config: What, List, Watch, FieldSelector, Convert (object →
+// value, or not kept, or refused), MaxObjects, a Health tracker of its
+// source; then New, Run in the agent's errgroup, and Get, ByIndex or Range
+// to read. collector/pods' PriorityClasses is the smallest example.
 package listwatch
 
 import (
