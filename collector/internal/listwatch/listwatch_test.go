@@ -7,6 +7,7 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -663,5 +664,53 @@ func TestReached(t *testing.T) {
 		if got := reached(tt.have, tt.want); got != tt.ok {
 			t.Errorf("reached(%q, %q) = %v, want %v", tt.have, tt.want, got, tt.ok)
 		}
+	}
+}
+
+// TestPagination: a list answered in pages (limit and continue, as an API
+// server without a watch cache answers) is read page by page, and the
+// store holds every page's objects; the bound counts across the pages.
+func TestPagination(t *testing.T) {
+	t.Parallel()
+	h := newHostile(t)
+	var limits []string
+	var mu sync.Mutex
+	h.set(func(w http.ResponseWriter, r *http.Request) {
+		q := r.URL.Query()
+		mu.Lock()
+		limits = append(limits, q.Get("limit")+"/"+q.Get("continue"))
+		mu.Unlock()
+		page, _ := strconv.Atoi(q.Get("continue"))
+		var items []string
+		for i := range 3 {
+			n := page*3 + i
+			items = append(items, thingJSON(fmt.Sprintf("p%02d", n), "1", "v"))
+		}
+		next := ""
+		if page < 3 {
+			next = strconv.Itoa(page + 1)
+		}
+		w.Header().Set("Content-Type", "application/json")
+		fmt.Fprintf(w, `{"kind":"ThingList","apiVersion":"test.gpuxray.io/v1","metadata":{"resourceVersion":"10","continue":%q},"items":[%s]}`, next, strings.Join(items, ","))
+	}, nil)
+	src := run(t, h, func(c *Config[string]) { c.MaxObjects = 10 })
+	if !src.WaitForSync(t.Context()) {
+		t.Fatal("no sync")
+	}
+	mu.Lock()
+	got := slices.Clone(limits)
+	mu.Unlock()
+	if len(got) < 4 || got[1] != "500/1" || got[2] != "500/2" {
+		t.Errorf("list requests (limit/continue) %q, want 4 pages of limit 500", got)
+	}
+	if n := src.Len(); n != 10 {
+		t.Errorf("%d kept of 12 listed in 4 pages, want the bound, 10", n)
+	}
+	if _, ok := src.Get("ns/p09"); !ok {
+		t.Error("the tenth object, on the fourth page, is not kept")
+	}
+	reasons := healthUntil(t, src, "refusals counted", func(_ bool, r map[string]int) bool { return r[apihealth.ReasonTooMany] > 0 })
+	if len(reasons) != 1 {
+		t.Errorf("reasons %v, want only too_many", reasons)
 	}
 }
