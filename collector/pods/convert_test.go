@@ -9,10 +9,9 @@ import (
 )
 
 // TestConvertScheduling: a pod's priority class and priority, and its Kueue
-// queues, survive the informer's trim and reach collector.Pod: the
-// queue-name label its author set wins over the local-queue-name Kueue
-// writes; the ClusterQueue is taken only where the pod names it; a pod of
-// no class has no priority.
+// queues, reach collector.Pod: the queue-name label its author set wins
+// over the local-queue-name Kueue writes; the ClusterQueue is taken only
+// where the pod names it; a pod of no class has no priority.
 func TestConvertScheduling(t *testing.T) {
 	t.Parallel()
 	src, err := New(testConfig(), podClient(fake.NewClientset()), nil)
