@@ -59,7 +59,7 @@ FUZZTIME ?= 5s
 FUZZ_TARGETS := ./collector:FuzzParseDeviceID ./collector/proc:FuzzParseCgroup \
 	./agent:FuzzParseSchedule ./collector/sim:FuzzParseScenario \
 	./collector/workload:FuzzModelFromCmdline ./collector/workload:FuzzCapValue \
-	./collector/workload:FuzzSanitizeLabelName ./collector/proc:FuzzParseStartTime
+	./collector/workload:FuzzSanitizeLabelName ./collector/workload:FuzzCleanValue ./collector/proc:FuzzParseStartTime
 fuzz:
 	@set -e; for t in $(FUZZ_TARGETS); do \
 	  pkg=$${t%%:*}; name=$${t#*:}; echo "fuzz $$pkg $$name ($(FUZZTIME))"; \

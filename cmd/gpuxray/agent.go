@@ -73,12 +73,23 @@ func runAgent(ctx context.Context, args []string, stderr io.Writer) error {
 	if err := podCfg.validate(); err != nil {
 		return err
 	}
+	if !*simulate && podCfg.nodeName != "" && (podCfg.enabled || draCfg.enabled) {
+		if err := podCfg.loadAPI(ctx); err != nil {
+			if ctx.Err() != nil {
+				return nil // stopped while reading it, as while reading a scenario
+			}
+			return err
+		}
+	}
 	if err := draCfg.validate(); err != nil {
 		return err
 	}
 	if resourceNames != "" {
 		for _, n := range strings.Split(resourceNames, ",") {
-			kubeCfg.ResourceNames = append(kubeCfg.ResourceNames, strings.TrimSpace(n))
+			if n = strings.TrimSpace(n); n == "" {
+				return usagef("--kubelet.resource-names %q: an empty name (two commas, or one at an end)", resourceNames)
+			}
+			kubeCfg.ResourceNames = append(kubeCfg.ResourceNames, n)
 		}
 	}
 	for _, v := range []interface{ Validate() error }{engineCfg, nvmlCfg, webCfg, kubeCfg, nodeCfg} {

@@ -6,6 +6,7 @@ import (
 	"encoding/pem"
 	"errors"
 	"fmt"
+	"net/http"
 	"net/http/httptest"
 	"os"
 	"reflect"
@@ -18,6 +19,8 @@ import (
 	"go.uber.org/zap/zaptest"
 	resourcev1 "k8s.io/api/resource/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/watch"
 
 	"github.com/gpuxray/gpuxray/collector"
 )
@@ -463,21 +466,6 @@ func TestBookmark(t *testing.T) {
 	}
 }
 
-func TestReached(t *testing.T) {
-	t.Parallel()
-	for _, tt := range []struct {
-		have, want string
-		ok         bool
-	}{
-		{"10", "9", true}, {"10", "10", true}, {"9", "10", false},
-		{"", "1", false}, {"abc", "abc", true}, {"abc", "abd", false}, {"10", "x", false},
-	} {
-		if got := reached(tt.have, tt.want); got != tt.ok {
-			t.Errorf("reached(%q, %q) = %v, want %v", tt.have, tt.want, got, tt.ok)
-		}
-	}
-}
-
 // TestStore drives the store as the reflector does: pool generations,
 // attribute forms and UUIDs that are not UUIDs.
 func TestStore(t *testing.T) {
@@ -626,4 +614,162 @@ func TestDeepCopy(t *testing.T) {
 	if (*ResourceSlice)(nil).DeepCopyObject() != nil || (*ResourceSliceList)(nil).DeepCopyObject() != nil {
 		t.Error("a nil copy is not nil")
 	}
+}
+
+// store drives a Source's store as the reflector does, with API objects.
+type store Source
+
+func (st *store) Replace(list []any, rv string) error {
+	objs := make([]runtime.Object, len(list))
+	for i, o := range list {
+		objs[i] = o.(runtime.Object)
+	}
+	return st.lw.ApplyList(objs, rv)
+}
+
+func (st *store) Update(obj any) error { return st.lw.Apply(watch.Modified, obj.(runtime.Object)) }
+
+func (st *store) Delete(obj any) error { return st.lw.Apply(watch.Deleted, obj.(runtime.Object)) }
+
+// TestWatchGoneAsStatus: a watch call answered with the HTTP status 410
+// Gone (the resource version was compacted while no watch was open) makes
+// the reflector list again, and is not counted: the slices changed while
+// the log was compacted are seen. Before, the 410 was counted as a failure
+// and the source reported down.
+func TestWatchGoneAsStatus(t *testing.T) {
+	t.Parallel()
+	api := newAPIServer(t, true, false, "v1")
+	for _, sl := range nodeSlices() {
+		api.put(sl, true)
+	}
+	api.set(func(s *apiServer) { s.goneStatus = true })
+	src, _ := run(t, api, DefaultConfig(node))
+	waitSync(t, src)
+	eventually(t, "a watch is open", func() bool {
+		reqs := api.requests()
+		return reqs[len(reqs)-1].isWatch() && reqs[len(reqs)-1].status == 200
+	})
+	// An event on the watch, so that its end below is not one of a watch
+	// cut at once.
+	waitRV(t, src, api.bookmark())
+	takeHealth(t, src, "up", func(up bool, _ []error) bool { return up })
+
+	created := nodeSlices()[0]
+	created.Spec.Devices[2] = migDevice(migName, uuid2, "1g.10gb", migUUID)
+	rv := api.put(created, false)
+	api.set(func(s *apiServer) { s.compacted, s.log = s.rv, nil })
+	api.srv.CloseClientConnections() // the watch ends; the next is from a compacted version
+	waitRV(t, src, rv)
+	resolves(t, src, migName, migUUID, nil)
+
+	var gone int
+	for _, r := range api.requests() {
+		if r.isWatch() && r.status == http.StatusGone {
+			gone++
+		}
+	}
+	if gone == 0 {
+		t.Fatal("no watch was answered 410: the test did not test")
+	}
+	if errs := takeHealth(t, src, "the source is up", func(up bool, _ []error) bool { return up }); len(errs) != 0 {
+		t.Errorf("a 410 Gone watch was counted: %v", errs)
+	}
+}
+
+// TestNotServedAfterListed: an API server that answers 404 for every
+// version of resource.k8s.io after the slices were listed (an aggregated
+// API gone, a downgrade) is a failure, counted, and the slices last seen
+// still resolve, as docs/dra.md promises. Before, the 404 wiped them and
+// the source stayed up.
+func TestNotServedAfterListed(t *testing.T) {
+	t.Parallel()
+	api := newAPIServer(t, true, false, "v1")
+	api.put(nodeSlices()[0], true)
+	src, _ := run(t, api, DefaultConfig(node))
+	waitSync(t, src)
+	takeHealth(t, src, "up", func(up bool, _ []error) bool { return up })
+	api.set(func(s *apiServer) { s.served = map[string]bool{} })
+	api.expire() // the watch ends with 410: the reflector lists, and finds nothing served
+	// Rounds are sequential: once a second list has been answered 404, the
+	// first one's answer has been handled.
+	eventually(t, "two lists answered 404", func() bool {
+		n := 0
+		for _, r := range api.requests() {
+			if !r.isWatch() && r.status == http.StatusNotFound && r.version == "v1beta1" {
+				n++
+			}
+		}
+		return n >= 2
+	})
+	errs := takeHealth(t, src, "the 404 is reported", func(up bool, errs []error) bool { return !up && len(errs) > 0 })
+	if r := reasons(errs); r[ReasonOther] == 0 {
+		t.Errorf("reasons = %v, want other", r)
+	}
+	resolves(t, src, "gpu-0", uuid0, nil)
+	resolves(t, src, "gpu-1", uuid1, nil)
+	if !src.HasSynced() {
+		t.Error("not synced")
+	}
+}
+
+// TestSliceBounds: a slice beyond the API's bounds is refused (more than
+// 128 devices), and attribute values longer than the API's 64 bytes are
+// not kept: a 1 MiB attribute costs nothing when a device is resolved.
+// Before, the slice was kept whole and each unresolved device's error
+// quoted its megabyte of attributes at every poll.
+func TestSliceBounds(t *testing.T) {
+	t.Parallel()
+	src, err := New(DefaultConfig(node), &Client{}, zaptest.NewLogger(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	st := (*store)(src)
+	huge := strings.Repeat("x", 1<<20)
+	mib := resourceSlice("mib", driver, node, node, 1,
+		resourcev1.Device{Name: "gpu-0", Attributes: attrs{"type": str(huge), "parentUUID": str(huge), "profile": str(huge)}},
+		gpuDevice(1, "uuid", "GPU-"+huge))
+	var many []resourcev1.Device
+	for i := range 129 {
+		many = append(many, gpuDevice(i, "uuid", uuid0))
+	}
+	tooMany := resourceSlice("too-many", driver, node, "other-pool", 1, many...)
+	if err := st.Replace([]any{wire(t, mib), wire(t, tooMany)}, "5"); err != nil {
+		t.Fatal(err)
+	}
+	for _, dev := range []string{"gpu-0", "gpu-1"} {
+		_, err := src.Resolve(driver, node, dev)
+		if !errors.Is(err, ErrNoUUID) {
+			t.Errorf("Resolve(%s) = %v, want %v", dev, err, ErrNoUUID)
+		}
+		if err != nil && len(err.Error()) > 1024 {
+			t.Errorf("Resolve(%s): an error of %d bytes", dev, len(err.Error()))
+		}
+	}
+	if _, err := src.Resolve(driver, "other-pool", "gpu-0"); !errors.Is(err, ErrUnknownDevice) {
+		t.Errorf("a slice of 129 devices was kept: %v", err)
+	}
+	_, errs := src.Health()
+	if r := reasons(errs); r["too_large"] != 1 || len(r) != 1 {
+		t.Errorf("reasons = %v, want one too_large", r)
+	}
+}
+
+// TestWatchCutAtOnce: watches that the server (or a proxy) ends at once
+// with no event are counted (unavailable) and the source is down; client-go
+// backs off between them. Before, nothing was counted and the source
+// stayed up while it relisted every few seconds.
+func TestWatchCutAtOnce(t *testing.T) {
+	t.Parallel()
+	api := newAPIServer(t, true, false, "v1")
+	api.put(nodeSlices()[0], true)
+	api.set(func(s *apiServer) { s.cutWatches = true })
+	src, _ := run(t, api, DefaultConfig(node))
+	waitSync(t, src)
+	errs := takeHealth(t, src, "the cut watches are counted", func(up bool, errs []error) bool { return !up && len(errs) >= 2 })
+	if r := reasons(errs); r[ReasonUnavailable] < 2 || len(r) != 1 {
+		t.Errorf("reasons = %v, want only unavailable", r)
+	}
+	resolves(t, src, "gpu-0", uuid0, nil)
+	api.set(func(s *apiServer) { s.cutWatches = false })
+	takeHealth(t, src, "up once watches last", func(up bool, _ []error) bool { return up })
 }

@@ -8,6 +8,10 @@
 //
 // Every time inside a scenario (a pod's from and to, a step's at) is an
 // offset from start. A pod's busy ratio counts only within [from, to).
+// start is not before 1970 (NVML stamps samples in unsigned microseconds
+// since then), duration is at most 90 days (MaxDuration), lead_in at most
+// 24h (MaxLeadIn). A file is one YAML document of at most 16 MiB whose
+// aliases add at most 100,000 nodes once expanded (MaxAliasNodes).
 //
 // # Live: lead_in and the wall clock
 //
