@@ -102,12 +102,9 @@ type Engine struct {
 	pids         []uint32
 	ownerMap     map[uint32]procOwner
 	uids         map[string]bool
-	// noModel remembers the command lines in which no model was found, by
-	// PID, so that a process's is parsed once, not at every poll: the
-	// value is the first argument's address, which changes when
-	// collector/proc reads the PID afresh (a new process). checked is
-	// the next poll's.
-	noModel, checked map[uint32]*string
+	// noModel holds the processes whose command lines name no model, so
+	// that each is parsed once while it runs on a GPU.
+	noModel map[procID]bool
 	// parts is split's result, and splitEmit the function that fills it,
 	// made once: a closure passed to Windows.Split at each call would be
 	// allocated at each call.
@@ -215,8 +212,7 @@ func New(cfg Config, devices DeviceSource, allocs AllocationSource, clock Clock,
 		foldedNext: map[allocKey]bool{},
 		ownerMap:   map[uint32]procOwner{},
 		uids:       map[string]bool{},
-		noModel:    map[uint32]*string{},
-		checked:    map[uint32]*string{},
+		noModel:    map[procID]bool{},
 		history:    make([]holdings, 0, historyLen),
 	}
 	e.splitEmit = func(w Window, d time.Duration) { e.parts[w] += d }
