@@ -105,11 +105,6 @@ type Engine struct {
 	// noModel holds the processes whose command lines name no model, so
 	// that each is parsed once while it runs on a GPU.
 	noModel map[procID]bool
-	// parts is split's result, and splitEmit the function that fills it,
-	// made once: a closure passed to Windows.Split at each call would be
-	// allocated at each call.
-	parts     [NumWindows]time.Duration
-	splitEmit func(Window, time.Duration)
 }
 
 type allocKey struct {
@@ -215,7 +210,6 @@ func New(cfg Config, devices DeviceSource, allocs AllocationSource, clock Clock,
 		noModel:    map[procID]bool{},
 		history:    make([]holdings, 0, historyLen),
 	}
-	e.splitEmit = func(w Window, d time.Duration) { e.parts[w] += d }
 	for _, o := range opts {
 		o(e)
 	}
@@ -821,9 +815,7 @@ func (e *Engine) creditAt(ds *deviceState, from, to time.Time, v float64, known 
 
 // split returns how much of [from, to) falls in each window.
 func (e *Engine) split(from, to time.Time) [NumWindows]time.Duration {
-	e.parts = [NumWindows]time.Duration{}
-	e.cfg.Windows.Split(from, to, e.splitEmit)
-	return e.parts
+	return e.cfg.Windows.Durations(from, to)
 }
 
 func (e *Engine) gap(ds *deviceState, from, to time.Time) {
