@@ -72,18 +72,7 @@ type Engine struct {
 	// by pod UID, for pods whose labels name none.
 	cmdModels map[string]string
 
-	snap atomic.Pointer[Snapshot]
-	// spare are published snapshots the engine may fill again once no
-	// reader holds them (see AcquireSnapshot).
-	spare []*Snapshot
-	// order is e.alloc's states sorted as the snapshot lists them; nil
-	// when an allocation came or went since it was sorted.
-	order []*allocState
-	// devOrder is e.dev's states, sorted as the snapshot lists them at
-	// each poll.
-	devOrder []*deviceState
-	// sourceNames are e.sources' names, sorted.
-	sourceNames []string
+	snap atomic.Pointer[Snapshot] // the latest, never modified once stored
 
 	// Scratch space reused from poll to poll, so that a poll like the last
 	// one allocates next to nothing: see the fields' users.
@@ -172,6 +161,9 @@ type allocState struct {
 	hasMemory bool
 	memory    uint64
 	pod       collector.Pod // identity from the pod source, when it knows the pod
+	// info is the one the latest snapshot holds, published again while
+	// it stays the same.
+	info *AllocationInfo
 }
 
 type sourceState struct {
@@ -226,65 +218,14 @@ func New(cfg Config, devices DeviceSource, allocs AllocationSource, clock Clock,
 	for _, s := range sources {
 		e.sources[s] = &sourceState{errors: map[string]uint64{}}
 	}
-	e.sourceNames = slices.Sorted(maps.Keys(e.sources))
-	e.snap.Store(&Snapshot{ref: &snapshotRef{}})
+	e.snap.Store(&Snapshot{})
 	return e, nil
 }
 
-// Snapshot returns the state after the latest poll, the caller's to keep:
-// the engine never reuses it. Safe for concurrent use.
-func (e *Engine) Snapshot() *Snapshot {
-	s := e.AcquireSnapshot()
-	s.ref.pinned.Store(true)
-	s.Release()
-	return s
-}
-
-// AcquireSnapshot returns the state after the latest poll, which stays as
-// it is until the caller calls its Release; after that, a later poll may
-// fill its memory with a newer state. A scrape holds a snapshot this way,
-// so that a poll allocates none. Safe for concurrent use.
-func (e *Engine) AcquireSnapshot() *Snapshot {
-	for {
-		s := e.snap.Load()
-		s.ref.refs.Add(1)
-		// A snapshot the engine may be filling is never the published
-		// one, and one filled since the Load has been published again,
-		// whole: either way the published one is held now.
-		if e.snap.Load() == s {
-			return s
-		}
-		s.ref.refs.Add(-1)
-	}
-}
-
-// maxSpare bounds the superseded snapshots kept for reuse: more are held
-// only while scrapes overlap, and are left to the garbage collector.
-const maxSpare = 3
-
-// spareSnapshot returns a superseded snapshot that no reader holds, to be
-// filled, or a new one.
-func (e *Engine) spareSnapshot() *Snapshot {
-	for i, s := range e.spare {
-		if s.ref.refs.Load() == 0 && !s.ref.pinned.Load() {
-			e.spare = slices.Delete(e.spare, i, i+1)
-			return s
-		}
-	}
-	return &Snapshot{ref: &snapshotRef{}}
-}
-
-// publish makes s the latest snapshot, and the one it replaces a spare.
-func (e *Engine) publish(s *Snapshot) {
-	old := e.snap.Swap(s)
-	e.spare = slices.DeleteFunc(e.spare, func(s *Snapshot) bool { return s.ref.pinned.Load() })
-	if !old.ref.pinned.Load() {
-		e.spare = append(e.spare, old)
-	}
-	if n := len(e.spare); n > maxSpare {
-		e.spare = slices.Delete(e.spare, 0, n-maxSpare)
-	}
-}
+// Snapshot returns the state after the latest poll. Each poll publishes a
+// new one, so the caller may keep it, but must not modify it. Safe for
+// concurrent use.
+func (e *Engine) Snapshot() *Snapshot { return e.snap.Load() }
 
 // Ready reports whether a poll has completed.
 func (e *Engine) Ready() bool { return e.snap.Load().Polls > 0 }
@@ -338,7 +279,6 @@ func (e *Engine) Poll(ctx context.Context) {
 			if ds == nil {
 				ds = &deviceState{}
 				e.dev[rd.Device.UUID] = ds
-				e.devOrder = nil
 			}
 			ds.info, ds.present, ds.reading = rd.Device, true, rd
 			ds.goneAt = time.Time{}
@@ -365,7 +305,7 @@ func (e *Engine) Poll(ctx context.Context) {
 	e.expire(now)
 	e.forget(now)
 	e.polls++
-	e.publish(e.buildSnapshot(now))
+	e.snap.Store(e.buildSnapshot(now))
 }
 
 func (e *Engine) observeSource(name string, err error, partial []error) {
@@ -472,7 +412,6 @@ func (e *Engine) updateAllocations(list collector.AllocationList, fresh bool, no
 		if as == nil {
 			as = &allocState{key: k}
 			e.alloc[k] = as
-			e.order = nil
 		}
 		as.gpu, as.resource, as.shared, as.pod, as.dra = gpu, a.Resource, a.Shared, pod, a.DRA
 		as.live, as.stale, as.ended = true, list.Stale || !fresh, time.Time{}
@@ -1023,7 +962,6 @@ func (e *Engine) expire(now time.Time) {
 	for k, as := range e.alloc {
 		if !as.live && now.Sub(as.ended) > e.cfg.Retention && as.ended.Before(oldest) {
 			delete(e.alloc, k)
-			e.order = nil
 			continue
 		}
 		uids[as.pod.UID] = true
@@ -1047,28 +985,20 @@ func (e *Engine) forget(now time.Time) {
 		}
 		if parent := e.dev[ds.info.ParentUUID]; parent != nil && parent.present {
 			delete(e.dev, uuid)
-			e.devOrder = nil
 		}
 	}
 }
 
-// buildSnapshot fills a spare snapshot with the state now: the devices and
-// allocations in the order they are listed (kept while no allocation
-// comes or goes), the sources' health.
+// buildSnapshot returns a new snapshot of the state now.
 func (e *Engine) buildSnapshot(now time.Time) *Snapshot {
-	s := e.spareSnapshot()
-	s.At, s.Polls, s.Overflowed = now, e.polls, e.overflowed
+	s := &Snapshot{At: now, Polls: e.polls, Overflowed: e.overflowed}
 
-	if e.devOrder == nil {
-		e.devOrder = slices.Collect(maps.Values(e.dev))
-	}
-	// A device's index may change (a GPU re-enumerated): sorted at each
-	// poll, a few dozen at most.
-	slices.SortFunc(e.devOrder, func(a, b *deviceState) int {
+	devs := slices.Collect(maps.Values(e.dev))
+	slices.SortFunc(devs, func(a, b *deviceState) int {
 		return cmp.Or(cmp.Compare(a.info.GPU, b.info.GPU), cmp.Compare(a.info.UUID, b.info.UUID))
 	})
-	s.Devices = s.Devices[:0]
-	for _, ds := range e.devOrder {
+	s.Devices = make([]DeviceSnapshot, 0, len(devs))
+	for _, ds := range devs {
 		d := DeviceSnapshot{
 			Device:         ds.info,
 			Present:        ds.present,
@@ -1087,34 +1017,39 @@ func (e *Engine) buildSnapshot(now time.Time) *Snapshot {
 		s.Devices = append(s.Devices, d)
 	}
 
-	if e.order == nil {
-		e.order = slices.Collect(maps.Values(e.alloc))
-		slices.SortFunc(e.order, func(a, b *allocState) int {
-			return cmp.Or(cmp.Compare(a.key.UUID, b.key.UUID), cmp.Compare(a.key.Namespace, b.key.Namespace),
-				cmp.Compare(a.key.Pod, b.key.Pod), cmp.Compare(a.key.Container, b.key.Container))
-		})
-	}
-	s.Allocations = s.Allocations[:0]
-	for _, as := range e.order {
+	allocs := slices.Collect(maps.Values(e.alloc))
+	slices.SortFunc(allocs, func(a, b *allocState) int {
+		return cmp.Or(cmp.Compare(a.key.UUID, b.key.UUID), cmp.Compare(a.key.Namespace, b.key.Namespace),
+			cmp.Compare(a.key.Pod, b.key.Pod), cmp.Compare(a.key.Container, b.key.Container))
+	})
+	s.Allocations = make([]AllocationSnapshot, 0, len(allocs))
+	for _, as := range allocs {
 		attribution := "device"
 		if as.byProcess {
 			attribution = "process"
 		}
+		info := AllocationInfo{
+			UUID:         as.key.UUID,
+			GPU:          as.gpu,
+			Namespace:    as.key.Namespace,
+			Pod:          as.key.Pod,
+			Container:    as.key.Container,
+			Resource:     as.resource,
+			Shared:       as.shared,
+			WorkloadKind: as.pod.WorkloadKind,
+			Workload:     as.pod.Workload,
+			Model:        cmp.Or(as.pod.Model, e.cmdModels[as.pod.UID]),
+			ExtraLabels:  as.pod.ExtraLabels,
+			Scheduling:   as.pod.Scheduling,
+			DRA:          as.dra,
+		}
+		if as.info == nil || !as.info.equal(&info) {
+			changed := info
+			as.info = &changed
+		}
 		s.Allocations = append(s.Allocations, AllocationSnapshot{
-			UUID:            as.key.UUID,
-			GPU:             as.gpu,
-			Namespace:       as.key.Namespace,
-			Pod:             as.key.Pod,
-			Container:       as.key.Container,
-			Resource:        as.resource,
-			Shared:          as.shared,
+			AllocationInfo:  as.info,
 			Attribution:     attribution,
-			WorkloadKind:    as.pod.WorkloadKind,
-			Workload:        as.pod.Workload,
-			Model:           cmp.Or(as.pod.Model, e.cmdModels[as.pod.UID]),
-			ExtraLabels:     as.pod.ExtraLabels,
-			Scheduling:      as.pod.Scheduling,
-			DRA:             as.dra,
 			Live:            as.live,
 			Stale:           as.stale,
 			Counters:        as.c,
@@ -1125,19 +1060,11 @@ func (e *Engine) buildSnapshot(now time.Time) *Snapshot {
 		})
 	}
 
-	if len(s.Sources) != len(e.sourceNames) {
-		s.Sources = make([]SourceSnapshot, len(e.sourceNames))
-	}
-	for i, name := range e.sourceNames {
-		st, src := e.sources[name], &s.Sources[i]
-		src.Name, src.Up = name, st.up
-		if src.Errors == nil {
-			src.Errors = make(map[string]uint64, len(st.errors))
-		}
-		clear(src.Errors)
-		for r, n := range st.errors {
-			src.Errors[r] = n
-		}
+	names := slices.Sorted(maps.Keys(e.sources))
+	s.Sources = make([]SourceSnapshot, len(names))
+	for i, name := range names {
+		st := e.sources[name]
+		s.Sources[i] = SourceSnapshot{Name: name, Up: st.up, Errors: maps.Clone(st.errors)}
 	}
 	return s
 }

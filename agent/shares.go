@@ -479,7 +479,7 @@ func (e *Engine) Settle() {
 	for _, ds := range e.dev {
 		e.decide(ds, now, true)
 	}
-	e.publish(e.buildSnapshot(now))
+	e.snap.Store(e.buildSnapshot(now))
 }
 
 func maxTime(a, b time.Time) time.Time {

@@ -154,13 +154,18 @@ func richSnapshot() *agent.Snapshot {
 	a.ExtraLabels = map[string]string{"team": "vision", "cost_center": strings.Repeat("c", 300)}
 	a.Shared, a.Stale = true, true
 	s.Allocations = append(s.Allocations, agent.AllocationSnapshot{
-		UUID: "MIG-1", GPU: 0, Namespace: "ml", Pod: "infer-0", Container: "srv", Resource: "nvidia.com/mig-3g.40gb",
-		Attribution: "process", Live: true, ExtraLabels: map[string]string{"team": "nlp"},
-		Scheduling: collector.Scheduling{PriorityClass: "serving", Priority: -5, HasPriority: true, Queue: "team-a", ClusterQueue: "cq-a"},
+		AllocationInfo: &agent.AllocationInfo{
+			UUID: "MIG-1", GPU: 0, Namespace: "ml", Pod: "infer-0", Container: "srv", Resource: "nvidia.com/mig-3g.40gb",
+			ExtraLabels: map[string]string{"team": "nlp"},
+			Scheduling:  collector.Scheduling{PriorityClass: "serving", Priority: -5, HasPriority: true, Queue: "team-a", ClusterQueue: "cq-a"},
+		},
+		Attribution: "process", Live: true,
 	}, agent.AllocationSnapshot{
-		UUID: uuid0, GPU: 0, Namespace: "ml", Pod: "dra-0", Container: "main", Resource: "gpu.nvidia.com",
+		AllocationInfo: &agent.AllocationInfo{
+			UUID: uuid0, GPU: 0, Namespace: "ml", Pod: "dra-0", Container: "main", Resource: "gpu.nvidia.com",
+			DRA: collector.DRADevice{ClaimNamespace: "ml", Claim: "dra-0-gpu", Driver: "gpu.nvidia.com", Pool: "node-1", Device: "gpu-0"},
+		},
 		Attribution: "device", Live: true,
-		DRA: collector.DRADevice{ClaimNamespace: "ml", Claim: "dra-0-gpu", Driver: "gpu.nvidia.com", Pool: "node-1", Device: "gpu-0"},
 	})
 	s.Overflowed = 3
 	return s
@@ -193,8 +198,11 @@ func (s *snapshots) Snapshot() *agent.Snapshot { return s.p.Load() }
 
 func churnAlloc(i int) agent.AllocationSnapshot {
 	return agent.AllocationSnapshot{
-		UUID: uuid0, GPU: 0, Namespace: "batch", Pod: fmt.Sprintf("job-%d", i), Container: "main",
-		Resource: "nvidia.com/gpu", Attribution: "device", Live: i%3 != 0, ExtraLabels: map[string]string{"team": "t" + strconv.Itoa(i%7)},
+		AllocationInfo: &agent.AllocationInfo{
+			UUID: uuid0, GPU: 0, Namespace: "batch", Pod: fmt.Sprintf("job-%d", i), Container: "main",
+			Resource: "nvidia.com/gpu", ExtraLabels: map[string]string{"team": "t" + strconv.Itoa(i%7)},
+		},
+		Attribution: "device", Live: i%3 != 0,
 	}
 }
 
@@ -271,6 +279,10 @@ func TestCollectorLabelChange(t *testing.T) {
 		next := *src.Snapshot()
 		next.Devices = slices.Clone(next.Devices)
 		next.Allocations = slices.Clone(next.Allocations)
+		for i := range next.Allocations { // shared with the snapshot before
+			info := *next.Allocations[i].AllocationInfo
+			next.Allocations[i].AllocationInfo = &info
+		}
 		tc.change(&next)
 		src.p.Store(&next)
 		got := exposition(t, c, text)
