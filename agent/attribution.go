@@ -61,7 +61,7 @@ func (e *Engine) owners(snap collector.DeviceSnapshot) map[uint32]procOwner {
 	if e.procs == nil || e.pods == nil {
 		return nil
 	}
-	pids := e.pids[:0]
+	var pids []uint32
 	for _, rd := range snap.Devices {
 		for _, p := range rd.Processes {
 			pids = append(pids, p.PID)
@@ -72,7 +72,6 @@ func (e *Engine) owners(snap collector.DeviceSnapshot) map[uint32]procOwner {
 	}
 	slices.Sort(pids)
 	pids = slices.Compact(pids)
-	e.pids = pids
 	infos, errs := e.procs.Resolve(pids)
 	e.observeSource(collector.SourceProc, nil, errs)
 	// The command lines of processes that have exited need not be kept.
@@ -81,7 +80,7 @@ func (e *Engine) owners(snap collector.DeviceSnapshot) map[uint32]procOwner {
 			delete(e.noModel, id)
 		}
 	}
-	out := e.ownerMap
+	out := e.ownerOf
 	clear(out)
 	for pid, info := range infos {
 		if info.PodUID == "" {

@@ -72,28 +72,19 @@ type Engine struct {
 	// by pod UID, for pods whose labels name none.
 	cmdModels map[string]string
 
-	snap atomic.Pointer[Snapshot] // the latest, never modified once stored
-
-	// Scratch space reused from poll to poll, so that a poll like the last
-	// one allocates next to nothing: see the fields' users.
-	states   []*allocState
-	statesAt []int
-	// statesOf and statesLen identify the holders slice states are of
-	// (see holderStates).
-	statesOf     *allocKey
-	statesLen    int
-	statesShared bool
-	shares       []float64
-	seen         map[string]bool
-	seenPIDs     map[uint32]int
-	current      map[allocKey]bool
-	foldedNext   map[allocKey]bool
-	pids         []uint32
-	ownerMap     map[uint32]procOwner
-	uids         map[string]bool
 	// noModel holds the processes whose command lines name no model, so
 	// that each is parsed once while it runs on a GPU.
 	noModel map[procID]bool
+
+	snap atomic.Pointer[Snapshot] // the latest, never modified once stored
+
+	// Reused from poll to poll, as the profile asks (docs/benchmarks.md):
+	// ownerOf is the latest answer of Engine.owners, the largest map a poll
+	// would make; states and statesAt are holderStates' answer, asked for
+	// every period credited.
+	ownerOf  map[uint32]procOwner
+	states   []*allocState
+	statesAt []int
 }
 
 type allocKey struct {
@@ -190,17 +181,11 @@ func New(cfg Config, devices DeviceSource, allocs AllocationSource, clock Clock,
 		alloc:   map[allocKey]*allocState{},
 		sources: map[string]*sourceState{},
 		folded:  map[allocKey]bool{},
+		history: make([]holdings, 0, historyLen),
 
 		cmdModels: map[string]string{},
-
-		seen:       map[string]bool{},
-		seenPIDs:   map[uint32]int{},
-		current:    map[allocKey]bool{},
-		foldedNext: map[allocKey]bool{},
-		ownerMap:   map[uint32]procOwner{},
-		uids:       map[string]bool{},
-		noModel:    map[procID]bool{},
-		history:    make([]holdings, 0, historyLen),
+		noModel:   map[procID]bool{},
+		ownerOf:   map[uint32]procOwner{},
 	}
 	for _, o := range opts {
 		o(e)
@@ -248,8 +233,6 @@ func (e *Engine) Run(ctx context.Context) error {
 func (e *Engine) Poll(ctx context.Context) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	// The holders slices of the history are reused from poll to poll.
-	e.statesOf, e.statesLen = nil, 0
 	ctx, cancel := context.WithTimeout(ctx, e.cfg.PollTimeout)
 	defer cancel()
 
@@ -265,16 +248,12 @@ func (e *Engine) Poll(ctx context.Context) {
 	e.observePods()
 	now := e.clock.Now()
 
-	if devErr != nil {
-		// Gauges of a source that cannot be read are not shown; counters stay.
-		for _, ds := range e.dev {
-			ds.present = false
-		}
-	} else {
-		seen := e.seen
-		clear(seen)
+	// Gauges of a device that cannot be read are not shown; counters stay.
+	for _, ds := range e.dev {
+		ds.present = false
+	}
+	if devErr == nil {
 		for _, rd := range devSnap.Devices {
-			seen[rd.Device.UUID] = true
 			ds := e.dev[rd.Device.UUID]
 			if ds == nil {
 				ds = &deviceState{}
@@ -283,12 +262,9 @@ func (e *Engine) Poll(ctx context.Context) {
 			ds.info, ds.present, ds.reading = rd.Device, true, rd
 			ds.goneAt = time.Time{}
 		}
-		for uuid, ds := range e.dev {
-			if !seen[uuid] {
-				ds.present = false
-				if ds.goneAt.IsZero() {
-					ds.goneAt = now
-				}
+		for _, ds := range e.dev {
+			if !ds.present && ds.goneAt.IsZero() {
+				ds.goneAt = now
 			}
 		}
 	}
@@ -358,9 +334,13 @@ func (e *Engine) updateAllocations(list collector.AllocationList, fresh bool, no
 	// A DRA device that could not be resolved is held, by whom is unknown:
 	// no device's time may be called unallocated meanwhile (holders).
 	unresolved := list.Unresolved
-	current, folded := e.current, e.foldedNext
-	clear(current)
-	clear(folded)
+	var folded map[allocKey]bool
+	// Every allocation has ended, but those the list names again.
+	for _, as := range e.alloc {
+		if as.live {
+			as.live, as.ended = false, now
+		}
+	}
 	nvmlUp := e.sources[collector.SourceNVML].up && len(e.dev) > 0
 	for _, a := range list.Allocations {
 		uuid, gpu, ok := e.resolve(a.Device)
@@ -397,18 +377,20 @@ func (e *Engine) updateAllocations(list collector.AllocationList, fresh bool, no
 			if !e.folded[k] {
 				e.overflowed++
 			}
+			if folded == nil {
+				folded = map[allocKey]bool{}
+			}
 			folded[k] = true
 			k = allocKey{UUID: uuid, Pod: OverflowPod}
 			pod = collector.Pod{}
 		}
-		if current[k] {
+		as := e.alloc[k]
+		if as != nil && as.live {
 			continue // the same device listed twice for one container, or folded
 		}
-		current[k] = true
 		if !expired {
 			h.byDevice[uuid] = append(h.byDevice[uuid], k)
 		}
-		as := e.alloc[k]
 		if as == nil {
 			as = &allocState{key: k}
 			e.alloc[k] = as
@@ -437,13 +419,8 @@ func (e *Engine) updateAllocations(list collector.AllocationList, fresh bool, no
 			e.alloc[k].shared = true
 		}
 	}
-	for k, as := range e.alloc {
-		if as.live && !current[k] {
-			as.live, as.ended = false, now
-		}
-	}
 	// An allocation is counted as overflowed once while it stays listed.
-	e.folded, e.foldedNext = folded, e.folded
+	e.folded = folded
 	e.history = append(e.history, h)
 }
 
@@ -743,7 +720,6 @@ func (e *Engine) emit(ds *deviceState, from, to time.Time, v float64, known, pro
 		return
 	}
 	sh.enqueue(pendingPeriod{from: from, to: to, v: v, known: known, holdersKnown: holdersKnown, byProcess: byProcess}, holders)
-	e.statesOf = nil // holder sets are reused: see holderStates
 }
 
 // creditAt credits [from, to) to whoever held the device at to.
@@ -923,14 +899,9 @@ func (e *Engine) credit(ds *deviceState, from, to time.Time, v float64, known bo
 }
 
 // holderStates returns the states of holders that the engine tracks, the
-// index in holders of each, and whether one of them is shared. Samples of
-// one device in one poll mostly have the same holders: the answer for the
-// last holders is kept until the next poll (Poll resets it), so that each
-// sample does not look every holder up.
+// index in holders of each, and whether one of them is shared. The slices
+// are valid until the next call.
 func (e *Engine) holderStates(holders []allocKey) (states []*allocState, at []int, shared bool) {
-	if len(holders) > 0 && &holders[0] == e.statesOf && len(holders) == e.statesLen {
-		return e.states, e.statesAt, e.statesShared
-	}
 	states, at = e.states[:0], e.statesAt[:0]
 	for i, k := range holders {
 		if as := e.alloc[k]; as != nil {
@@ -939,11 +910,7 @@ func (e *Engine) holderStates(holders []allocKey) (states []*allocState, at []in
 			shared = shared || as.shared
 		}
 	}
-	e.states, e.statesAt, e.statesShared = states, at, shared
-	e.statesOf, e.statesLen = nil, 0
-	if len(holders) > 0 {
-		e.statesOf, e.statesLen = &holders[0], len(holders)
-	}
+	e.states, e.statesAt = states, at
 	return states, at, shared
 }
 
@@ -957,8 +924,7 @@ func (e *Engine) expire(now time.Time) {
 			oldest = p[0].from
 		}
 	}
-	uids := e.uids
-	clear(uids)
+	uids := make(map[string]bool, len(e.alloc))
 	for k, as := range e.alloc {
 		if !as.live && now.Sub(as.ended) > e.cfg.Retention && as.ended.Before(oldest) {
 			delete(e.alloc, k)

@@ -231,8 +231,7 @@ func (e *Engine) ingest(ds *deviceState, rd collector.DeviceReading, owners map[
 		track(p.PID)
 	}
 	// Several samples of one process in a read: one per period.
-	count := e.seenPIDs
-	clear(count)
+	count := make(map[uint32]int, len(rd.ProcessSamples))
 	for _, s := range rd.ProcessSamples {
 		count[s.PID]++
 		if count[s.PID] > 1 {
@@ -305,6 +304,7 @@ func (e *Engine) decide(ds *deviceState, now time.Time, force bool) {
 	sh := &ds.share
 	wait := e.wait(sh)
 	done := 0
+	var shares []float64 // the holders', reused from period to period
 	for i := range sh.pending {
 		p := &sh.pending[i]
 		idle := p.known && p.v == 0 // then every process was idle
@@ -316,14 +316,12 @@ func (e *Engine) decide(ds *deviceState, now time.Time, force bool) {
 		case !p.byProcess:
 			e.credit(ds, p.from, p.to, p.v, p.known, holders, p.holdersKnown, nil, 0)
 		case idle:
-			shares := slices.Grow(e.shares[:0], len(holders))[:len(holders)]
-			e.shares = shares
+			shares = slices.Grow(shares[:0], len(holders))[:len(holders)]
 			clear(shares)
 			e.credit(ds, p.from, p.to, p.v, p.known, holders, p.holdersKnown, shares, 0)
 			sh.cover(p)
 		default:
-			shares := slices.Grow(e.shares[:0], len(holders))[:len(holders)]
-			e.shares = shares
+			shares = slices.Grow(shares[:0], len(holders))[:len(holders)]
 			unattributed := e.periodShares(sh, i, holders, shares)
 			e.credit(ds, p.from, p.to, p.v, p.known, holders, p.holdersKnown, shares, unattributed)
 		}
@@ -346,7 +344,6 @@ func (e *Engine) decide(ds *deviceState, now time.Time, force bool) {
 	}
 	if len(sh.pending) == 0 {
 		sh.sets = sh.sets[:0]
-		e.statesOf = nil
 	}
 }
 
@@ -474,7 +471,6 @@ func overlap(a0, a1, b0, b1 time.Time) float64 {
 func (e *Engine) Settle() {
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	e.statesOf, e.statesLen = nil, 0
 	now := e.clock.Now()
 	for _, ds := range e.dev {
 		e.decide(ds, now, true)
