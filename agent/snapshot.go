@@ -42,16 +42,13 @@ type DeviceCounters struct {
 	Unattributed float64
 
 	// Allocated, AllocatedIdle and AllocatedActive count the device's own
-	// time once, however many pods share it: Allocated is observed time
-	// while at least one pod held it, AllocatedIdle the part of that in
-	// which every holder was idle, AllocatedActive the holders' busy ratio
-	// (capped at 1) weighted by time. They are the GPU-capacity figures; the
-	// allocations' counters are pod-seconds, which on a shared GPU add up
-	// to more than the GPU's time.
-	//
-	// On a GPU in MIG mode every counter is its instances', each weighted by
-	// its share of the GPU (Device.GPUFraction), plus the slices no instance
-	// occupies, counted as observed and unallocated: the GPU's time once.
+	// time once, however many pods share it: observed time while a pod held
+	// it, the part of that in which every holder was idle, and the holders'
+	// busy ratio (capped at 1) weighted by time; the allocations' counters
+	// are pod-seconds, which on a shared GPU add up to more. On a GPU in MIG
+	// mode every counter is its instances', each weighted by its share
+	// (Device.GPUFraction), plus the slices no instance occupies, counted as
+	// observed and unallocated.
 	Allocated       float64
 	AllocatedIdle   float64
 	AllocatedActive float64
