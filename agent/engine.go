@@ -152,8 +152,9 @@ type allocState struct {
 	hasMemory bool
 	memory    uint64
 	pod       collector.Pod // identity from the pod source, when it knows the pod
-	// info is the one the latest snapshot holds, published again while
-	// it stays the same.
+	// snap and info are the latest snapshot's record of the allocation
+	// and its info, published again while they stay the same.
+	snap *AllocationSnapshot
 	info *AllocationInfo
 }
 
@@ -983,48 +984,14 @@ func (e *Engine) buildSnapshot(now time.Time) *Snapshot {
 		s.Devices = append(s.Devices, d)
 	}
 
-	allocs := slices.Collect(maps.Values(e.alloc))
-	slices.SortFunc(allocs, func(a, b *allocState) int {
-		return cmp.Or(cmp.Compare(a.key.UUID, b.key.UUID), cmp.Compare(a.key.Namespace, b.key.Namespace),
-			cmp.Compare(a.key.Pod, b.key.Pod), cmp.Compare(a.key.Container, b.key.Container))
-	})
-	s.Allocations = make([]AllocationSnapshot, 0, len(allocs))
-	for _, as := range allocs {
-		attribution := "device"
-		if as.byProcess {
-			attribution = "process"
-		}
-		info := AllocationInfo{
-			UUID:         as.key.UUID,
-			GPU:          as.gpu,
-			Namespace:    as.key.Namespace,
-			Pod:          as.key.Pod,
-			Container:    as.key.Container,
-			Resource:     as.resource,
-			Shared:       as.shared,
-			WorkloadKind: as.pod.WorkloadKind,
-			Workload:     as.pod.Workload,
-			Model:        cmp.Or(as.pod.Model, e.cmdModels[as.pod.UID]),
-			ExtraLabels:  as.pod.ExtraLabels,
-			Scheduling:   as.pod.Scheduling,
-			DRA:          as.dra,
-		}
-		if as.info == nil || !as.info.equal(&info) {
-			changed := info
-			as.info = &changed
-		}
-		s.Allocations = append(s.Allocations, AllocationSnapshot{
-			AllocationInfo:  as.info,
-			Attribution:     attribution,
-			Live:            as.live,
-			Stale:           as.stale,
-			Counters:        as.c,
-			HasIdleStreak:   as.hasStreak && as.live,
-			IdleStreak:      as.streak.Seconds(),
-			HasMemory:       as.hasMemory && as.live,
-			MemoryUsedBytes: as.memory,
-		})
+	s.Allocations = make([]*AllocationSnapshot, 0, len(e.alloc))
+	for _, as := range e.alloc {
+		s.Allocations = append(s.Allocations, e.allocationSnapshot(as))
 	}
+	slices.SortFunc(s.Allocations, func(a, b *AllocationSnapshot) int {
+		return cmp.Or(cmp.Compare(a.UUID, b.UUID), cmp.Compare(a.Namespace, b.Namespace),
+			cmp.Compare(a.Pod, b.Pod), cmp.Compare(a.Container, b.Container))
+	})
 
 	names := slices.Sorted(maps.Keys(e.sources))
 	s.Sources = make([]SourceSnapshot, len(names))
@@ -1033,6 +1000,52 @@ func (e *Engine) buildSnapshot(now time.Time) *Snapshot {
 		s.Sources[i] = SourceSnapshot{Name: name, Up: st.up, Errors: maps.Clone(st.errors)}
 	}
 	return s
+}
+
+// allocationSnapshot returns the record of as for a new snapshot. While
+// it stays the same (an ended allocation's, during retention), the last
+// snapshot's record is returned again, and its info likewise, so that a
+// poll copies only what changed.
+func (e *Engine) allocationSnapshot(as *allocState) *AllocationSnapshot {
+	info := AllocationInfo{
+		UUID:         as.key.UUID,
+		GPU:          as.gpu,
+		Namespace:    as.key.Namespace,
+		Pod:          as.key.Pod,
+		Container:    as.key.Container,
+		Resource:     as.resource,
+		Shared:       as.shared,
+		WorkloadKind: as.pod.WorkloadKind,
+		Workload:     as.pod.Workload,
+		Model:        cmp.Or(as.pod.Model, e.cmdModels[as.pod.UID]),
+		ExtraLabels:  as.pod.ExtraLabels,
+		Scheduling:   as.pod.Scheduling,
+		DRA:          as.dra,
+	}
+	if as.info == nil || !as.info.equal(&info) {
+		changed := info
+		as.info = &changed
+	}
+	attribution := "device"
+	if as.byProcess {
+		attribution = "process"
+	}
+	a := AllocationSnapshot{
+		AllocationInfo:  as.info,
+		Attribution:     attribution,
+		Live:            as.live,
+		Stale:           as.stale,
+		Counters:        as.c,
+		HasIdleStreak:   as.hasStreak && as.live,
+		IdleStreak:      as.streak.Seconds(),
+		HasMemory:       as.hasMemory && as.live,
+		MemoryUsedBytes: as.memory,
+	}
+	if as.snap == nil || *as.snap != a {
+		changed := a
+		as.snap = &changed
+	}
+	return as.snap
 }
 
 // String describes the engine's configuration for the start-up log.

@@ -148,9 +148,9 @@ func (h *harness) run(until time.Duration) *Snapshot {
 }
 
 func findAlloc(s *Snapshot, pod string) *AllocationSnapshot {
-	for i := range s.Allocations {
-		if s.Allocations[i].Pod == pod {
-			return &s.Allocations[i]
+	for _, a := range s.Allocations {
+		if a.Pod == pod {
+			return a
 		}
 	}
 	return nil

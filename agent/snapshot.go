@@ -14,10 +14,12 @@ type Snapshot struct {
 	// At is when the poll that made it finished.
 	At time.Time
 	// Polls is the number of polls completed.
-	Polls       uint64
-	Devices     []DeviceSnapshot     // sorted by GPU index, then UUID
-	Allocations []AllocationSnapshot // sorted by UUID, namespace, pod, container
-	Sources     []SourceSnapshot     // sorted by name
+	Polls   uint64
+	Devices []DeviceSnapshot // sorted by GPU index, then UUID
+	// Allocations are sorted by UUID, namespace, pod, container. A record
+	// that did not change since the last poll is the last snapshot's.
+	Allocations []*AllocationSnapshot
+	Sources     []SourceSnapshot // sorted by name
 	// Overflowed counts the allocations folded into OverflowPod by the
 	// MaxAllocations guard, each once while it stays listed.
 	Overflowed uint64

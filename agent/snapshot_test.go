@@ -22,11 +22,12 @@ func snapshotHarness(t *testing.T) *harness {
 func cloneSnapshot(s *Snapshot) *Snapshot {
 	c := *s
 	c.Devices = slices.Clone(s.Devices)
-	c.Allocations = slices.Clone(s.Allocations)
-	for i := range c.Allocations {
-		info := *c.Allocations[i].AllocationInfo
+	c.Allocations = make([]*AllocationSnapshot, len(s.Allocations))
+	for i, a := range s.Allocations {
+		rec, info := *a, *a.AllocationInfo
 		info.ExtraLabels = maps.Clone(info.ExtraLabels)
-		c.Allocations[i].AllocationInfo = &info
+		rec.AllocationInfo = &info
+		c.Allocations[i] = &rec
 	}
 	c.Sources = slices.Clone(s.Sources)
 	for i := range c.Sources {
@@ -107,24 +108,28 @@ func TestSnapshotConcurrentReaders(t *testing.T) {
 	wg.Wait()
 }
 
-// TestAllocationInfoShared: successive snapshots share an allocation's
-// info while it stays the same.
-func TestAllocationInfoShared(t *testing.T) {
+// TestAllocationSnapshotShared: successive snapshots share a live
+// allocation's info, and an ended one's whole record, while they stay the
+// same.
+func TestAllocationSnapshotShared(t *testing.T) {
 	t.Parallel()
-	h := snapshotHarness(t)
-	for range 3 {
-		h.clock.t = h.clock.t.Add(time.Second)
-		h.e.Poll(context.Background())
+	h := newHarness(t, DefaultConfig(), []func(time.Duration) float64{constant(0.5), constant(0)},
+		[]holding{{pod: "train", gpu: 0, from: 0, to: time.Hour}, {pod: "done", gpu: 1, from: 0, to: 5 * time.Second}})
+	h.run(20 * time.Second)
+	first := h.e.Snapshot()
+	h.run(21 * time.Second)
+	next := h.e.Snapshot()
+	live0, live1 := findAlloc(first, "train"), findAlloc(next, "train")
+	if live1 == live0 || live1.AllocationInfo != live0.AllocationInfo {
+		t.Errorf("a live allocation's record %p → %p (want a new one), info %p → %p (want the same)",
+			live0, live1, live0.AllocationInfo, live1.AllocationInfo)
 	}
-	first := h.e.Snapshot().Allocations[0]
-	h.clock.t = h.clock.t.Add(time.Second)
-	h.e.Poll(context.Background())
-	next := h.e.Snapshot().Allocations[0]
-	if next.AllocationInfo != first.AllocationInfo {
-		t.Errorf("an unchanged allocation's info was copied: %p, then %p", first.AllocationInfo, next.AllocationInfo)
+	if live1.Counters[Offpeak].Allocated <= live0.Counters[Offpeak].Allocated {
+		t.Errorf("allocated %g, then %g: want it to grow", live0.Counters[Offpeak].Allocated, live1.Counters[Offpeak].Allocated)
 	}
-	if next.Counters[Offpeak].Allocated <= first.Counters[Offpeak].Allocated {
-		t.Errorf("allocated %g, then %g: want it to grow", first.Counters[Offpeak].Allocated, next.Counters[Offpeak].Allocated)
+	ended0, ended1 := findAlloc(first, "done"), findAlloc(next, "done")
+	if ended0 == nil || ended0.Live || ended1 != ended0 {
+		t.Errorf("an ended allocation's record %+v, then %p; want the same ended record", ended0, ended1)
 	}
 }
 

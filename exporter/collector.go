@@ -120,7 +120,7 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 			}
 		case kindAllocBase:
 			for j := range s.Allocations {
-				if v, ok := f.alloc(&s.Allocations[j]); ok {
+				if v, ok := f.alloc(s.Allocations[j]); ok {
 					emit(v, allocs[j].base)
 				}
 			}

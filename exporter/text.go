@@ -250,7 +250,7 @@ func (c *Collector) appendText(buf []byte, ends []int, om bool) (_ []byte, _ []i
 			}
 		case kindAllocBase:
 			for _, r := range refs {
-				if v, ok := f.alloc(&s.Allocations[r.s.slot]); ok {
+				if v, ok := f.alloc(s.Allocations[r.s.slot]); ok {
 					line(r.s.baseText, v)
 				}
 			}

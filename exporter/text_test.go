@@ -288,7 +288,7 @@ func edgeSnapshot() *agent.Snapshot {
 				Present: true, HasUtilization: true, Utilization: math.Inf(-1),
 			},
 		},
-		Allocations: []agent.AllocationSnapshot{
+		Allocations: []*agent.AllocationSnapshot{
 			{AllocationInfo: &agent.AllocationInfo{UUID: "GPU-a", GPU: 0, Namespace: "ml", Pod: "train-0", Container: "main", Resource: "nvidia.com/gpu",
 				WorkloadKind: "Job", Workload: "train\\\"x\"", Model: "llama \"3\"\n70b",
 				ExtraLabels: map[string]string{"team": "a\"b\\c\nd", "cost_center": "ü€𝄞"}},
@@ -343,7 +343,7 @@ func TestTextFastPathEdges(t *testing.T) {
 	s := edgeSnapshot()
 	s.Allocations[0].Workload = "other"
 	s.Allocations[0].ExtraLabels = map[string]string{"team": "b"}
-	s.Allocations = append(s.Allocations[:2], agent.AllocationSnapshot{
+	s.Allocations = append(s.Allocations[:2], &agent.AllocationSnapshot{
 		AllocationInfo: &agent.AllocationInfo{UUID: "GPU-a", GPU: 0, Namespace: "a", Pod: "new", Container: "c"}, Live: true})
 	s.Devices[0].HasPower, s.Devices[0].HasGPM = false, false
 	s.Devices[1].HasMemory, s.Devices[1].MemoryUsedBytes = true, 7
@@ -367,7 +367,7 @@ func TestTextFastPathDuplicateFallsBack(t *testing.T) {
 	// same series twice, which Gather reports; the fast path leaves the
 	// scrape to it.
 	long := strings.Repeat("p", 300)
-	s := &agent.Snapshot{Allocations: []agent.AllocationSnapshot{
+	s := &agent.Snapshot{Allocations: []*agent.AllocationSnapshot{
 		{AllocationInfo: &agent.AllocationInfo{UUID: "GPU-a", Namespace: "ml", Pod: long + "1"}, Live: true},
 		{AllocationInfo: &agent.AllocationInfo{UUID: "GPU-a", Namespace: "ml", Pod: long + "2"}, Live: true},
 	}}
