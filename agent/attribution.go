@@ -61,7 +61,11 @@ func (e *Engine) owners(snap collector.DeviceSnapshot) map[uint32]procOwner {
 	if e.procs == nil || e.pods == nil {
 		return nil
 	}
-	var pids []uint32
+	n := 0
+	for _, rd := range snap.Devices {
+		n += len(rd.Processes) + len(rd.ProcessSamples)
+	}
+	pids := make([]uint32, 0, n)
 	for _, rd := range snap.Devices {
 		for _, p := range rd.Processes {
 			pids = append(pids, p.PID)

@@ -79,10 +79,11 @@ type Engine struct {
 	snap atomic.Pointer[Snapshot] // the latest, never modified once stored
 
 	// Reused from poll to poll, as the profile asks (docs/benchmarks.md):
-	// ownerOf is the latest answer of Engine.owners, the largest map a poll
-	// would make; states and statesAt are holderStates' answer, asked for
-	// every period credited.
+	// ownerOf is the latest answer of Engine.owners and uids expire's set
+	// of pods, the largest maps a poll would make; states and statesAt are
+	// holderStates' answer, asked for every period credited.
 	ownerOf  map[uint32]procOwner
+	uids     map[string]bool
 	states   []*allocState
 	statesAt []int
 }
@@ -187,6 +188,7 @@ func New(cfg Config, devices DeviceSource, allocs AllocationSource, clock Clock,
 		cmdModels: map[string]string{},
 		noModel:   map[procID]bool{},
 		ownerOf:   map[uint32]procOwner{},
+		uids:      map[string]bool{},
 	}
 	for _, o := range opts {
 		o(e)
@@ -925,7 +927,8 @@ func (e *Engine) expire(now time.Time) {
 			oldest = p[0].from
 		}
 	}
-	uids := make(map[string]bool, len(e.alloc))
+	uids := e.uids
+	clear(uids)
 	for k, as := range e.alloc {
 		if !as.live && now.Sub(as.ended) > e.cfg.Retention && as.ended.Before(oldest) {
 			delete(e.alloc, k)
