@@ -255,7 +255,10 @@ func (p Pod) Terminal() bool { return p.Phase == "Succeeded" || p.Phase == "Fail
 
 // ProcessInfo is what /proc says of a host PID running on a GPU.
 type ProcessInfo struct {
-	PID         uint32
+	PID uint32
+	// StartTime is when the process started, in clock ticks since boot
+	// (/proc/<pid>/stat field 22): with PID, it tells processes apart.
+	StartTime   uint64
 	PodUID      string // empty when the process is not in a pod's cgroup
 	ContainerID string // 64-hex, empty when unknown
 	// Cmdline is the process's argument vector. It can hold secrets: only a
