@@ -112,6 +112,9 @@ type Pod struct {
 	// UID (PodUID) is not the UID its cgroups carry (StaticPodUID); the
 	// mirror's kubernetes.io/config.mirror annotation names the latter.
 	Static bool
+	// Engine is the inference server the pod runs, whose own metrics the
+	// simulation serves (engines.go); nil for none.
+	Engine *Engine
 }
 
 // Owner is the controller that owns a pod (ReplicaSet, Job, StatefulSet, …).
@@ -706,7 +709,7 @@ func (d *decoder) scenario(root *yaml.Node) (*Scenario, error) {
 	return s, nil
 }
 
-var podKeys = []string{"namespace", "name", "container", "owner", "labels", "cmdline", "parent_cmdline", "allocation", "claim", "resource", "pid", "devices", "from", "to", "memory", "util", "priority_class", "static"}
+var podKeys = []string{"namespace", "name", "container", "owner", "labels", "cmdline", "parent_cmdline", "allocation", "claim", "resource", "pid", "devices", "from", "to", "memory", "util", "priority_class", "static", "engine"}
 
 func (d *decoder) pods(n *yaml.Node, s *Scenario) error {
 	items, err := d.seq(n, "pods")
@@ -881,6 +884,11 @@ func (d *decoder) pods(n *yaml.Node, s *Scenario) error {
 		}
 		if n := m["util"]; n != nil {
 			if pod.Util, err = d.steps(n, p+".util", pod.From, s.Duration); err != nil {
+				return err
+			}
+		}
+		if n := m["engine"]; n != nil {
+			if pod.Engine, err = d.engine(n, p+".engine", &pod, s); err != nil {
 				return err
 			}
 		}
