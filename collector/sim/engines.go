@@ -184,18 +184,18 @@ func (d *decoder) levels(n *yaml.Node, path string, from, total time.Duration, r
 // not given: its --model argument (or `vllm serve MODEL`'s positional one);
 // the pod's name when the command line names none.
 func servedModel(p *Pod) string {
-	args := p.Cmdline
-	if len(args) == 0 {
-		args = p.ParentCmdline
-	}
-	for i, a := range args {
-		switch {
-		case strings.HasPrefix(a, "--model="):
-			return strings.TrimPrefix(a, "--model=")
-		case a == "--model" && i+1 < len(args):
-			return args[i+1]
-		case a == "serve" && i+1 < len(args) && !strings.HasPrefix(args[i+1], "-"):
-			return args[i+1]
+	// vLLM V1's GPU process titles itself (VLLM::EngineCore); its parent,
+	// the API server, has the command line.
+	for _, args := range [][]string{p.Cmdline, p.ParentCmdline} {
+		for i, a := range args {
+			switch {
+			case strings.HasPrefix(a, "--model="):
+				return strings.TrimPrefix(a, "--model=")
+			case a == "--model" && i+1 < len(args):
+				return args[i+1]
+			case a == "serve" && i+1 < len(args) && !strings.HasPrefix(args[i+1], "-"):
+				return args[i+1]
+			}
 		}
 	}
 	return p.Name
