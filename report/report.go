@@ -40,6 +40,9 @@ type Config struct {
 	// Quantile of per-step shortfall at peak that decides the verdict.
 	Quantile float64
 	Hints    HintConfig
+	// Prices are the GPU types' prices (--price, --price.file, --currency);
+	// without any, the report has no money figures.
+	Prices PriceSheet
 	// Timeout bounds each query.
 	Timeout time.Duration
 	// MaxPoints is the most steps one range query asks for (Prometheus
@@ -118,6 +121,11 @@ type Report struct {
 	Timeline     []TimelinePoint `json:"timeline"`
 	Missing      []Missing       `json:"missing"`
 	Warnings     []string        `json:"warnings"`
+	// Cost is the funnel in currency, Money the prices, levers and
+	// shortfall (nil without prices); Forecast the buy date (value.go).
+	Cost     *Cost    `json:"cost"`
+	Money    *Money   `json:"money"`
+	Forecast Forecast `json:"forecast"`
 }
 
 // Range is the time the report covers.
@@ -231,7 +239,9 @@ func Build(ctx context.Context, api API, c Config) (*Report, error) {
 		// The queue X-ray (queue.go).
 		{expr: qQueuePods, offset: -c.Step / 2}, {expr: qQueueClasses, offset: -c.Step / 2}, {expr: qQueueHolders}, {expr: qQueueFree},
 		{expr: qKueueUsage, offset: -c.Step / 2}, {expr: qKueueNominal, offset: -c.Step / 2}, {expr: qKueuePending, offset: -c.Step / 2}, {expr: qKueuePendingGPUs, offset: -c.Step / 2}}
-	q := &querier{api: api, timeout: c.Timeout, maxPoints: c.MaxPoints, g: g, progress: c.Progress, total: len(jobs) * g.n}
+	var vi valueInput
+	valueJobs := valueJobs(c, &vi)
+	q := &querier{api: api, timeout: c.Timeout, maxPoints: c.MaxPoints, g: g, progress: c.Progress, total: (len(jobs) + len(valueJobs)) * g.n}
 	// The first query alone: an unreachable server is one error, not one per query.
 	eg, ectx := errgroup.WithContext(ctx)
 	eg.SetLimit(max(1, c.Concurrency))
@@ -246,6 +256,7 @@ func Build(ctx context.Context, api API, c Config) (*Report, error) {
 			return err
 		})
 	}
+	startValue(ectx, eg, q, valueJobs)
 	if err := eg.Wait(); err != nil {
 		return nil, err
 	}
@@ -255,7 +266,7 @@ func Build(ctx context.Context, api API, c Config) (*Report, error) {
 		wlAllocated: jobs[7].out, wlActive: jobs[8].out, wlIdle: jobs[9].out, wlStreak: jobs[10].out, wlMemory: jobs[11].out, wlMemoryTotal: jobs[12].out,
 		pending: jobs[13].out, ksm: jobs[14].out, covered: coveredSeconds(jobs[15].out, byWindow(jobs[1].out, g.n), g), wlGPU: jobs[16].out,
 		queue: queueInput{pods: jobs[17].out, classes: jobs[18].out, holders: jobs[19].out, free: jobs[20].out,
-			kueueUsage: jobs[21].out, kueueNominal: jobs[22].out, kueuePending: jobs[23].out, kueuePendingGPUs: jobs[24].out}}
+			kueueUsage: jobs[21].out, kueueNominal: jobs[22].out, kueuePending: jobs[23].out, kueuePendingGPUs: jobs[24].out}, value: vi}
 	if len(in.nodes) == 0 {
 		return nil, fmt.Errorf("%w (%s to %s): is the agent scraped by this Prometheus, and is the range right?", ErrNoData,
 			g.start.Format(time.RFC3339), end.Format(time.RFC3339))
@@ -304,6 +315,7 @@ type input struct {
 	covered []float64
 	wlGPU   []series
 	queue   queueInput
+	value   valueInput
 }
 
 // coveredSeconds is, per step, the time the agents' data covers: what
@@ -417,9 +429,12 @@ func compute(in input, c Config) *Report {
 
 	// Workloads and models.
 	ws := workloads(in)
+	ws, c.Hints = withValue(ws, in, c, peak)
 	r.TopWorkloads = TopByPeakIdle(ws, c.Top)
 	r.TopModels = Models(ws, c.Top)
 	r.Hints = Hints(TopByPeakIdle(ws, len(ws)), c.Hints)
+	addMoney(r, in, c, ws)
+	r.Forecast = forecast(g, peak, in.covered, demandByType(r, in, steps), c.Quantile)
 
 	// The heatmap and the timeline.
 	var idleSum, covSum [7][24]float64

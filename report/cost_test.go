@@ -1,0 +1,137 @@
+package report
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+func TestParsePrice(t *testing.T) {
+	t.Parallel()
+	for _, tt := range []struct {
+		in, key string
+		amount  float64
+		err     string
+	}{
+		{"NVIDIA-H100-80GB-HBM3=2.5", "NVIDIA-H100-80GB-HBM3", 2.5, ""},
+		{"NVIDIA H100 80GB HBM3=2.5", "NVIDIA-H100-80GB-HBM3", 2.5, ""},
+		{"*=1.8", "*", 1.8, ""},
+		{"NVIDIA-L4=0", "NVIDIA-L4", 0, ""},
+		{"NVIDIA-L4", "", 0, `price "NVIDIA-L4" is not GPU_TYPE=AMOUNT`},
+		{"=3", "", 0, `price "=3": "" is not a GPU type`},
+		{"NVIDIA-L4=-1", "", 0, `price "NVIDIA-L4=-1": "-1" is not an amount of at least 0`},
+		{"NVIDIA-L4=cheap", "", 0, `"cheap" is not an amount`},
+		{"NVIDIA-L4=NaN", "", 0, `"NaN" is not an amount`},
+	} {
+		k, a, err := ParsePrice(tt.in)
+		if tt.err != "" {
+			if err == nil || !strings.Contains(err.Error(), tt.err) {
+				t.Errorf("%s: %v, want %q", tt.in, err, tt.err)
+			}
+			continue
+		}
+		if err != nil || k != tt.key || a != tt.amount {
+			t.Errorf("%s: %q %g %v", tt.in, k, a, err)
+		}
+	}
+}
+
+func TestPriceFile(t *testing.T) {
+	t.Parallel()
+	const good = `currency: EUR
+gpu_types:
+  NVIDIA-H100-80GB-HBM3: {purchase_price: 35040, amortization_years: 4, power_per_kwh: 0.25, per_hour: 0.1}
+  NVIDIA A100-SXM4-80GB: {per_hour: 1.2}
+  "*": {per_hour: 2}
+`
+	s, err := ParsePriceFile([]byte(good), "p.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s.Currency != "EUR" || len(s.Types) != 3 {
+		t.Fatalf("sheet %+v", s)
+	}
+	h, _ := s.For("NVIDIA-H100-80GB-HBM3")
+	approx(t, "H100 capital", h.Capital(), 0.1+35040.0/(4*8760))
+	if a, ok := s.For("NVIDIA-A100-SXM4-80GB"); !ok || a.PerHour != 1.2 {
+		t.Errorf("A100 by its NVML name: %+v %v", a, ok)
+	}
+	if o, ok := s.For("NVIDIA-L4"); !ok || o.PerHour != 2 {
+		t.Errorf("other type: %+v %v", o, ok)
+	}
+	for _, tt := range []struct{ name, in, err string }{
+		{"empty", "", "price file p.yaml is empty"},
+		{"unknown key", "gpu_types:\n  NVIDIA-L4: {hourly: 1}\n", "field hourly not found"},
+		{"no types", "currency: USD\n", "prices no GPU type"},
+		{"currency", "currency: dollars\ngpu_types: {'*': {per_hour: 1}}\n", `currency "dollars" is not a three-letter ISO 4217 code`},
+		{"negative", "gpu_types: {'*': {per_hour: -1}}\n", "*: per_hour -1 is not an amount of at least 0"},
+		{"purchase without years", "gpu_types: {NVIDIA-L4: {purchase_price: 3000}}\n", "NVIDIA-L4: a purchase_price needs amortization_years"},
+		{"years without purchase", "gpu_types: {NVIDIA-L4: {amortization_years: 3}}\n", "amortization_years without a purchase_price"},
+		{"twice", "gpu_types: {NVIDIA-L4: {per_hour: 1}, NVIDIA L4: {per_hour: 2}}\n", "NVIDIA-L4 is priced twice"},
+		{"not yaml", "gpu_types: [", "price file p.yaml:"},
+	} {
+		if _, err := ParsePriceFile([]byte(tt.in), "p.yaml"); err == nil || !strings.Contains(err.Error(), tt.err) {
+			t.Errorf("%s: %v, want %q", tt.name, err, tt.err)
+		}
+	}
+	dir := t.TempDir()
+	path := filepath.Join(dir, "prices.yaml")
+	if err := os.WriteFile(path, []byte(good), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if s, err := LoadPriceFile(path); err != nil || s.Currency != "EUR" {
+		t.Errorf("LoadPriceFile: %+v %v", s, err)
+	}
+	if _, err := LoadPriceFile(filepath.Join(dir, "missing.yaml")); err == nil || !strings.Contains(err.Error(), "price file:") {
+		t.Errorf("missing file: %v", err)
+	}
+}
+
+// TestPriceTypes: idle cost = idle GPU-hours × price, per type; energy at
+// its price per kWh, by state; an unpriced type in no cost.
+func TestPriceTypes(t *testing.T) {
+	t.Parallel()
+	sheet := PriceSheet{Currency: "USD", Types: map[string]Price{
+		"NVIDIA-H100-80GB-HBM3": {PerHour: 4},
+		"NVIDIA-A100-SXM4-40GB": {PurchasePrice: 8760 * 3, AmortizationYears: 3, PowerPerKWh: 0.5},
+	}}
+	all := map[string]typeHours{
+		"NVIDIA-H100-80GB-HBM3": {owned: 100, allocated: 80, active: 40, idle: 30, unallocated: 20},
+		"NVIDIA-A100-SXM4-40GB": {owned: 50, allocated: 50, active: 10, idle: 25, eOwned: 20, eAllocated: 20, eIdle: 5},
+		"NVIDIA-L4":             {owned: 10, idle: 10},
+	}
+	peak := map[string]typeHours{"NVIDIA-H100-80GB-HBM3": {owned: 50, idle: 10}}
+	cost, tms := priceTypes(all, peak, sheet)
+	approx(t, "owned", cost.All.Owned, 100*4+50*1+20*0.5)
+	approx(t, "idle", cost.All.IdleAllocated, 30*4+25*1+5*0.5)
+	approx(t, "active", cost.All.Active, 40*4+10*1+20*0.5*10/50)
+	approx(t, "unallocated", cost.All.Unallocated, 20*4)
+	approx(t, "peak idle", cost.Peak.IdleAllocated, 10*4)
+	if len(tms) != 3 || tms[2].GPUType != "NVIDIA-L4" || tms[2].Priced {
+		t.Fatalf("types %+v", tms)
+	}
+	approx(t, "A100 idle rate", tms[0].IdleRate, 1+0.5*5.0/25)
+	approx(t, "A100 mean power W", tms[0].MeanPowerWatts, 1000*20.0/50)
+
+	types := map[string]TypeMoney{}
+	for _, tm := range tms {
+		types[tm.GPUType] = tm
+	}
+	// A workload on a whole H100 and a 3g slice of an A100.
+	idle, peakIdle, alloc, ok := workloadCost([]typedWork{
+		{gpuType: "NVIDIA-H100-80GB-HBM3", share: 1, idle: 5, peakIdle: 2, allocated: 10},
+		{gpuType: "NVIDIA-A100-SXM4-40GB", share: migShare("3g.20gb", "NVIDIA-A100-SXM4-40GB"), idle: 7, allocated: 7},
+	}, types)
+	approx(t, "workload idle", idle, 5*4+7*3.0/7*tms[0].IdleRate)
+	approx(t, "workload peak idle", peakIdle, 2*4)
+	approx(t, "workload allocated", alloc, 10*4+7*3.0/7*tms[0].AllocatedRate)
+	if !ok {
+		t.Error("priced workload not ok")
+	}
+	if _, _, _, ok := workloadCost([]typedWork{{gpuType: "NVIDIA-L4", share: 1, idle: 1}}, types); ok {
+		t.Error("a workload on an unpriced type is ok")
+	}
+	approx(t, "A30 slice", migShare("2g.12gb", "NVIDIA-A30"), 0.5)
+	approx(t, "whole GPU", migShare("", "NVIDIA-H100-80GB-HBM3"), 1)
+}
