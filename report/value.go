@@ -77,12 +77,12 @@ func qTypeEnergy(counter string) string {
 
 // valueInput is what the work and money figures read.
 type valueInput struct {
-	engines                                               engineInput
-	tensor, typeMemory                                    []series
-	observed, allocated, active, idle, unallocated        []series
-	eObserved, eAllocated, eIdle, eUnallocated            []series
-	wlTypedIdle, wlTypedAllocated                         []series
-	priced, powered                                       bool
+	engines                                        engineInput
+	tensor, typeMemory                             []series
+	observed, allocated, active, idle, unallocated []series
+	eObserved, eAllocated, eIdle, eUnallocated     []series
+	wlTypedIdle, wlTypedAllocated                  []series
+	priced, powered                                bool
 }
 
 // valueJob is one of the work and money figures' queries and where its

@@ -134,7 +134,7 @@ func TestWorkloadsAndHints(t *testing.T) {
 		got[h.Namespace+"/"+h.Name+" "+h.Hint] = h.Profile
 	}
 	want := map[string]string{
-		"b/notebook mig":      "1g.10gb",
+		"b/notebook mig": "1g.10gb",
 		// Not memory_bound: 70 GiB is vLLM's reservation. It needs 7B × 2
 		// bytes of weights + 2 GiB + a fifth of the 55 GiB KV cache = 26 GiB,
 		// × 1.1 fits 3g.40gb.
