@@ -63,6 +63,7 @@ func runReport(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	sched.Windows = peak.build()
 	fs.Func("peak.schedule", "the agents' --peak.schedule: the report follows the agents' window label and warns where it differs from this; unchecked when not given", peak.setSchedule)
 	fs.Func("peak.timezone", "the agents' --peak.timezone: the clock of the report's dates and hour-of-day heatmap", peak.setZone)
+	prices := priceFlags(fs)
 	fs.Lookup("peak.schedule").DefValue = agent.DefaultPeakSchedule
 	fs.Lookup("peak.timezone").DefValue = "UTC"
 	fs.Usage = func() {
@@ -116,6 +117,9 @@ func runReport(ctx context.Context, args []string, stdout, stderr io.Writer) err
 		write = report.WriteJSON
 	default:
 		return usagef("--format %q is not one of text, html, json", f.format)
+	}
+	if cfg.Prices, err = prices.sheet(); err != nil {
+		return err
 	}
 	if err := cfg.Validate(); err != nil {
 		return usageError{err}
