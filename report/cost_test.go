@@ -1,10 +1,13 @@
 package report
 
 import (
+	"bytes"
+	"encoding/json"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 )
 
 func TestParsePrice(t *testing.T) {
@@ -134,4 +137,77 @@ func TestPriceTypes(t *testing.T) {
 	}
 	approx(t, "A30 slice", migShare("2g.12gb", "NVIDIA-A30"), 0.5)
 	approx(t, "whole GPU", migShare("", "NVIDIA-H100-80GB-HBM3"), 1)
+}
+
+// TestValueJSONDocumented: every field of the work, money and forecast
+// figures, filled in, is in docs/report.md.
+func TestValueJSONDocumented(t *testing.T) {
+	t.Parallel()
+	doc, err := os.ReadFile("../docs/report.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	one := 1.0
+	now := time.Now()
+	work := Work{Engine: &EngineUse{Kinds: []string{"vllm"}, Models: []string{"m"}}, TokensPerGPUHour: &one, IdleCost: &one}
+	r := &Report{
+		TopWorkloads: []Workload{{Work: work}}, TopModels: []Model{{Work: work}},
+		Hints: []Hint{{HintMath: HintMath{Arithmetic: map[string]float64{}, Target: "x", Saving: &one}}},
+		Cost:  &Cost{},
+		Money: &Money{GPUTypes: []TypeMoney{{}}, Unpriced: []string{"x"}, Levers: []Lever{{Cost: &one}},
+			Shortfall: &ShortfallCost{GPUTypes: []ShortfallType{{PurchaseCost: &one}}}},
+		Forecast: Forecast{GPUTypes: []ForecastType{{ShortFrom: &now, Weeks: []ForecastWeek{{}}}}},
+	}
+	b, err := json.Marshal(r)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var v map[string]any
+	if err := json.Unmarshal(b, &v); err != nil {
+		t.Fatal(err)
+	}
+	var walk func(path string, v any)
+	walk = func(path string, v any) {
+		switch x := v.(type) {
+		case map[string]any:
+			for k, e := range x {
+				if !strings.Contains(path, "arithmetic") && !bytes.Contains(doc, []byte("`"+k+"`")) {
+					t.Errorf("JSON field %s%s is not documented in docs/report.md", path, k)
+				}
+				walk(path+k+".", e)
+			}
+		case []any:
+			for _, e := range x {
+				walk(path, e)
+			}
+		}
+	}
+	for _, k := range []string{"top_workloads", "top_models", "hints", "cost", "money", "forecast"} {
+		walk(k+".", v[k])
+	}
+	// The contract's names, exactly.
+	for _, k := range []string{"idle_cost", "peak_idle_cost", "tokens_per_gpu_hour", "tokens_per_active_gpu_hour"} {
+		if _, ok := v["top_workloads"].([]any)[0].(map[string]any)[k]; !ok {
+			t.Errorf("top_workloads[] has no %s", k)
+		}
+	}
+	for _, k := range []string{"currency", "all", "peak"} {
+		if _, ok := v["cost"].(map[string]any)[k]; !ok {
+			t.Errorf("cost has no %s", k)
+		}
+	}
+	for _, k := range []string{"owned", "allocated", "active", "idle_allocated", "unallocated"} {
+		if _, ok := v["cost"].(map[string]any)["all"].(map[string]any)[k]; !ok {
+			t.Errorf("cost.all has no %s", k)
+		}
+	}
+	ft := v["forecast"].(map[string]any)
+	if _, ok := ft["enough_data"]; !ok {
+		t.Error("forecast has no enough_data")
+	}
+	for _, k := range []string{"gpu_type", "short_from", "short_from_earliest", "short_from_latest", "weekly_growth_gpus"} {
+		if _, ok := ft["gpu_types"].([]any)[0].(map[string]any)[k]; !ok {
+			t.Errorf("forecast.gpu_types[] has no %s", k)
+		}
+	}
 }

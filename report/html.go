@@ -23,6 +23,7 @@ func WriteHTML(w io.Writer, r *Report) error {
 		Short                              bool
 		Funnel, Heatmap, Wasters, Timeline template.HTML
 		Queue                              template.HTML
+		Value                              template.HTML
 	}{
 		R:        r,
 		Period:   fmt.Sprintf("%s → %s %s", r.Range.Start.In(loc).Format(timeFmt), r.Range.End.In(loc).Format(timeFmt), r.Range.Timezone),
@@ -32,6 +33,7 @@ func WriteHTML(w io.Writer, r *Report) error {
 		Wasters:  wastersSVG(r),
 		Timeline: timelineSVG(r, loc),
 		Queue:    queueSVG(r.Queue),
+		Value:    valueHTML(r, loc),
 	}
 	return page.Execute(w, d)
 }
@@ -97,8 +99,9 @@ svg text{font-family:system-ui,sans-serif;fill:#1d2330}
 <tr><th>model</th><th>workloads</th><th>idle at peak</th><th>idle</th><th>efficiency</th><th>longest idle streak</th></tr>
 {{range .R.TopModels}}<tr><td>{{.Model}}</td><td class="n">{{.Workloads}}</td><td class="n">{{gpuh .PeakIdle}}</td><td class="n">{{gpuh .Idle}}</td><td class="n">{{pct .Efficiency}}</td><td class="n">{{dur .LongestIdleStreakSeconds}}</td></tr>
 {{end}}</table></div>
-{{if .R.Hints}}<div class="card"><h2>Right-sizing</h2><table><tr><th>workload</th><th>hint</th><th></th></tr>
-{{range .R.Hints}}<tr><td>{{.Namespace}}/{{dash .Name}}</td><td>{{.Hint}}</td><td>{{.Message}}</td></tr>
+{{.Value}}
+{{if .R.Hints}}<div class="card"><h2>Right-sizing</h2><table><tr><th>workload</th><th>hint</th><th></th><th>frees</th></tr>
+{{range .R.Hints}}<tr><td>{{.Namespace}}/{{dash .Name}}</td><td>{{.Hint}}</td><td>{{.Message}}</td><td class="n">{{gpuh .FreesGPUHours}}</td></tr>
 {{end}}</table></div>{{end}}
 {{if or .R.Missing .R.Warnings}}<div class="card warn"><h2>Partial data</h2><ul>
 {{$tz := .R.Range.Timezone}}{{range .R.Missing}}<li>{{.Source}} {{.Instance}}: no data {{when .Start $tz}} → {{when .End $tz}}</li>{{end}}

@@ -72,9 +72,10 @@ func WriteText(w io.Writer, r *Report) error {
 	if len(r.Hints) > 0 {
 		b.WriteString("\nRIGHT-SIZING\n")
 		for _, h := range r.Hints {
-			fmt.Fprintf(&b, "  %s/%s: %s\n", h.Namespace, dash(h.Name), h.Message)
+			fmt.Fprintf(&b, "  %s/%s: %s%s\n", h.Namespace, dash(h.Name), h.Message, hintSuffix(h, r.currency()))
 		}
 	}
+	writeValueText(&b, r, loc)
 	if len(r.Missing) > 0 || len(r.Warnings) > 0 {
 		b.WriteString("\nPARTIAL DATA\n")
 		for _, m := range r.Missing {
