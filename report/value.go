@@ -306,11 +306,11 @@ func addMoney(r *Report, in input, c Config, ws []Workload) {
 				r.Money.Unpriced = append(r.Money.Unpriced, t.GPUType)
 			}
 			if t.Priced && t.PowerPerKWh > 0 && t.OwnedGPUHours > 0 && t.MeanPowerWatts == 0 {
-				r.Warnings = append(r.Warnings, fmt.Sprintf("no energy counted for %s (gpuxray_device_energy_joules_total): its power is priced at 0", t.GPUType))
+				r.warn(sectionData, fmt.Sprintf("no energy counted for %s (gpuxray_device_energy_joules_total): its power is priced at 0", t.GPUType))
 			}
 		}
 		if len(r.Money.Unpriced) > 0 {
-			r.Warnings = append(r.Warnings, fmt.Sprintf("no price for %s (and no * price): its GPU-hours are in no cost", strings.Join(r.Money.Unpriced, ", ")))
+			r.warn(sectionData, fmt.Sprintf("no price for %s (and no * price): its GPU-hours are in no cost", strings.Join(r.Money.Unpriced, ", ")))
 		}
 		hc.types = gpuTypes(in.value, c.Prices)
 		for i := range hc.types {

@@ -10,7 +10,7 @@ import (
 
 // valueQuery runs one of value.go's queries over the grid.
 func (q *querier) valueQuery(ctx context.Context, expr string) ([]series, error) {
-	return q.queryRange(ctx, expr, 0)
+	return q.queryRange(ctx, expr, 0, false)
 }
 
 func stepString(d interface{ Seconds() float64 }) string {

@@ -47,8 +47,13 @@ func runReport(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	fs.Float64Var(&cfg.Quantile, "verdict.quantile", cfg.Quantile, "quantile of peak time at which pending demand beyond reclaimable capacity counts as a shortage")
 	fs.Float64Var(&cfg.Hints.ActivityThreshold, "hints.activity-threshold", cfg.Hints.ActivityThreshold, "right-sizing: a workload whose activity never exceeds this ratio is listed")
 	fs.Float64Var(&cfg.Hints.MemoryBound, "hints.memory-bound", cfg.Hints.MemoryBound, "right-sizing: share of its GPU's memory above which a compute-idle workload is memory-bound")
-	fs.DurationVar(&cfg.Timeout, "prometheus.timeout", cfg.Timeout, "deadline of each query")
-	fs.IntVar(&cfg.MaxPoints, "prometheus.max-points", cfg.MaxPoints, "most steps per range query; longer ranges are split (and split further when the server refuses)")
+	minTime := time.Duration(cfg.Hints.MinHours * float64(time.Hour))
+	fs.DurationVar(&minTime, "hints.min-time", minTime, "right-sizing: the least time a workload's activity must have been measured over for a hint (raised to --hints.min-share of the time covered); hints withheld are counted")
+	fs.Float64Var(&cfg.Hints.MinShare, "hints.min-share", cfg.Hints.MinShare, "right-sizing: the least share of the time the data covers that a workload's activity must have been measured over for a hint")
+	fs.DurationVar(&cfg.Timeout, "prometheus.timeout", cfg.Timeout, "deadline of each query: the server is asked to stop a tenth earlier; a query it does not answer at all is tried once more, halved, then the report gives up")
+	fs.IntVar(&cfg.MaxPoints, "prometheus.max-points", cfg.MaxPoints, "most steps per range query; longer ranges are split (and split further when the server refuses, or answers more than --prometheus.max-answer-bytes)")
+	fs.Int64Var(&cfg.MaxAnswerBytes, "prometheus.max-answer-bytes", cfg.MaxAnswerBytes, "most bytes of one answer (decompressed): a larger one is split, and one step's larger answer ends the report")
+	fs.IntVar(&cfg.MaxSeries, "prometheus.max-series", cfg.MaxSeries, "most series one query may return (the report holds each over the whole range)")
 	fs.StringVar(&f.httpConfigFile, "prometheus.http-config-file", "", "Prometheus' HTTP client configuration (basic_auth, authorization, tls_config, proxy_url, …), as in a scrape config; the flags below add to it")
 	fs.StringVar(&f.basicUser, "prometheus.basic-auth.username", "", "basic authentication user")
 	fs.StringVar(&f.basicPasswordFile, "prometheus.basic-auth.password-file", "", "file holding the basic authentication password")
@@ -93,6 +98,7 @@ func runReport(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	}
 	cfg.Range = time.Duration(r)
 	cfg.Location = peak.loc
+	cfg.Hints.MinHours = minTime.Hours()
 	if f.end != "" {
 		if cfg.End, err = time.Parse(time.RFC3339, f.end); err != nil {
 			if cfg.End, err = time.ParseInLocation(time.DateOnly, f.end, peak.loc); err != nil {
@@ -132,6 +138,7 @@ func runReport(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	if err != nil {
 		return usagef("Prometheus client configuration: %v", err)
 	}
+	client.Transport = report.LimitAnswers(client.Transport, cfg.MaxAnswerBytes)
 	apiClient, err := api.NewClient(api.Config{Address: f.prometheus, Client: client})
 	if err != nil {
 		return usagef("--prometheus %q: %v", f.prometheus, err)

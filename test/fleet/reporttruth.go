@@ -167,6 +167,7 @@ func historyTruth(members []member, start time.Time, rng, step, scrape time.Dura
 		for i := range acc.alloc {
 			if a := acc.alloc[i]; a >= stepS/2 {
 				w.PeakActivity = max(w.PeakActivity, acc.activ[i]/a)
+				w.ActivityHours += stepH
 			}
 		}
 		w.Efficiency = ratio(w.Active, w.Allocated)
@@ -208,7 +209,7 @@ func historyTruth(members []member, start time.Time, rng, step, scrape time.Dura
 	r.Verdict = report.Decide(r.Demand)
 	r.TopWorkloads = report.TopByPeakIdle(ws, len(ws))
 	r.TopModels = report.Models(ws, len(ws))
-	r.Hints = report.Hints(r.TopWorkloads, c.Hints)
+	r.Hints = report.Hints(r.TopWorkloads, c.Hints.Over(f.All.Hours))
 	return rt
 }
 
