@@ -2,7 +2,6 @@ package report
 
 import (
 	"bytes"
-	"errors"
 	"fmt"
 	"io"
 	"math"
@@ -13,7 +12,8 @@ import (
 	"strconv"
 	"strings"
 
-	"go.yaml.in/yaml/v3"
+	// yaml v2: v3 is the simulator's, which the image's build leaves out.
+	"go.yaml.in/yaml/v2"
 )
 
 // hoursPerYear amortises a purchase over calendar hours.
@@ -135,13 +135,13 @@ func LoadPriceFile(path string) (PriceSheet, error) {
 // errors.
 func ParsePriceFile(data []byte, name string) (PriceSheet, error) {
 	var pf priceFile
-	dec := yaml.NewDecoder(bytes.NewReader(data))
-	dec.KnownFields(true)
-	if err := dec.Decode(&pf); err != nil {
-		if errors.Is(err, io.EOF) {
-			return PriceSheet{}, fmt.Errorf("price file %s is empty", name)
-		}
-		return PriceSheet{}, fmt.Errorf("price file %s: %s", name, strings.TrimPrefix(err.Error(), "yaml: "))
+	if len(bytes.TrimSpace(data)) == 0 {
+		return PriceSheet{}, fmt.Errorf("price file %s is empty", name)
+	}
+	if err := yaml.UnmarshalStrict(data, &pf); err != nil {
+		msg := strings.TrimPrefix(err.Error(), "yaml: ")
+		msg = strings.Join(strings.Fields(strings.ReplaceAll(msg, "unmarshal errors:", "")), " ")
+		return PriceSheet{}, fmt.Errorf("price file %s: %s", name, msg)
 	}
 	s := PriceSheet{Currency: pf.Currency, Types: map[string]Price{}}
 	if s.Currency != "" && !ValidCurrency(s.Currency) {
