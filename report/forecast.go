@@ -145,10 +145,23 @@ func forecast(g grid, peak, covered []float64, types []typeDemand, q float64) Fo
 			from = firstX
 		}
 		crossing := func(y func(x float64) float64) float64 {
-			for x := from; x <= horizonX; x += 1.0 / 7 {
-				if y(x) >= 0 {
-					return x
+			if y(from) >= 0 {
+				return from
+			}
+			for x := from + 1.0/7; x <= horizonX; x += 1.0 / 7 {
+				if y(x) < 0 {
+					continue
 				}
+				// Bisect the day to the hour.
+				lo, hi := x-1.0/7, x
+				for hi-lo > 1.0/(7*24*4) {
+					if mid := (lo + hi) / 2; y(mid) >= 0 {
+						hi = mid
+					} else {
+						lo = mid
+					}
+				}
+				return hi
 			}
 			return math.NaN()
 		}
@@ -156,7 +169,7 @@ func forecast(g grid, peak, covered []float64, types []typeDemand, q float64) Fo
 			if math.IsNaN(x) {
 				return nil
 			}
-			t := at(x).Truncate(time.Hour)
+			t := at(x).Round(time.Hour)
 			if t.Before(first) {
 				t = first
 			}

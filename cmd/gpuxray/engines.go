@@ -48,3 +48,13 @@ func (s *simulation) withEngines(h http.Handler, metricsPath string) (http.Handl
 		e.ServeHTTP(w, r)
 	}), nil
 }
+
+// replayEngines registers the scenario's inference engines on a replay's
+// registry as their own scrape targets would be stored: each kind as
+// job="<kind>", instance=NODE, with the namespace and pod labels its
+// series carry (the recorder keeps a metric's own job and instance).
+func replayEngines(reg prometheus.Registerer, node *sim.Node) {
+	for _, kind := range sim.EngineKinds {
+		prometheus.WrapRegistererWith(prometheus.Labels{"job": kind, "instance": node.Scenario().Node}, reg).MustRegister(node.Engines(kind))
+	}
+}

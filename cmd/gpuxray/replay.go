@@ -143,6 +143,9 @@ func replay(ctx context.Context, sc *sim.Scenario, cfg agent.Config, nvmlCfg nvm
 	}
 	reg := prometheus.NewPedanticRegistry()
 	reg.MustRegister(exporter.NewCollector(engine, nil, exporter.WithExtraLabels(id.labelNames()...)), exporter.NewPriorityClassCollector(s.node))
+	if scrape != nil {
+		replayEngines(reg, s.node)
+	}
 	faults := sim.NewFaultPlayer(sc, s.kubelet, s.socket, kubeCfg.Timeout)
 	end := sc.Start.Add(sc.Duration)
 	nextScrape := sc.Start
