@@ -211,3 +211,78 @@ func TestValueJSONDocumented(t *testing.T) {
 		}
 	}
 }
+
+// TestLeversAndShortfall: culling is the idle allocated cost at peak;
+// preemption and quota their waiting at the cluster's idle rate;
+// right-sizing the hints' savings; the shortfall bought at the purchase
+// price and rented a year at the allocated rate.
+func TestLeversAndShortfall(t *testing.T) {
+	t.Parallel()
+	sheet := PriceSheet{Currency: "EUR", Types: map[string]Price{AnyGPUType: {PurchasePrice: 30000, AmortizationYears: 4, PerHour: 0.5}}}
+	all := map[string]typeHours{"NVIDIA-H100-80GB-HBM3": {owned: 100, allocated: 80, idle: 20, active: 50}}
+	cost, tms := priceTypes(all, map[string]typeHours{"NVIDIA-H100-80GB-HBM3": {owned: 50, allocated: 40, idle: 10}}, sheet)
+	types := map[string]TypeMoney{}
+	for _, tm := range tms {
+		types[tm.GPUType] = tm
+	}
+	rate := 0.5 + 30000.0/(4*8760)
+	saving := 12.0
+	r := &Report{Cost: &cost, Demand: Demand{Basis: BasisPeak}, Verdict: Verdict{GPUsShort: 3},
+		Hints: []Hint{{HintMath: HintMath{FreesGPUHours: 6, Saving: &saving}}, {HintMath: HintMath{FreesGPUHours: 2, Saving: &saving}}}}
+	r.Funnel.Peak.Idle = 10
+	r.Queue.Peak = QueueFigures{PreemptionGPUHours: 4, QuotaGPUHours: 1}
+	ls := levers(r, types)
+	want := []struct {
+		lever         string
+		hours, amount float64
+	}{{LeverCulling, 10, 10 * rate}, {LeverPreemption, 4, 4 * rate}, {LeverQuota, 1, rate}, {LeverRightSizing, 8, 24}}
+	if len(ls) != len(want) {
+		t.Fatalf("levers %+v", ls)
+	}
+	for i, w := range want {
+		if ls[i].Lever != w.lever || ls[i].Cost == nil {
+			t.Fatalf("lever %d: %+v, want %s", i, ls[i], w.lever)
+		}
+		approx(t, w.lever+" GPU-hours", ls[i].GPUHours, w.hours)
+		approx(t, w.lever+" worth", *ls[i].Cost, w.amount)
+	}
+	sc := shortfallCost(r, types, sheet)
+	if sc == nil || len(sc.GPUTypes) != 1 || sc.PurchaseCost == nil || sc.YearlyCost == nil {
+		t.Fatalf("shortfall %+v", sc)
+	}
+	approx(t, "purchase", *sc.PurchaseCost, 3*30000)
+	approx(t, "a year", *sc.YearlyCost, 3*rate*8760)
+	r.Verdict.GPUsShort = 0
+	if shortfallCost(r, types, sheet) != nil {
+		t.Error("no shortfall, yet a cost")
+	}
+}
+
+// TestModelsWork: a model's tokens and idle cost are its workloads'.
+func TestModelsWork(t *testing.T) {
+	t.Parallel()
+	cost := func(v float64) *float64 { return &v }
+	a := Workload{Namespace: "a", Name: "x", Model: "llama", Usage: Usage{Allocated: 10},
+		Work: Work{Engine: &EngineUse{Kinds: []string{EngineVLLM}, Tokens: 1e6, TokensKnown: true, AllocatedGPUHours: 10, ActiveGPUHours: 5, PeakTokens: 5e5, PeakAllocatedGPUHours: 4},
+			IdleCost: cost(3), PeakIdleCost: cost(1), allocatedCost: cost(40)}}
+	b := Workload{Namespace: "b", Name: "y", Model: "llama", Usage: Usage{Allocated: 10},
+		Work: Work{Engine: &EngineUse{Kinds: []string{EngineSGLang}, Tokens: 3e6, TokensKnown: true, AllocatedGPUHours: 10, ActiveGPUHours: 10, PeakTokens: 1e6, PeakAllocatedGPUHours: 6},
+			IdleCost: cost(2), PeakIdleCost: cost(2), allocatedCost: cost(60)}}
+	ws := []Workload{a, b}
+	byKey := map[wlKey]Workload{{"a", "", "x", "llama"}: a, {"b", "", "y", "llama"}: b}
+	ms := []Model{{Model: "llama"}}
+	modelsWork(ms, ws, byKey)
+	m := ms[0]
+	if m.Engine == nil || len(m.Engine.Kinds) != 2 {
+		t.Fatalf("model engine %+v", m.Engine)
+	}
+	approx(t, "tokens per GPU-hour", *m.TokensPerGPUHour, 4e6/20)
+	approx(t, "tokens per active GPU-hour", *m.TokensPerActiveGPUHour, 4e6/15)
+	approx(t, "at peak", *m.PeakTokensPerGPUHour, 1.5e6/10)
+	approx(t, "idle cost", *m.IdleCost, 5)
+	approx(t, "cost per million tokens", *m.CostPerMillionTokens, 100/4.0)
+	// The workloads' own engines are left as they were.
+	if len(a.Engine.Kinds) != 1 {
+		t.Errorf("a's engine changed: %+v", a.Engine)
+	}
+}

@@ -523,7 +523,7 @@ func shortfallCost(r *Report, types map[string]TypeMoney, sheet PriceSheet) *Sho
 	purchaseKnown, yearlyKnown := true, true
 	for _, s := range short {
 		st := ShortfallType{GPUType: s.gpuType, GPUs: s.gpus}
-		if p, ok := sheet.For(s.gpuType); ok && s.gpuType != GPUTypeAny {
+		if p, ok := sheet.For(s.gpuType); ok {
 			if p.PurchasePrice > 0 {
 				v := p.PurchasePrice * float64(s.gpus)
 				st.PurchaseCost = &v
