@@ -3,7 +3,6 @@ package agent
 import (
 	"errors"
 	"slices"
-	"time"
 
 	"github.com/gpuxray/gpuxray/collector"
 	"github.com/gpuxray/gpuxray/collector/workload"
@@ -136,25 +135,6 @@ func (e *Engine) cmdlineModel(pid uint32, uid string, info collector.ProcessInfo
 	}
 }
 
-// resolved reports whether every process the reading lists has an owner,
-// so that per-process attribution of the device is complete.
-func resolved(rd collector.DeviceReading, owners map[uint32]procOwner) bool {
-	if owners == nil {
-		return false
-	}
-	for _, p := range rd.Processes {
-		if _, ok := owners[p.PID]; !ok {
-			return false
-		}
-	}
-	for _, p := range rd.ProcessSamples {
-		if _, ok := owners[p.PID]; !ok {
-			return false
-		}
-	}
-	return true
-}
-
 // holderOf returns the index in holders of the holder the process belongs
 // to, or -1.
 func holderOf(o procOwner, holders []allocKey) int {
@@ -176,43 +156,6 @@ func holderOf(o procOwner, holders []allocKey) int {
 	return podMatch
 }
 
-// processShares splits the per-process samples of one device by the
-// device's sample periods: for each period ending at `to`, the summed busy
-// ratio of each holder's processes, and of processes no holder owns.
-type processShares struct {
-	samples []collector.ProcessSample
-	owners  map[uint32]procOwner
-	// baseline is the device's last integrated sample: process samples up
-	// to it belong to time already credited.
-	baseline time.Time
-	next     int
-}
-
-// period sets shares[i] to holders[i]'s share of the period ending at to
-// (capped at 1) and returns the unattributed share. Periods must come in
-// time order.
-func (p *processShares) period(to time.Time, holders []allocKey, shares []float64) float64 {
-	clear(shares)
-	var unattributed float64
-	for ; p.next < len(p.samples); p.next++ {
-		s := p.samples[p.next]
-		if s.Time.After(to) {
-			break
-		}
-		if !s.Time.After(p.baseline) {
-			continue
-		}
-		if o, ok := p.owners[s.PID]; ok {
-			if i := holderOf(o, holders); i >= 0 {
-				shares[i] = min(shares[i]+s.Value, 1)
-				continue
-			}
-		}
-		unattributed += s.Value
-	}
-	return min(unattributed, 1)
-}
-
 // memory credits each process's memory to the allocation that owns it on
 // device uuid now, or to the device's unattributed memory.
 func (e *Engine) memory(ds *deviceState, rd collector.DeviceReading, owners map[uint32]procOwner) {
@@ -226,7 +169,7 @@ func (e *Engine) memory(ds *deviceState, rd collector.DeviceReading, owners map[
 	if !rd.HasProcesses || !known || ds.info.MIGEnabled {
 		return
 	}
-	if !resolved(rd, owners) {
+	if !e.resolved(rd, owners, &ds.share) {
 		// Without process attribution the only sure case is one exclusive
 		// holder: every process on the device is taken to be its.
 		if len(holders) == 1 && !e.alloc[holders[0]].shared {

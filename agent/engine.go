@@ -96,6 +96,7 @@ type Engine struct {
 	statesShared bool
 	shares       []float64
 	seen         map[string]bool
+	seenPIDs     map[uint32]int
 	current      map[allocKey]bool
 	foldedNext   map[allocKey]bool
 	pids         []uint32
@@ -142,13 +143,16 @@ func (h *holdings) holders(uuid string) ([]allocKey, bool) {
 type deviceState struct {
 	info       collector.Device
 	present    bool
-	lastSample time.Time     // end of the last integrated sample
-	lastPoll   time.Time     // for devices with no utilization source
-	period     time.Duration // observed sample period
-	reading    collector.DeviceReading
-	util       float64
-	hasUtil    bool
-	c          [NumWindows]DeviceCounters
+	lastSample time.Time // end of the last integrated sample
+	lastPoll   time.Time // for devices with no utilization source
+	// ringPeriod is the ring's sampling period (learnPeriod); 0 until seen.
+	ringPeriod time.Duration
+	// share credits a shared device by process (shares.go).
+	share   shareState
+	reading collector.DeviceReading
+	util    float64
+	hasUtil bool
+	c       [NumWindows]DeviceCounters
 	// unattributedMem is the memory of processes no holder owns, known
 	// only with process attribution.
 	hasUnattributed bool
@@ -206,6 +210,7 @@ func New(cfg Config, devices DeviceSource, allocs AllocationSource, clock Clock,
 		cmdModels: map[string]string{},
 
 		seen:       map[string]bool{},
+		seenPIDs:   map[uint32]int{},
 		current:    map[allocKey]bool{},
 		foldedNext: map[allocKey]bool{},
 		ownerMap:   map[uint32]procOwner{},
@@ -341,7 +346,7 @@ func (e *Engine) Poll(ctx context.Context) {
 			seen[rd.Device.UUID] = true
 			ds := e.dev[rd.Device.UUID]
 			if ds == nil {
-				ds = &deviceState{period: defaultSamplePeriod}
+				ds = &deviceState{}
 				e.dev[rd.Device.UUID] = ds
 				e.devOrder = nil
 			}
@@ -647,7 +652,8 @@ func (e *Engine) holdersAt(uuid string, t time.Time) ([]allocKey, bool) {
 // utilization source, the time since the last poll) to the device and to
 // the allocations that held it. On a shared GPU with process attribution,
 // each holder is credited with its own processes' busy share instead of the
-// device's samples.
+// device's samples, once the process samples that cover a period have come
+// (see shares.go).
 func (e *Engine) integrate(ds *deviceState, rd collector.DeviceReading, now time.Time, owners map[uint32]procOwner) {
 	if rd.Device.MIGEnabled {
 		// Its time is its MIG instances' (credit adds it), and its
@@ -664,37 +670,89 @@ func (e *Engine) integrate(ds *deviceState, rd collector.DeviceReading, now time
 				e.gap(ds, from, now.Add(-e.cfg.PollInterval))
 				from = now.Add(-e.cfg.PollInterval)
 			}
-			e.credit(ds, from, now, 0, false, nil)
+			e.creditAt(ds, from, now, 0, false)
 		}
 		ds.lastPoll = now
 		return
 	}
+	sh := &ds.share
+	procs := rd.HasProcessSamples && e.resolved(rd, owners, sh)
 	if ds.lastSample.IsZero() {
 		// The first read sets the baseline: the driver's ring holds samples
 		// from before the agent started, whose holders are not known.
 		if n := len(rd.Samples); n > 0 {
 			ds.lastSample = rd.Samples[n-1].Time
+			e.learnPeriod(ds, rd.Samples)
+			sh.decided, sh.queued = ds.lastSample, ds.lastSample
+			if rd.HasProcessSamples {
+				// Process samples that reach back before the baseline
+				// weigh that time by the ring's samples of it.
+				for i, s := range rd.Samples {
+					from := s.Since
+					switch {
+					case !from.IsZero():
+					case i > 0:
+						from = rd.Samples[i-1].Time
+					default:
+						from = s.Time.Add(-ds.samplePeriod())
+					}
+					sh.record(from, s.Time, s.Value)
+				}
+			}
+		}
+		if rd.HasProcessSamples {
+			e.ingest(ds, rd, owners, now)
 		}
 		return
 	}
-	var procs *processShares
-	if rd.HasProcessSamples && resolved(rd, owners) {
-		procs = &processShares{samples: rd.ProcessSamples, owners: owners, baseline: ds.lastSample}
-	}
+	e.learnPeriod(ds, rd.Samples)
 	var busy, covered time.Duration
 	for _, s := range rd.Samples {
-		d := s.Time.Sub(ds.lastSample)
-		if d <= 0 {
+		if !s.Time.After(ds.lastSample) {
 			continue
 		}
 		from := ds.lastSample
-		if d > e.cfg.MaxSampleGap {
-			from = s.Time.Add(-ds.period)
-			e.gap(ds, ds.lastSample, from)
-		} else {
-			ds.period = d
+		period := ds.samplePeriod()
+		switch {
+		case s.Dry && s.Value < e.cfg.IdleThreshold:
+			// A ring that ran dry while another source says the GPU is
+			// idle: it was idle since the ring last spoke, however long
+			// ago. Before that (a failed read) is a gap.
+			if s.Since.After(from) {
+				e.gap(ds, from, s.Since)
+				from = s.Since
+			}
+		case !s.Since.IsZero():
+			// A GPM sample, or a dry ring's on a busy GPU: it covers the
+			// time since Since, and no more than a poll after a gap.
+			if s.Since.After(from) {
+				e.gap(ds, from, s.Since)
+				from = s.Since
+			}
+			if s.Time.Sub(from) > e.cfg.MaxSampleGap {
+				cut := s.Time.Add(-min(e.cfg.PollInterval, s.Time.Sub(from)))
+				e.gap(ds, from, cut)
+				from = cut
+			}
+		default:
+			d := s.Time.Sub(from)
+			switch {
+			case d > e.cfg.MaxSampleGap:
+				e.gap(ds, from, s.Time.Add(-period))
+				from = s.Time.Add(-period)
+			case ds.ringPeriod > 0 && d > ds.ringPeriod*3/2:
+				// The ring left the periods before this sample out: a
+				// ring that runs dry while the GPU idles records no idle
+				// period. Samples lost otherwise leave a longer gap.
+				cut := s.Time.Add(-ds.ringPeriod)
+				e.emit(ds, from, cut, 0, true, procs)
+				from = cut
+			}
 		}
-		e.credit(ds, from, s.Time, s.Value, true, procs)
+		if !s.Time.After(from) {
+			continue
+		}
+		e.emit(ds, from, s.Time, s.Value, true, procs)
 		covered += s.Time.Sub(from)
 		busy += time.Duration(float64(s.Time.Sub(from)) * s.Value)
 		ds.lastSample = s.Time
@@ -702,6 +760,67 @@ func (e *Engine) integrate(ds *deviceState, rd collector.DeviceReading, now time
 	if covered > 0 {
 		ds.util, ds.hasUtil = float64(busy)/float64(covered), true
 	}
+	if rd.HasProcessSamples {
+		e.ingest(ds, rd, owners, now)
+	}
+	e.decide(ds, now, false)
+}
+
+// learnPeriod learns the device's sampling period from its ring samples:
+// the shortest interval between two samples of one read. A ring that runs
+// dry while the GPU idles leaves idle periods out, so a longer interval
+// says nothing; GPM samples (Since set) have no period.
+func (e *Engine) learnPeriod(ds *deviceState, samples []collector.Sample) {
+	for i := 1; i < len(samples); i++ {
+		a, b := samples[i-1], samples[i]
+		if !a.Since.IsZero() || !b.Since.IsZero() {
+			continue
+		}
+		if d := b.Time.Sub(a.Time); d >= minSamplePeriod && (ds.ringPeriod == 0 || d < ds.ringPeriod) {
+			ds.ringPeriod = d
+		}
+	}
+}
+
+// samplePeriod is the period a ring sample covers after a gap.
+func (ds *deviceState) samplePeriod() time.Duration {
+	if ds.ringPeriod > 0 {
+		return ds.ringPeriod
+	}
+	return defaultSamplePeriod
+}
+
+// emit credits the period [from, to) of a device with busy ratio v, or,
+// when its holders share the device and their processes' samples are to
+// split it, queues it until those samples have come (decide). Periods
+// are credited in time order.
+func (e *Engine) emit(ds *deviceState, from, to time.Time, v float64, known, procs bool) {
+	holders, holdersKnown := e.holdersAt(ds.info.UUID, to)
+	sh := &ds.share
+	byProcess := false
+	if procs && known && holdersKnown && len(holders) > 0 {
+		// The holders of a shared device are split by process; an
+		// exclusive one's too while a process its holder does not own
+		// runs there (its share is unallocated activity).
+		_, _, shared := e.holderStates(holders)
+		byProcess = shared || sh.foreign
+	}
+	if !byProcess && len(sh.pending) == 0 {
+		e.credit(ds, from, to, v, known, holders, holdersKnown, nil, 0)
+		if known && sh.procs != nil {
+			sh.record(from, to, v)
+		}
+		sh.decided, sh.queued = to, to
+		return
+	}
+	sh.enqueue(pendingPeriod{from: from, to: to, v: v, known: known, holdersKnown: holdersKnown, byProcess: byProcess}, holders)
+	e.statesOf = nil // holder sets are reused: see holderStates
+}
+
+// creditAt credits [from, to) to whoever held the device at to.
+func (e *Engine) creditAt(ds *deviceState, from, to time.Time, v float64, known bool) {
+	holders, holdersKnown := e.holdersAt(ds.info.UUID, to)
+	e.credit(ds, from, to, v, known, holders, holdersKnown, nil, 0)
 }
 
 // split returns how much of [from, to) falls in each window.
@@ -777,26 +896,20 @@ func (e *Engine) unpartitioned(ds *deviceState, now time.Time) {
 }
 
 // credit adds the period [from, to) with busy ratio v (when known) to the
-// device and its holders at the end of the period. With procs, holders of a
-// shared device are credited with their own processes' share, and the share
-// of processes no holder owns counts as unallocated activity. A MIG
+// device and to holders, who held it then (holdersKnown: whether that is
+// known). With shares (from the processes' samples), holders of a shared
+// device are credited with their own processes' shares (shares[i] is
+// holders[i]'s), and unattributed, the share of processes no holder owns,
+// counts as unallocated activity on any device. A MIG
 // instance's device counters reach its GPU too, weighted by its share.
-func (e *Engine) credit(ds *deviceState, from, to time.Time, v float64, known bool, procs *processShares) {
-	holders, holdersKnown := e.holdersAt(ds.info.UUID, to)
+func (e *Engine) credit(ds *deviceState, from, to time.Time, v float64, known bool, holders []allocKey, holdersKnown bool, shares []float64, unattributed float64) {
 	states, at, shared := e.holderStates(holders)
 	// Several holders of an exclusive device (resolveConflict) split it.
 	split := 1.0
 	if !shared && len(states) > 1 {
 		split = 1 / float64(len(states))
 	}
-	byProcess := known && shared && procs != nil
-	var unattributed float64
-	shares := e.shares[:0]
-	if procs != nil && known {
-		shares = slices.Grow(shares, len(holders))[:len(holders)]
-		e.shares = shares
-		unattributed = procs.period(to, holders, shares)
-	}
+	byProcess := known && shared && shares != nil
 	deviceIdle := known && v < e.cfg.IdleThreshold
 	// The device's own allocated time: idle only when every holder is,
 	// and busy by the holders' shares together (the device's samples
@@ -908,9 +1021,15 @@ func (e *Engine) holderStates(holders []allocKey) (states []*allocState, at []in
 }
 
 // expire drops allocations that ended more than Retention ago and that no
-// kept allocation list can still credit.
+// kept allocation list, nor a period waiting for process samples, can still
+// credit.
 func (e *Engine) expire(now time.Time) {
 	oldest := e.history[0].at
+	for _, ds := range e.dev {
+		if p := ds.share.pending; len(p) > 0 && p[0].from.Before(oldest) {
+			oldest = p[0].from
+		}
+	}
 	uids := e.uids
 	clear(uids)
 	for k, as := range e.alloc {

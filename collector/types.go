@@ -18,7 +18,8 @@ const (
 const (
 	// UtilizationSamples is NVML's GPU_UTILIZATION_SAMPLES ring: "a kernel was running".
 	UtilizationSamples = "samples"
-	// UtilizationGPM is GPM's SM activity (Hopper and newer, also per MIG instance).
+	// UtilizationGPM is GPM's GRAPHICS_UTIL, the time an app was active
+	// (Hopper and newer, also per MIG instance).
 	UtilizationGPM = "gpm"
 	// UtilizationNone means no activity source works for the device: time is
 	// observed and allocated, but never called idle or active.
@@ -70,6 +71,16 @@ func (d Device) GPUFraction() float64 {
 type Sample struct {
 	Time  time.Time
 	Value float64 // 0..1
+	// Since, when set, is where the span the sample covers begins: a GPM
+	// sample covers the time since the previous one, and a sample the
+	// reader made for a ring that ran dry (no sample since the previous
+	// read, as NVML's ring does while the GPU is idle) covers the time
+	// since the ring last spoke, with the busy ratio another source
+	// (GPM, GetUtilizationRates) gives. Zero for a ring sample, which
+	// covers one sampling period.
+	Since time.Time
+	// Dry marks a sample made for a ring that ran dry.
+	Dry bool
 }
 
 // Process is one compute process running on a device, by host PID.

@@ -162,6 +162,12 @@ func replay(ctx context.Context, sc *sim.Scenario, cfg agent.Config, nvmlCfg nvm
 		}
 		engine.Poll(ctx)
 		last := t.Add(cfg.PollInterval).After(end)
+		if last {
+			// Periods of shared GPUs still waiting for their processes'
+			// samples are credited now: the replay's output holds its
+			// whole time.
+			engine.Settle()
+		}
 		if scrape != nil && (!t.Before(nextScrape) || last) {
 			if err := scrape(t, reg); err != nil {
 				return nil, err

@@ -11,7 +11,7 @@ import (
 type Config struct {
 	// IdleSource decides which activity source feeds a whole GPU's samples
 	// when it has both: "samples" (NVML's utilization samples, "a kernel was
-	// running") or "gpm" (GPM's SM activity, Hopper and newer). MIG instances
+	// running") or "gpm" (GPM's GRAPHICS_UTIL, the time an app was active, Hopper and newer). MIG instances
 	// always use GPM where it exists: they have no utilization samples.
 	IdleSource string
 	// CallTimeout is how long a read waits for one device's NVML calls; a

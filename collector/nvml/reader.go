@@ -48,6 +48,11 @@ const (
 	maxSampleAge  = 10 * time.Minute
 )
 
+// maxSamplePeriod is the longest utilization sample period: "each sample
+// period may be between 1 second and 1/6 second, depending on the product"
+// (nvml.h, on utilization). A ring with no sample for longer has run dry.
+const maxSamplePeriod = time.Second
+
 // Reader reads every NVML device of the node. It is not safe for concurrent
 // Read calls; the engine polls from one goroutine.
 //
@@ -91,10 +96,16 @@ type Reader struct {
 type device struct {
 	handle nvml.Device
 	info   collector.Device
-	// lastSeen is the newest sample timestamp read, in NVML's microseconds.
+	// lastSeen is the newest sample timestamp read, in the driver's
+	// microseconds (stamps maps them to Unix time).
 	lastSeen uint64
-	// lastProcSeen is the newest per-process sample timestamp read.
+	stamps   stampClock
+	// lastProcSeen is the newest per-process sample timestamp read, in
+	// Unix microseconds.
 	lastProcSeen uint64
+	// ringSince is where the ring's silence begins: the newest sample
+	// read, or the previous call when it found none or failed (dryFill).
+	ringSince time.Time
 	// noSamples is set once the driver says samples are not supported, so the
 	// call is not repeated every poll; likewise noProcSamples and noMemoryV2.
 	// A device that has answered the call once is only down while it says
@@ -103,6 +114,7 @@ type device struct {
 	noSamples                  bool
 	noProcSamples              bool
 	noMemoryV2                 bool
+	noUtilRates                bool
 	// gpm samples SM activity where GPM works; useGPM says its samples are
 	// the device's utilization samples.
 	gpm    *gpmSampler
@@ -448,32 +460,44 @@ func (r *Reader) readDevice(d *device) (res readResult) {
 	// not the time the read began: a call that hung for minutes answers
 	// with samples stamped up to its answer.
 	//
-	// Process samples are asked for from the device's newest sample before
-	// this read, not from the newest process sample: the process call
-	// answers after the device call, so its newest samples cover periods
-	// whose device samples the next poll reads, and are needed again then
-	// (the engine skips those it has credited). Asked from the newest
-	// process sample, those periods would find no process of any holder
-	// and read idle: a holder's share of every period between the two
-	// calls, more the later the second call comes.
-	procSince := d.lastProcSeen
-	if !d.noSamples && d.gotSamples {
-		procSince = d.lastSeen
-	}
+	// Process samples are asked for from the newest process sample read:
+	// each process's entry carries its own stamp, and one refreshed since
+	// the previous call is stamped after it (go-nvml #51, nvtop #110). The
+	// engine keeps each process's samples until the time they cover is
+	// decided, so the order of the device and process calls does not
+	// matter.
+	dry := false
 	if !d.noSamples {
-		samples, bad, ret := readSamples(d.handle, d.lastSeen, r.clock, buf.samples[:0])
-		if bad > 0 {
+		rr := readSamples(d.handle, d.lastSeen, &d.stamps, r.clock, buf.samples[:0])
+		if rr.bad > 0 {
 			res.errs = append(res.errs, collector.NewSourceError(collector.SourceNVML, "bad_timestamp",
-				fmt.Errorf("GPU %d %s: %d samples stamped outside [now-%s, now+%s] dropped", d.info.GPU, d.info.UUID, bad, maxSampleAge, maxSampleLead)))
+				fmt.Errorf("GPU %d %s: %d samples stamped outside [now-%s, now+%s] dropped", d.info.GPU, d.info.UUID, rr.bad, maxSampleAge, maxSampleLead)))
+		}
+		if rr.clockChanged {
+			r.log.Info("the GPU's sample stamps are not Unix time; they are mapped to it",
+				zap.Int("gpu", d.info.GPU), zap.String("uuid", d.info.UUID), zap.Duration("offset", time.Duration(d.stamps.offset)*time.Microsecond))
 		}
 		switch {
-		case ret == nvml.SUCCESS:
-			d.lastSeen = uint64(samples[len(samples)-1].Time.UnixMicro())
-			rd.Samples, d.gotSamples = samples, true
-			buf.samples = samples
-		case ret == nvml.ERROR_NOT_FOUND: // no sample newer than lastSeen
+		case rr.ret == nvml.SUCCESS:
+			d.lastSeen = rr.newest
+			rd.Samples, d.gotSamples = rr.samples, true
+			buf.samples = rr.samples
+			d.ringSince = rr.samples[len(rr.samples)-1].Time
+		case rr.ret == nvml.ERROR_NOT_FOUND && rr.newest > d.lastSeen:
+			d.lastSeen = rr.newest // only stale samples: skip them
 			d.gotSamples = true
-		case ret == nvml.ERROR_NOT_SUPPORTED && !d.gotSamples:
+		case rr.ret == nvml.ERROR_NOT_FOUND && rr.held:
+			d.gotSamples = true // read again next time, under the clock it settles on
+		case rr.ret == nvml.ERROR_NOT_FOUND:
+			// No sample newer than lastSeen: the ring ran dry, unless the
+			// next sample is simply not due yet, or the ring answered
+			// with absurd stamps only.
+			d.gotSamples = true
+			if d.ringSince.IsZero() {
+				d.ringSince = r.clock.Now() // the first read: silent from here
+			}
+			dry = rr.bad == 0 && r.clock.Now().Sub(d.ringSince) >= maxSamplePeriod
+		case rr.ret == nvml.ERROR_NOT_SUPPORTED && !d.gotSamples:
 			d.noSamples = true
 			if d.gpm == nil {
 				d.info.UtilizationSource = collector.UtilizationNone
@@ -484,11 +508,15 @@ func (r *Reader) readDevice(d *device) (res readResult) {
 			}
 		default:
 			// The device's activity is unknown this poll: it is down, and
-			// its samples are read from the ring next time.
-			res.down = sourceErr("samples", ret)
+			// its samples are read from the ring next time. Should the
+			// ring be dry then, what it says begins after this call.
+			res.down = sourceErr("samples", rr.ret)
+			d.ringSince = r.clock.Now()
 			return res
 		}
 	}
+	var gpmSample collector.Sample
+	gpmOK := false
 	if d.gpm != nil {
 		if d.metrics == nil {
 			d.metrics = new(nvml.GpmMetricsGetType)
@@ -502,14 +530,23 @@ func (r *Reader) readDevice(d *device) (res readResult) {
 			fail("gpm", ret)
 		case ok:
 			rd.GPMGauges = gauges
+			gpmSample, gpmOK = s, true
 			if d.useGPM {
 				buf.samples = append(buf.samples[:0], s)
 				rd.Samples = buf.samples
 			}
 		}
 	}
+	if dry {
+		if s, ok := r.dryFill(d, gpmSample, gpmOK, fail); ok {
+			buf.samples = append(buf.samples[:0], s)
+			rd.Samples = buf.samples
+		} else if res.down != nil {
+			return res
+		}
+	}
 	if !d.noProcSamples {
-		ps, bad, ret := readProcessSamples(d.handle, procSince, r.clock, buf.procSamples[:0])
+		ps, bad, ret := readProcessSamples(mappedDevice{Device: d.handle, c: &d.stamps, clock: r.clock}, d.lastProcSeen, r.clock, buf.procSamples[:0])
 		if bad > 0 {
 			res.errs = append(res.errs, collector.NewSourceError(collector.SourceNVML, "bad_timestamp",
 				fmt.Errorf("GPU %d %s: %d process samples stamped outside [now-%s, now+%s] dropped", d.info.GPU, d.info.UUID, bad, maxSampleAge, maxSampleLead)))
@@ -521,7 +558,7 @@ func (r *Reader) readDevice(d *device) (res readResult) {
 			for _, p := range ps {
 				d.lastProcSeen = max(d.lastProcSeen, uint64(p.Time.UnixMicro()))
 			}
-		case ret == nvml.ERROR_NOT_FOUND: // no process was active since procSince
+		case ret == nvml.ERROR_NOT_FOUND: // no process was active since lastProcSeen
 			rd.HasProcessSamples, d.gotProcSamples = true, true
 		case ret == nvml.ERROR_NOT_SUPPORTED && !d.gotProcSamples:
 			d.noProcSamples = true
@@ -563,6 +600,39 @@ func (r *Reader) readDevice(d *device) (res readResult) {
 	return res
 }
 
+// dryFill makes the sample of a device whose ring ran dry (GetSamples found
+// no sample since the last one read), which real rings do while the GPU is
+// idle (polarsignals/gpu-metrics-agent#37): it covers the time since the
+// ring last spoke, with the busy ratio of GPM's GRAPHICS_UTIL over the last
+// poll where the device has GPM, else of GetUtilizationRates, the latest
+// sample period's. Without either the time stays uncovered.
+func (r *Reader) dryFill(d *device, gpm collector.Sample, gpmOK bool, fail func(string, nvml.Return) bool) (collector.Sample, bool) {
+	v := gpm.Value
+	if !gpmOK {
+		if d.noUtilRates {
+			return collector.Sample{}, false
+		}
+		u, ret := d.handle.GetUtilizationRates()
+		switch ret {
+		case nvml.SUCCESS:
+			v = min(float64(u.Gpu)/100, 1)
+		case nvml.ERROR_NOT_SUPPORTED:
+			d.noUtilRates = true
+			return collector.Sample{}, false
+		default:
+			fail("utilization", ret)
+			return collector.Sample{}, false
+		}
+	}
+	now := r.clock.Now()
+	since := d.ringSince
+	if since.IsZero() || since.After(now) {
+		since = now
+	}
+	d.ringSince = now
+	return collector.Sample{Time: now, Value: v, Since: since, Dry: true}, true
+}
+
 // memory reads framebuffer memory, preferring the v2 call whose Used excludes
 // the driver's reserved memory, and falling back to v1 on drivers without it.
 func (r *Reader) memory(d *device, fail func(string, nvml.Return) bool) (nvml.Memory, bool) {
@@ -588,26 +658,72 @@ func (r *Reader) memory(d *device, fail func(string, nvml.Return) bool) (nvml.Me
 	return m, true
 }
 
-// readSamples appends to out the utilization samples newer than lastSeen,
-// oldest first, as busy ratios, and returns how many it dropped for an
-// absurd timestamp (see maxSampleLead) relative to clock's time when the
-// call answered. The driver's ring is not guaranteed to be in time order,
-// and empty slots carry a zero timestamp.
-func readSamples(h nvml.Device, lastSeen uint64, clock Clock, out []collector.Sample) ([]collector.Sample, int, nvml.Return) {
+// ringRead is what one GetSamples call gave.
+type ringRead struct {
+	samples []collector.Sample
+	// bad is how many samples were dropped for an absurd stamp.
+	bad int
+	// newest is the driver's stamp of the newest sample kept, or of a
+	// sample dropped for being too old, for the next call's
+	// lastSeenTimeStamp: an old stamp is not read and counted again.
+	newest uint64
+	// held is set when the read is held back while the device's sample
+	// clock changes (stampClock.observe): its samples are read again.
+	held bool
+	// clockChanged is set when this read decided or moved the clock.
+	clockChanged bool
+	ret          nvml.Return
+}
+
+// readSamples appends to out the utilization samples newer than lastSeen
+// (a driver stamp), oldest first, as busy ratios at the Unix time c maps
+// their stamps to. A sample stamped out of bounds (see maxSampleLead) once
+// mapped, relative to clock's time when the call answered, is dropped and
+// counted. The driver's ring is not guaranteed to be in time order, and
+// empty slots carry a zero timestamp. ret is ERROR_NOT_FOUND when no
+// sample is new.
+func readSamples(h nvml.Device, lastSeen uint64, c *stampClock, clock Clock, out []collector.Sample) ringRead {
 	vt, raw, ret := h.GetSamples(nvml.GPU_UTILIZATION_SAMPLES, lastSeen)
 	if ret != nvml.SUCCESS {
-		return nil, 0, ret
+		return ringRead{ret: ret}
 	}
-	lo, hi := stampBounds(clock.Now())
+	now := clock.Now()
 	slices.SortFunc(raw, func(a, b nvml.Sample) int { return cmp.Compare(a.TimeStamp, b.TimeStamp) })
+	var rr ringRead
+	lo, hi, n := plausible(len(raw), func(i int) uint64 { return raw[i].TimeStamp })
+	if n > 0 {
+		oldest, period, prev := lo, uint64(0), uint64(0)
+		for _, s := range raw {
+			if s.TimeStamp < lo || s.TimeStamp > hi {
+				continue
+			}
+			if prev != 0 && s.TimeStamp > prev && (period == 0 || s.TimeStamp-prev < period) {
+				period = s.TimeStamp - prev
+			}
+			if prev <= lastSeen && s.TimeStamp > lastSeen {
+				oldest = s.TimeStamp
+			}
+			prev = s.TimeStamp
+		}
+		use, changed := c.observe(oldest, hi, n, period, now)
+		rr.clockChanged = changed
+		if !use {
+			rr.held, rr.ret = true, nvml.ERROR_NOT_FOUND
+			return rr
+		}
+	}
+	bLo, bHi := stampBounds(now)
 	var prev uint64
-	bad := 0
 	for _, s := range raw {
 		if s.TimeStamp == 0 {
 			continue // an empty slot of the ring
 		}
-		if s.TimeStamp < lo || s.TimeStamp > hi {
-			bad++
+		at := c.unix(s.TimeStamp)
+		if u := uint64(max(at.UnixMicro(), 0)); s.TimeStamp < lo || s.TimeStamp > hi || u < bLo || u > bHi {
+			rr.bad++
+			if u < bLo && s.TimeStamp > lastSeen && s.TimeStamp <= hi {
+				rr.newest = max(rr.newest, s.TimeStamp)
+			}
 			continue
 		}
 		if s.TimeStamp <= lastSeen || s.TimeStamp == prev {
@@ -618,12 +734,14 @@ func readSamples(h nvml.Device, lastSeen uint64, clock Clock, out []collector.Sa
 		if !ok {
 			continue
 		}
-		out = append(out, collector.Sample{Time: time.UnixMicro(int64(s.TimeStamp)), Value: min(max(v/100, 0), 1)})
+		out = append(out, collector.Sample{Time: at, Value: min(max(v/100, 0), 1)})
+		rr.newest = s.TimeStamp
 	}
+	rr.samples, rr.ret = out, nvml.SUCCESS
 	if len(out) == 0 {
-		return nil, bad, nvml.ERROR_NOT_FOUND
+		rr.samples, rr.ret = nil, nvml.ERROR_NOT_FOUND
 	}
-	return out, bad, nvml.SUCCESS
+	return rr
 }
 
 // stampBounds are the oldest and newest sample timestamps, in NVML's

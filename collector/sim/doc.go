@@ -69,6 +69,8 @@
 //     GetCudaComputeCapability, GetPciInfo (the mock's values); GetMigMode
 //     (enabled for a GPU with a MIG layout); GetSamples
 //     (GPU_UTILIZATION_SAMPLES only, others ERROR_NOT_SUPPORTED);
+//     GetUtilizationRates (the latest complete sample period's busy
+//     percent, memory 0; it answers the samples call's faults);
 //     GetMemoryInfo and GetMemoryInfo_v2; GetPowerUsage;
 //     GetTotalEnergyConsumption; GetComputeRunningProcesses;
 //     GetProcessUtilization; GetMaxMigDeviceCount, GetMigDeviceHandleByIndex,
@@ -80,18 +82,77 @@
 //     on the real library only.
 //
 // Samples are what the driver keeps: one per SamplePeriod on a grid anchored
-// at the scenario start, stamped in microseconds of wall time at the end of
-// their period, valued at the exact mean busy percent over that period, at
-// most SampleBuffer of them; ERROR_NOT_FOUND when none is newer than the
-// caller's last timestamp. A GPU's busy ratio is the sum of its holders'
-// ratios and of unallocated activity, capped at 1. Each pod runs one process
-// per device (PID from Scenario.PID), a child of init, or, when the pod sets
-// `parent_cmdline`, of a parent process in the same container (PID
+// at the scenario start, stamped (in the scenario's sample clock, below) at
+// the end of their period, valued at the exact mean busy percent over that
+// period, at most SampleBuffer of them; ERROR_NOT_FOUND when none is newer
+// than the caller's last timestamp. A GPU's busy ratio is the sum of its
+// holders' ratios and of unallocated activity, capped at 1. Each pod runs one
+// process per device (PID from Scenario.PID), a child of init, or, when the
+// pod sets `parent_cmdline`, of a parent process in the same container (PID
 // ParentPID) whose command line that is: a vLLM V1 engine core under its API
-// server. Per-process samples carry the pod's own
-// ratio and list only processes busy in their period. Power is linear in the
-// busy ratio between the GPU's idle and maximum watts, and the energy counter
-// is its exact integral from the scenario start.
+// server. Per-process samples carry the pod's own ratio, in the shape the
+// scenario's driver has (below), and list only busy processes. Power is
+// linear in the busy ratio between the GPU's idle and maximum watts, and the
+// energy counter is its exact integral from the scenario start.
+//
+// # The driver's shapes
+//
+// Where real drivers differ, or nvml.h (go-nvml v0.13.4-1) leaves the
+// behaviour open, the top-level `driver` key chooses; its defaults are what
+// real drivers have been seen to do, and the engine is tested under every
+// shape (cmd/gpuxray TestReplayDriverShapes, agent TestProcessShapesAgree):
+//
+//	driver:
+//	  process_samples: per-read   # or per-period
+//	  process_refresh: 2s         # how often a process's entry is refreshed
+//	  sample_clock: unix          # or boot
+//	  idle_samples: true          # false: the ring runs dry while idle
+//
+// process_samples: per-read (the default) answers GetProcessUtilization with
+// one entry per process, as nvml.h says ("One utilization sample structure is
+// returned per process running, that had some non-zero utilization during
+// the last sample period", line 9155) and real output shows: go-nvml #51
+// (one entry per PID, stamped 1-8 s before the call), nvtop #110 (each
+// PID's stamp advancing every 2-4 s on its own schedule, and one stamp read
+// with an older lastSeen valued otherwise: the value covers the time since
+// lastSeen). The driver refreshes each process's entry every
+// process_refresh (default 2 s), at a phase of its own drawn from its PID
+// (refreshPhase), while it runs; a call lists a process when a refresh is
+// newer than lastSeen, stamped at its newest refresh and valued at its mean
+// busy percent over the refresh windows newer than lastSeen (windows older
+// than the ring's 20 s, or before a GPU reset, are gone); a process whose
+// mean is 0 is left out. A process's window after its last refresh before
+// it exits is never reported. The consumers read it so: nvtop
+// (Syllo/nvtop src/extract_gpuinfo_nvidia.c, commit 3d4a953,
+// gpuinfo_nvidia_get_process_utilization: one value per PID, lastSeen the
+// newest stamp read, entries above 100% or not running dropped), nvitop
+// (XuehaiPan/nvitop nvitop/api/device.py, commit 3e797b2: lastSeen a second
+// before now in Unix microseconds, the newest entry per PID, 0 for a PID with
+// none), HAMi-core (Project-HAMi/HAMi-core
+// src/multiprocess/multiprocess_utilization_watcher.c, commit 078a2d2,
+// get_used_gpu_utilization: lastSeen a second before gettimeofday, one smUtil
+// per PID summed per container) and DCGM (NVIDIA/DCGM
+// dcgmlib/src/DcgmCacheManager.cpp, commit 72fa3fe,
+// DCGM_FI_DEV_GPU_UTIL_SAMPLES: lastSeen the previous query's time, one value
+// per PID stamped at the query). per-period is the simulator's earlier shape:
+// one entry per process per sample period on the device's grid, valued over
+// that period.
+//
+// sample_clock: unix (the default) stamps samples, and reads the lastSeen it
+// is given, in microseconds of Unix time; boot in microseconds since the
+// node booted (Scenario.BootTime, bootUptime before the start), as NVML's
+// GetSamples has been seen to on Grace hosts (polarsignals/gpu-metrics-agent
+// #36: stamps in "an unspecified reference clock ... typically
+// CLOCK_BOOTTIME"). Both samples and per-process samples follow it; a
+// bad_timestamp fault's absurd stamp does not.
+//
+// idle_samples: true (the default) records a sample for every period, idle
+// or not; false records none for a period with no activity, so the ring runs
+// dry while the GPU idles and GetSamples answers ERROR_NOT_FOUND when no
+// period since lastSeen was busy, as on DGX Spark (polarsignals/
+// gpu-metrics-agent#37: the ring "runs dry whenever the GPU sits idle";
+// GetUtilizationRates still answers). nvml.h says only that samples are
+// "maintained in the buffer by the driver".
 //
 // # Processes and pods
 //
@@ -259,12 +320,22 @@
 // the clock's time and what it sampled: a GPU (GpmSampleGet), or a MIG device
 // (GpmSampleGet on its handle, or GpmMigSampleGet on the parent with its GPU
 // instance ID). GpmMetricsGet of two samples of the same device, the second
-// later, answers in percent, as NVML: GPM_METRIC_SM_UTIL is the exact mean
-// busy ratio over the span ×100 (for a GPU, the ratio its samples follow);
-// GPM_METRIC_SM_OCCUPANCY is GPMOccupancyRatio of it and
-// GPM_METRIC_ANY_TENSOR_UTIL GPMTensorRatio of it. Other metrics get value 0
-// and nvmlReturn ERROR_NOT_SUPPORTED; samples of different devices, or not
-// in time order, ERROR_INVALID_ARGUMENT.
+// later, answers in percent, as NVML. GPM_METRIC_GRAPHICS_UTIL ("percentage
+// of time any compute/graphics app was active", nvml.h line 14486) is the
+// exact mean busy ratio over the span ×100 (for a GPU, the ratio its samples
+// follow). GPM_METRIC_SM_UTIL ("percentage of SMs that were busy") is space,
+// not time: each pod's busy ratio times its `sm_fraction` (the share of the
+// SMs its kernels occupy while they run, default 1), summed with unallocated
+// and unattributed activity (which fill the GPU) and capped at 1, its exact
+// mean ×100; so a decode server with `sm_fraction: 0.03` and kernels always
+// running is 100% busy and 3% SM-busy. GPM_METRIC_SM_OCCUPANCY is
+// GPMOccupancyRatio of SM_UTIL and GPM_METRIC_ANY_TENSOR_UTIL GPMTensorRatio
+// of it. Other metrics get value 0 and nvmlReturn ERROR_NOT_SUPPORTED;
+// samples of different devices, or not in time order,
+// ERROR_INVALID_ARGUMENT. Utilization samples and per-process samples are
+// time, like GRAPHICS_UTIL: sm_fraction does not touch them (nvml.h calls a
+// process's smUtil only "SM (3D/Compute) Util Value"; the device check is to
+// tell).
 //
 // # Inference engines
 //

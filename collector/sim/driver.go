@@ -51,6 +51,7 @@ var symbols = map[string]bool{
 	"nvmlDeviceGetPowerUsage": true, "nvmlDeviceGetTotalEnergyConsumption": true,
 	"nvmlDeviceGetComputeRunningProcesses": true, "nvmlDeviceGetComputeRunningProcesses_v2": true,
 	"nvmlDeviceGetComputeRunningProcesses_v3": true, "nvmlDeviceGetProcessUtilization": true,
+	"nvmlDeviceGetUtilizationRates": true,
 }
 
 // newDriver wraps n's mock server, whose devices must already be trimmed to
@@ -141,6 +142,9 @@ func (d *driver) DeviceGetMigMode(h nvml.Device) (int, int, nvml.Return)     { r
 func (d *driver) DeviceGetSamples(h nvml.Device, typ nvml.SamplingType, lastSeen uint64) (nvml.ValueType, []nvml.Sample, nvml.Return) {
 	return h.GetSamples(typ, lastSeen)
 }
+func (d *driver) DeviceGetUtilizationRates(h nvml.Device) (nvml.Utilization, nvml.Return) {
+	return h.GetUtilizationRates()
+}
 func (d *driver) DeviceGetMemoryInfo(h nvml.Device) (nvml.Memory, nvml.Return) {
 	return h.GetMemoryInfo()
 }
@@ -196,6 +200,15 @@ func (h *handle) GetSamples(typ nvml.SamplingType, lastSeen uint64) (nvml.ValueT
 		return nvml.VALUE_TYPE_UNSIGNED_INT, nil, ret
 	}
 	return h.n.samples(h.g, typ, lastSeen)
+}
+
+// GetUtilizationRates answers the samples call's faults: it reads the same
+// activity counters.
+func (h *handle) GetUtilizationRates() (nvml.Utilization, nvml.Return) {
+	if ret, ok := h.n.nvmlFault(h.g, CallSamples); ok {
+		return nvml.Utilization{}, ret
+	}
+	return h.n.utilizationRates(h.g)
 }
 
 func (h *handle) GetMemoryInfo_v2() (nvml.Memory_v2, nvml.Return) {

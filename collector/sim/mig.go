@@ -353,6 +353,7 @@ type migDevice struct {
 	gi        int
 	uuid      string
 	util      series
+	sm        series // GPM's SM_UTIL: see smSeries
 	procs     []proc // by PID
 	from, to  time.Duration
 	// start is the first memory slice of its placement; -1 when a fixed
@@ -403,6 +404,7 @@ func newMIGDevices(n *Node) ([][]*migDevice, []bool, error) {
 			gi := firstFreeGI(p, used)
 			used[gi] = true
 			md := &migDevice{gpu: gpu, slot: slot, profile: p, gi: gi, uuid: migUUID(sc.Node, gpu, slot), util: sc.migSeries(gpu, slot, n.pods), from: -forever, to: forever, start: -1}
+			md.sm = sc.smSeries(n.pods, sc.holdersOf(func(d DeviceSpec) bool { return d.MIG && !d.Dynamic && d.GPU == gpu && d.MIGSlot == slot }), nil)
 			if placed {
 				md.start = starts[slot]
 			}
@@ -438,6 +440,7 @@ func newMIGDevices(n *Node) ([][]*migDevice, []bool, error) {
 	for i := range plan {
 		h := &plan[i]
 		md := &migDevice{gpu: h.gpu, slot: h.slot, profile: h.profile, gi: h.gi, uuid: h.uuid, util: sc.holdingSeries(h, n.pods), from: h.from, to: h.to, start: h.start, holding: h}
+		md.sm = sc.smSeries(n.pods, h.pods, nil)
 		for _, pi := range h.pods {
 			p := sc.Pods[pi]
 			md.procs = append(md.procs, proc{pid: sc.PID(pi, h.dev), pod: pi, from: p.From, to: p.To, memory: p.Memory})
@@ -658,6 +661,9 @@ func (m *migHandle) GetAttributes() (nvml.DeviceAttributes, nvml.Return) {
 
 func (m *migHandle) GetSamples(nvml.SamplingType, uint64) (nvml.ValueType, []nvml.Sample, nvml.Return) {
 	return nvml.VALUE_TYPE_UNSIGNED_INT, nil, nvml.ERROR_NOT_SUPPORTED
+}
+func (m *migHandle) GetUtilizationRates() (nvml.Utilization, nvml.Return) {
+	return nvml.Utilization{}, nvml.ERROR_NOT_SUPPORTED
 }
 func (m *migHandle) GetProcessUtilization(uint64) ([]nvml.ProcessUtilizationSample, nvml.Return) {
 	return nil, nvml.ERROR_NOT_SUPPORTED

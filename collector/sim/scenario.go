@@ -69,6 +69,9 @@ type Scenario struct {
 	// Kueue are the cluster's Kueue ClusterQueues, whose metrics KubeState
 	// serves with kube-state-metrics'.
 	Kueue []ClusterQueue
+	// Driver is how the simulated driver answers where real drivers differ
+	// or nvml.h leaves it open (the `driver` key).
+	Driver Driver
 }
 
 // Pod is one simulated pod with a single container holding GPUs.
@@ -112,6 +115,11 @@ type Pod struct {
 	// UID (PodUID) is not the UID its cgroups carry (StaticPodUID); the
 	// mirror's kubernetes.io/config.mirror annotation names the latter.
 	Static bool
+	// SMFraction is the share of the GPU's SMs the pod's kernels occupy
+	// while they run (1 unless the file says): GPM's SM_UTIL is the busy
+	// ratio times it, GRAPHICS_UTIL and the utilization samples the busy
+	// ratio. A decode server keeps kernels running on a few SMs.
+	SMFraction float64
 	// Engine is the inference server the pod runs, whose own metrics the
 	// simulation serves (engines.go); nil for none.
 	Engine *Engine
@@ -605,7 +613,7 @@ func (d *decoder) step(n *yaml.Node, m map[string]*yaml.Node, path string, total
 }
 
 func (d *decoder) scenario(root *yaml.Node) (*Scenario, error) {
-	m, err := d.mapping(root, "", "start", "duration", "lead_in", "node", "system", "gpus", "allocation", "mig", "pods", "unallocated", "cgroup", "unattributed", "faults", "unscheduled", "priority_classes", "kueue")
+	m, err := d.mapping(root, "", "start", "duration", "lead_in", "node", "system", "gpus", "allocation", "mig", "pods", "unallocated", "cgroup", "unattributed", "faults", "unscheduled", "priority_classes", "kueue", "driver")
 	if err != nil {
 		return nil, err
 	}
@@ -664,6 +672,9 @@ func (d *decoder) scenario(root *yaml.Node) (*Scenario, error) {
 			return nil, err
 		}
 	}
+	if err := d.driver(m["driver"], s); err != nil {
+		return nil, err
+	}
 	if n := m["priority_classes"]; n != nil {
 		if err := d.priorityClasses(n, s); err != nil {
 			return nil, err
@@ -709,7 +720,7 @@ func (d *decoder) scenario(root *yaml.Node) (*Scenario, error) {
 	return s, nil
 }
 
-var podKeys = []string{"namespace", "name", "container", "owner", "labels", "cmdline", "parent_cmdline", "allocation", "claim", "resource", "pid", "devices", "from", "to", "memory", "util", "priority_class", "static", "engine"}
+var podKeys = []string{"namespace", "name", "container", "owner", "labels", "cmdline", "parent_cmdline", "allocation", "claim", "resource", "pid", "devices", "from", "to", "memory", "util", "priority_class", "static", "sm_fraction", "engine"}
 
 func (d *decoder) pods(n *yaml.Node, s *Scenario) error {
 	items, err := d.seq(n, "pods")
@@ -724,7 +735,7 @@ func (d *decoder) pods(n *yaml.Node, s *Scenario) error {
 		if err != nil {
 			return err
 		}
-		pod := Pod{Container: "main", Resource: ResourceGPU, To: s.Duration}
+		pod := Pod{Container: "main", Resource: ResourceGPU, To: s.Duration, SMFraction: 1}
 		for _, k := range []string{"namespace", "name", "devices"} {
 			if m[k] == nil {
 				return d.errf(it, join(p, k), "missing")
@@ -885,6 +896,14 @@ func (d *decoder) pods(n *yaml.Node, s *Scenario) error {
 		if n := m["util"]; n != nil {
 			if pod.Util, err = d.steps(n, p+".util", pod.From, s.Duration); err != nil {
 				return err
+			}
+		}
+		if n := m["sm_fraction"]; n != nil {
+			if pod.SMFraction, err = d.ratio(n, p+".sm_fraction"); err != nil {
+				return err
+			}
+			if pod.SMFraction == 0 {
+				return d.errf(n, p+".sm_fraction", "0 is no share of the SMs; a pod whose kernels run occupies some")
 			}
 		}
 		if n := m["engine"]; n != nil {
