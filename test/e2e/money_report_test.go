@@ -61,6 +61,21 @@ func TestReportEngines(t *testing.T) {
 	prom := need(t, "prometheus")
 	dir := t.TempDir()
 	data := backfillNodes(t, promtool, dir, "testdata/money-vllm-quiet.yaml", "testdata/money-engines.yaml", "testdata/money-engines-v0.yaml")
+	// Triton's TensorRT-LLM backend on chat/trt-0, as its README shows its
+	// KV-cache blocks, scraped by a pod-discovering job.
+	var trt []point
+	for at := time.Date(2026, 12, 1, 9, 0, 0, 0, time.UTC); !at.After(time.Date(2026, 12, 1, 11, 0, 0, 0, time.UTC)); at = at.Add(time.Minute) {
+		for typ, v := range map[string]float64{"used": 1560, "max": 6240, "free": 4680, "tokens_per": 64} {
+			trt = append(trt, point{map[string]string{"__name__": "nv_trt_llm_kv_cache_block_metrics", "job": "triton", "instance": "10.0.3.7:8002",
+				"namespace": "chat", "pod": "trt-0", "model": "tensorrt_llm", "version": "1", "kv_cache_block_type": typ}, at, v})
+		}
+	}
+	om := filepath.Join(dir, "triton.om")
+	if err := os.WriteFile(om, openMetrics(trt), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	backfillOpenMetrics(t, promtool, om, filepath.Join(dir, "triton"))
+	moveBlocks(t, filepath.Join(dir, "triton"), data)
 	_, addr := startPrometheus(t, prom, filepath.Join(dir, "prom"), data, "global: {}\n")
 	r := reportJSON(t, addr, "--step=10m", "--range=2h", "--end=2026-12-01T11:00:00Z", "--top=20")
 
@@ -126,7 +141,13 @@ func TestReportEngines(t *testing.T) {
 	} else {
 		near(t, "V0 vLLM peak KV-cache usage", v0.Engine.PeakKVCacheUsage, 0.3)
 	}
-	// A workload without an engine has no tokens (null, not 0).
+	// Triton: a quarter of its KV-cache blocks, and no tokens (null, not 0).
+	trtW := workloadByName(t, r, "chat", "trt")
+	if trtW.Engine == nil || !slices.Equal(trtW.Engine.Kinds, []string{"triton"}) || trtW.Engine.TokensKnown || trtW.TokensPerGPUHour != nil {
+		t.Errorf("Triton: engine %+v, tokens per GPU-hour %v", trtW.Engine, trtW.TokensPerGPUHour)
+	} else {
+		near(t, "Triton peak KV-cache usage", trtW.Engine.PeakKVCacheUsage, 0.25)
+	}
 	if r.Cost != nil || r.Money != nil {
 		t.Errorf("no prices, yet cost %+v money %+v", r.Cost, r.Money)
 	}
