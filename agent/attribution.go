@@ -177,6 +177,8 @@ func (e *Engine) memory(ds *deviceState, rd collector.DeviceReading, owners map[
 			as.hasMemory = true
 			for _, p := range rd.Processes {
 				as.memory += p.UsedMemoryBytes
+				// A process whose memory NVML does not say makes the sum unknown.
+				as.hasMemory = as.hasMemory && !p.MemoryUnknown
 			}
 		}
 		return
@@ -188,11 +190,14 @@ func (e *Engine) memory(ds *deviceState, rd collector.DeviceReading, owners map[
 	for _, p := range rd.Processes {
 		if o, ok := owners[p.PID]; ok {
 			if i := holderOf(o, holders); i >= 0 {
-				e.alloc[holders[i]].memory += p.UsedMemoryBytes
+				as := e.alloc[holders[i]]
+				as.memory += p.UsedMemoryBytes
+				as.hasMemory = as.hasMemory && !p.MemoryUnknown
 				continue
 			}
 		}
 		ds.unattributedMem += p.UsedMemoryBytes
+		ds.hasUnattributed = ds.hasUnattributed && !p.MemoryUnknown
 	}
 }
 

@@ -18,6 +18,8 @@ type gpuProc struct {
 	pid    uint32
 	memory uint64
 	util   func(time.Duration) float64
+	// memoryUnknown: NVML said NVML_VALUE_NOT_AVAILABLE for its memory.
+	memoryUnknown bool
 }
 
 // richDevice is a device of richDevices: samples from util, or — for a
@@ -43,7 +45,7 @@ func (f *richDevices) Read(context.Context) (collector.DeviceSnapshot, error) {
 	for _, d := range f.devs {
 		rd := collector.DeviceReading{Device: d.info, HasProcesses: true, HasProcessSamples: d.info.ParentUUID == "" && !d.info.MIGEnabled}
 		for _, p := range d.procs {
-			rd.Processes = append(rd.Processes, collector.Process{PID: p.pid, UsedMemoryBytes: p.memory})
+			rd.Processes = append(rd.Processes, collector.Process{PID: p.pid, UsedMemoryBytes: p.memory, MemoryUnknown: p.memoryUnknown})
 		}
 		switch {
 		case d.info.MIGEnabled, d.info.UtilizationSource == collector.UtilizationNone:

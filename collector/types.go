@@ -87,6 +87,10 @@ type Sample struct {
 type Process struct {
 	PID             uint32
 	UsedMemoryBytes uint64
+	// MemoryUnknown is set when NVML says the process's memory is not
+	// available (NVML_VALUE_NOT_AVAILABLE): UsedMemoryBytes is 0, not a
+	// figure, and no sum it is part of is known.
+	MemoryUnknown bool
 }
 
 // ProcessSample is one per-process utilization sample: the busy ratio of the

@@ -149,6 +149,8 @@ func checkManifest(t *testing.T, m *manifest, want expect) {
 	role := one[rbacv1.ClusterRole](t, m)
 	read := []string{"get", "list", "watch"}
 	wantRules := []rbacv1.PolicyRule{{APIGroups: []string{""}, Resources: []string{"pods"}, Verbs: read},
+		// The node watch's GET of its own Node (collector/node).
+		{APIGroups: []string{""}, Resources: []string{"nodes"}, Verbs: []string{"get"}},
 		// The pod source's PriorityClass values, for the queue X-ray.
 		{APIGroups: []string{"scheduling.k8s.io"}, Resources: []string{"priorityclasses"}, Verbs: read}}
 	if !want.noDRA {

@@ -15,6 +15,7 @@ import (
 
 	"github.com/gpuxray/gpuxray/agent"
 	"github.com/gpuxray/gpuxray/collector/kubelet"
+	"github.com/gpuxray/gpuxray/collector/node"
 	"github.com/gpuxray/gpuxray/collector/nvml"
 	"github.com/gpuxray/gpuxray/exporter"
 )
@@ -44,6 +45,8 @@ func runAgent(ctx context.Context, args []string, stderr io.Writer) error {
 	podSourceFlags(fs, &podCfg)
 	var draCfg draSourceConfig
 	draSourceFlags(fs, &draCfg)
+	nodeCfg := node.DefaultConfig("")
+	nodeWatchFlags(fs, &nodeCfg)
 	simulate := fs.Bool("simulate", false, "run on a simulated node: the scenario FILE given as argument, or the embedded demo")
 	var logCfg logConfig
 	logFlags(fs, &logCfg)
@@ -78,7 +81,7 @@ func runAgent(ctx context.Context, args []string, stderr io.Writer) error {
 			kubeCfg.ResourceNames = append(kubeCfg.ResourceNames, strings.TrimSpace(n))
 		}
 	}
-	for _, v := range []interface{ Validate() error }{engineCfg, nvmlCfg, webCfg, kubeCfg} {
+	for _, v := range []interface{ Validate() error }{engineCfg, nvmlCfg, webCfg, kubeCfg, nodeCfg} {
 		if err := v.Validate(); err != nil {
 			return usageError{err}
 		}
@@ -191,6 +194,9 @@ func runAgent(ctx context.Context, args []string, stderr io.Writer) error {
 			g.Go(func() error { return live.playFaults(gctx, engineCfg.PollInterval/2, logger) })
 		}
 	}
+	// Started after every early return above, so that it never outlives
+	// runAgent.
+	startNodeWatch(gctx, nodeCfg, podCfg, live, reader, logger, g.Go)
 	g.Go(func() error { return engine.Run(gctx) })
 	g.Go(func() error { return srv.Serve(gctx) })
 	err = g.Wait()

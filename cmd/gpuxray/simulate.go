@@ -20,6 +20,7 @@ import (
 
 	"github.com/gpuxray/gpuxray/agent"
 	"github.com/gpuxray/gpuxray/collector/dra"
+	"github.com/gpuxray/gpuxray/collector/node"
 	"github.com/gpuxray/gpuxray/collector/proc"
 	"github.com/gpuxray/gpuxray/collector/sim"
 	"github.com/gpuxray/gpuxray/exporter"
@@ -358,6 +359,14 @@ func (s *simulation) withKubeState(h http.Handler, metricsPath string) (http.Han
 }
 
 func (s *simulation) nvml() gonvml.Interface { return s.node.NVML() }
+
+// nodeLabels are the simulated node's labels (the scenario's
+// driver.node_labels), for the node watch.
+func (s *simulation) nodeLabels() node.Source { return simLabels{s.node} }
+
+type simLabels struct{ n *sim.Node }
+
+func (l simLabels) Labels(context.Context) (map[string]string, error) { return l.n.NodeLabels(), nil }
 
 // engineOptions attributes shared GPUs per process: the simulated node is
 // the pod source, and the real /proc reader reads the node's /proc tree.

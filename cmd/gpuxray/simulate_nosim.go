@@ -14,6 +14,7 @@ import (
 
 	"github.com/gpuxray/gpuxray/agent"
 	"github.com/gpuxray/gpuxray/collector/dra"
+	"github.com/gpuxray/gpuxray/collector/node"
 	"github.com/gpuxray/gpuxray/exporter"
 )
 
@@ -40,6 +41,7 @@ func runReplay(context.Context, []string, io.Writer, io.Writer) error { return e
 
 func (*simulation) stop()                                                                     {}
 func (*simulation) nvml() gonvml.Interface                                                    { return nil }
+func (*simulation) nodeLabels() node.Source                                                   { return nil }
 func (*simulation) agentClock() agent.Clock                                                   { return nil }
 func (*simulation) engineOptions(*zap.Logger) []agent.Option                                  { return nil }
 func (*simulation) priorityClasses() exporter.PriorityClassSource                             { return nil }

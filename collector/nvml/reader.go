@@ -10,6 +10,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -69,6 +70,8 @@ type Reader struct {
 	log    *zap.Logger
 	clock  Clock
 	driver string
+	// caps is what the loaded driver offers, probed at each Init.
+	caps driverCaps
 
 	// running counts the device reads whose goroutine has not ended.
 	running atomic.Int64
@@ -82,8 +85,26 @@ type Reader struct {
 	initUnreported bool
 	nextInit       time.Time
 	initBackoff    time.Duration
-	devices        []*device
-	migScan        migRescan
+	// retryMax caps initBackoff: initRetryMax for a driver not installed
+	// yet, reloadRetryMax after a driver went away under the reader.
+	retryMax time.Duration
+	devices  []*device
+	// count is how many GPUs DeviceGetCount said at the enumeration;
+	// stale, when set, says why the next walk enumerates them anew.
+	count   int
+	stale   string
+	migScan migRescan
+	// retired are devices dropped while a read of theirs was in flight,
+	// whose GPM samples are freed when it ends (retire).
+	retired []*device
+	// reinit is set when the driver went away: NVML is shut down and
+	// initialised anew once no call is in flight (driverWentAway).
+	reinit bool
+	// released is set between Release and Reacquire; releaseSaid once
+	// the release was returned as an error.
+	released      bool
+	releaseReason string
+	releaseSaid   bool
 	// snaps are the Devices slices of Read's snapshots, used in turn as a
 	// device's bufs are; wait is Read's timer.
 	snaps [2][]collector.DeviceReading
@@ -96,6 +117,8 @@ type Reader struct {
 type device struct {
 	handle nvml.Device
 	info   collector.Device
+	// index is a whole GPU's NVML index (its handle's), -1 for a MIG device.
+	index int
 	// lastSeen is the newest sample timestamp read, in the driver's
 	// microseconds (stamps maps them to Unix time).
 	lastSeen uint64
@@ -115,6 +138,16 @@ type device struct {
 	noProcSamples              bool
 	noMemoryV2                 bool
 	noUtilRates                bool
+	// memoryDenied is set once the memory query answered NO_PERMISSION
+	// (a MIG-enabled GPU, read without privileges): it is not asked again.
+	memoryDenied bool
+	// lists are the states of the compute, MPS and graphics process lists.
+	lists [3]listState
+	// running is when each PID was last in a process list, on the reader's
+	// clock; gone the PIDs whose samples the last read dropped as not
+	// running, sorted.
+	running       map[uint32]time.Time
+	gone, goneBuf []uint32
 	// gpm samples SM activity where GPM works; useGPM says its samples are
 	// the device's utilization samples.
 	gpm    *gpmSampler
@@ -153,6 +186,8 @@ type readResult struct {
 	rd   collector.DeviceReading
 	errs []error
 	down *collector.SourceError
+	// gone is the code of a call that said the driver went away.
+	gone nvml.Return
 }
 
 // New returns a reader over lib, which is nvml.New() on a node or a simulated
@@ -161,7 +196,7 @@ func New(lib nvml.Interface, cfg Config, logger *zap.Logger, clock Clock) *Reade
 	if clock == nil {
 		clock = realClock{}
 	}
-	return &Reader{lib: lib, cfg: cfg, log: logger, clock: clock, initBackoff: initRetryMin}
+	return &Reader{lib: lib, cfg: cfg, log: logger, clock: clock, initBackoff: initRetryMin, retryMax: initRetryMax}
 }
 
 // Init initialises NVML and enumerates the devices. On failure (no
@@ -183,6 +218,7 @@ func (r *Reader) initLocked() error {
 		return err
 	}
 	r.initialized, r.initErr, r.initUnreported = true, nil, false
+	r.initBackoff, r.retryMax = initRetryMin, initRetryMax
 	if err := r.enumerate(); err != nil {
 		r.lib.Shutdown()
 		r.initialized = false
@@ -203,7 +239,7 @@ func (r *Reader) initFailed(err error) {
 	r.log.Debug("NVML Init failed", zap.Error(err), zap.Duration("retry_in", r.initBackoff))
 	r.initErr, r.initUnreported = err, true
 	r.nextInit = r.clock.Now().Add(r.initBackoff)
-	r.initBackoff = min(2*r.initBackoff, initRetryMax)
+	r.initBackoff = min(2*r.initBackoff, r.retryMax)
 }
 
 // notInitialized is Read's error while NVML is not initialised: the last
@@ -227,11 +263,31 @@ func (r *Reader) enumerate() error {
 	if v, ret := r.lib.SystemGetDriverVersion(); ret == nvml.SUCCESS {
 		r.driver = v
 	}
+	r.caps = probeDriver(r.lib, r.driver)
+	if r.caps.processStructBug {
+		r.log.Warn("this driver fills the process lists with entries of another size than NVML's header says (go-nvml #75); they are not read, so per-process memory is unknown and processes are taken from the utilization samples only",
+			zap.String("driver", r.driver))
+	}
 	n, ret := r.lib.DeviceGetCount()
 	if ret != nvml.SUCCESS {
 		return collector.NewSourceError(collector.SourceNVML, "device_count", retError(ret))
 	}
+	// Samples already read are not read again by the devices enumerated
+	// anew: the engine would count their time twice.
+	type stamps struct{ samples, procs uint64 }
+	seen := make(map[string]stamps, len(r.devices))
+	for _, d := range r.devices {
+		seen[d.info.UUID] = stamps{d.lastSeen, d.lastProcSeen}
+	}
 	r.freeDevices()
+	r.count, r.stale = n, ""
+	defer func() {
+		for _, d := range r.devices {
+			if s, ok := seen[d.info.UUID]; ok {
+				d.lastSeen, d.lastProcSeen = s.samples, s.procs
+			}
+		}
+	}()
 	for i := 0; i < n; i++ {
 		h, ret := r.lib.DeviceGetHandleByIndex(i)
 		if ret != nvml.SUCCESS {
@@ -253,6 +309,7 @@ func (r *Reader) enumerate() error {
 		gpm := gpmSupported(r.lib, h)
 		d := &device{
 			handle: h,
+			index:  i,
 			info: collector.Device{
 				UUID:              uuid,
 				GPU:               idx,
@@ -291,14 +348,16 @@ func (r *Reader) sampler(parent nvml.Device, gi int) *gpmSampler {
 	return g
 }
 
+// freeDevices drops the devices, waiting at most Config.CallTimeout for
+// their reads in flight; a device whose read has not ended keeps its GPM
+// samples until it does (retire).
 func (r *Reader) freeDevices() {
 	r.dropMIGWalks()
 	r.waitInflight(r.cfg.CallTimeout)
 	for _, d := range r.devices {
-		if d.gpm != nil {
-			d.gpm.free(r.lib)
-		}
+		r.retire(d)
 	}
+	clear(r.devices)
 	r.devices = r.devices[:0]
 }
 
@@ -312,6 +371,10 @@ func (r *Reader) freeDevices() {
 func (r *Reader) Read(ctx context.Context) (collector.DeviceSnapshot, error) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
+	if r.released {
+		return r.releasedSnapshot(), nil
+	}
+	r.reinitLocked()
 	if !r.initialized {
 		if r.clock.Now().Before(r.nextInit) || r.initLocked() != nil {
 			return collector.DeviceSnapshot{At: r.clock.Now()}, r.notInitialized()
@@ -378,9 +441,16 @@ func (r *Reader) Read(ctx context.Context) (collector.DeviceSnapshot, error) {
 		case lost && !d.lost:
 			r.log.Warn("GPU is lost (fell off the bus?); its metrics are stale until it is back", zap.Int("gpu", d.info.GPU), zap.String("uuid", d.info.UUID))
 		case !lost && d.lost:
+			// A GPU back from a reset may have new MIG devices and
+			// handles: the next walk enumerates it afresh.
 			r.log.Info("lost GPU is back", zap.Int("gpu", d.info.GPU), zap.String("uuid", d.info.UUID))
+			r.migScan.last = time.Time{}
+			r.stale = fmt.Sprintf("GPU %d %s is back from a loss", d.info.GPU, d.info.UUID)
 		}
 		d.lost = lost
+		if res.gone != nvml.SUCCESS {
+			r.driverWentAway(fmt.Sprintf("GPU %d %s: %v", d.info.GPU, d.info.UUID, retError(res.gone)))
+		}
 		if res.down != nil {
 			snap.Errors = append(snap.Errors, res.down)
 			continue
@@ -445,7 +515,10 @@ func (r *Reader) readDevice(d *device) (res readResult) {
 	// fail records a failed call and reports whether the device is lost,
 	// which ends the read: every other call would fail the same way.
 	fail := func(reason string, ret nvml.Return) bool {
-		if lostGPU(ret) {
+		if driverGone(ret) {
+			res.gone = ret
+		}
+		if lostGPU(ret) || driverGone(ret) {
 			res.down = sourceErr(reason, ret)
 			return true
 		}
@@ -510,6 +583,9 @@ func (r *Reader) readDevice(d *device) (res readResult) {
 			// The device's activity is unknown this poll: it is down, and
 			// its samples are read from the ring next time. Should the
 			// ring be dry then, what it says begins after this call.
+			if driverGone(rr.ret) {
+				res.gone = rr.ret
+			}
 			res.down = sourceErr("samples", rr.ret)
 			d.ringSince = r.clock.Now()
 			return res
@@ -523,7 +599,10 @@ func (r *Reader) readDevice(d *device) (res readResult) {
 		}
 		s, gauges, ok, ret := d.gpm.read(r.lib, d.metrics, r.clock)
 		switch {
-		case ret != nvml.SUCCESS && (d.useGPM || lostGPU(ret)):
+		case ret != nvml.SUCCESS && (d.useGPM || lostGPU(ret) || driverGone(ret)):
+			if driverGone(ret) {
+				res.gone = ret
+			}
 			res.down = sourceErr("gpm", ret)
 			return res
 		case ret != nvml.SUCCESS:
@@ -546,10 +625,14 @@ func (r *Reader) readDevice(d *device) (res readResult) {
 		}
 	}
 	if !d.noProcSamples {
-		ps, bad, ret := readProcessSamples(mappedDevice{Device: d.handle, c: &d.stamps, clock: r.clock}, d.lastProcSeen, r.clock, buf.procSamples[:0])
+		ps, bad, absurd, ret := readProcessSamples(mappedDevice{Device: d.handle, c: &d.stamps, clock: r.clock}, d.lastProcSeen, r.clock, buf.procSamples[:0])
 		if bad > 0 {
 			res.errs = append(res.errs, collector.NewSourceError(collector.SourceNVML, "bad_timestamp",
 				fmt.Errorf("GPU %d %s: %d process samples stamped outside [now-%s, now+%s] dropped", d.info.GPU, d.info.UUID, bad, maxSampleAge, maxSampleLead)))
+		}
+		if absurd > 0 {
+			res.errs = append(res.errs, collector.NewSourceError(collector.SourceNVML, "bad_value",
+				fmt.Errorf("GPU %d %s: %d process samples above 100%% dropped", d.info.GPU, d.info.UUID, absurd)))
 		}
 		switch {
 		case ret == nvml.SUCCESS:
@@ -570,7 +653,7 @@ func (r *Reader) readDevice(d *device) (res readResult) {
 	}
 	rd.Device = d.info
 
-	if mem, ok := r.memory(d, fail); ok {
+	if mem, ok := r.memory(d, &res, fail); ok {
 		rd.HasMemory, rd.MemoryUsedBytes, rd.MemoryTotalBytes = true, mem.Used, mem.Total
 	} else if res.down != nil {
 		return res
@@ -587,15 +670,38 @@ func (r *Reader) readDevice(d *device) (res readResult) {
 			return res
 		}
 	}
-	if procs, ret := d.handle.GetComputeRunningProcesses(); ret == nvml.SUCCESS {
-		rd.HasProcesses = true
-		rd.Processes = buf.processes[:0]
-		for _, p := range procs {
-			rd.Processes = append(rd.Processes, collector.Process{PID: p.Pid, UsedMemoryBytes: p.UsedGpuMemory})
+	if !r.caps.processStructBug {
+		pr := r.readProcesses(d, buf.processes)
+		buf.processes = pr.procs
+		if len(pr.denied) > 0 {
+			what := strings.Join(pr.denied, ", ")
+			r.logDenied(d, what)
+			res.errs = append(res.errs, deniedError(d, what))
 		}
-		buf.processes = rd.Processes
-	} else if ret != nvml.ERROR_NOT_SUPPORTED && fail("processes", ret) {
-		return res
+		for _, list := range pr.bad {
+			res.errs = append(res.errs, collector.NewSourceError(collector.SourceNVML, "bad_process_list",
+				fmt.Errorf("GPU %d %s: the %s process list does not decode (driver %s)", d.info.GPU, d.info.UUID, list, r.caps.version)))
+		}
+		for _, ret := range pr.failed {
+			if fail("processes", ret) {
+				return res
+			}
+		}
+		if pr.ok {
+			rd.HasProcesses, rd.Processes = true, pr.procs
+			if d.running == nil {
+				d.running = map[uint32]time.Time{}
+			}
+			markRunning(d.running, pr.procs, r.clock.Now())
+			var dropped int
+			var gone []uint32
+			rd.ProcessSamples, gone, dropped = dropStale(rd.ProcessSamples, d.running, d.gone, d.goneBuf)
+			d.gone, d.goneBuf = gone, d.gone
+			if dropped > 0 {
+				res.errs = append(res.errs, collector.NewSourceError(collector.SourceNVML, "stale_pid",
+					fmt.Errorf("GPU %d %s: per-process samples of %d PIDs in no process list for %s dropped", d.info.GPU, d.info.UUID, dropped, staleGrace)))
+			}
+		}
 	}
 	return res
 }
@@ -635,27 +741,53 @@ func (r *Reader) dryFill(d *device, gpm collector.Sample, gpmOK bool, fail func(
 
 // memory reads framebuffer memory, preferring the v2 call whose Used excludes
 // the driver's reserved memory, and falling back to v1 on drivers without it.
-func (r *Reader) memory(d *device, fail func(string, nvml.Return) bool) (nvml.Memory, bool) {
-	if !d.noMemoryV2 {
+//
+// The v2 symbol is new in R510: on an older driver it is never called (go-nvml
+// would end the process on the call). A NO_PERMISSION answer for a GPU in
+// MIG mode is said once and the query not repeated: it is the driver's
+// policy, not a fault (policyDenied).
+func (r *Reader) memory(d *device, res *readResult, fail func(string, nvml.Return) bool) (nvml.Memory, bool) {
+	if d.memoryDenied {
+		return nvml.Memory{}, false
+	}
+	denied := func() (nvml.Memory, bool) {
+		d.memoryDenied = true
+		r.logDenied(d, "memory")
+		res.errs = append(res.errs, deniedError(d, "memory"))
+		return nvml.Memory{}, false
+	}
+	if r.caps.memoryV2 && !d.noMemoryV2 {
 		m, ret := d.handle.GetMemoryInfo_v2()
 		switch ret {
 		case nvml.SUCCESS:
 			return nvml.Memory{Total: m.Total, Used: m.Used, Free: m.Free}, true
 		case nvml.ERROR_NOT_SUPPORTED, nvml.ERROR_FUNCTION_NOT_FOUND, nvml.ERROR_ARGUMENT_VERSION_MISMATCH:
 			d.noMemoryV2 = true
+		case nvml.ERROR_NO_PERMISSION:
+			if policyDenied(d) {
+				return denied()
+			}
+			fail("memory", ret)
+			return nvml.Memory{}, false
 		default:
 			fail("memory", ret)
 			return nvml.Memory{}, false
 		}
 	}
 	m, ret := d.handle.GetMemoryInfo()
-	if ret != nvml.SUCCESS {
-		if ret != nvml.ERROR_NOT_SUPPORTED {
-			fail("memory", ret)
+	switch ret {
+	case nvml.SUCCESS:
+		return m, true
+	case nvml.ERROR_NO_PERMISSION:
+		if policyDenied(d) {
+			return denied()
 		}
-		return nvml.Memory{}, false
+		fail("memory", ret)
+	case nvml.ERROR_NOT_SUPPORTED:
+	default:
+		fail("memory", ret)
 	}
-	return m, true
+	return nvml.Memory{}, false
 }
 
 // ringRead is what one GetSamples call gave.
@@ -751,15 +883,31 @@ func stampBounds(now time.Time) (lo, hi uint64) {
 }
 
 // Shutdown releases NVML. It must be the last NVML call of the process. It
-// waits at most Config.CallTimeout for reads still in flight.
+// waits at most Config.CallTimeout for reads still in flight; while one
+// is, NVML is left initialised (the process is ending): go-nvml unloads the
+// library on Shutdown, and the call, when it returns, would run on into
+// code no longer mapped.
 func (r *Reader) Shutdown() {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	if r.initialized {
-		r.freeDevices()
-		r.lib.Shutdown()
-		r.initialized = false
+	if !r.initialized {
+		return
 	}
+	r.freeDevices()
+	if !r.quiet() {
+		r.log.Warn("NVML calls are still in flight; NVML is left initialised", zap.Int("gpm_buffers_kept", len(r.retired)))
+		return
+	}
+	r.shutdownLocked()
+}
+
+// shutdownLocked drops the devices and shuts NVML down; no call may be in
+// flight.
+func (r *Reader) shutdownLocked() {
+	r.freeDevices()
+	r.reapRetired()
+	r.lib.Shutdown()
+	r.initialized = false
 }
 
 // retError turns an NVML return code into an error without calling into the

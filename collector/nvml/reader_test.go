@@ -53,6 +53,9 @@ func TestInitFailureMakesNoOtherCall(t *testing.T) {
 	ret = gonvml.SUCCESS
 	lib.SystemGetDriverVersionFunc = func() (string, gonvml.Return) { return "550.54.15", gonvml.SUCCESS }
 	lib.DeviceGetCountFunc = func() (int, gonvml.Return) { return 0, gonvml.SUCCESS }
+	lib.ExtensionsFunc = func() gonvml.ExtendedInterface {
+		return &mock.ExtendedInterface{LookupSymbolFunc: func(string) error { return gonvml.ERROR_NOT_FOUND }}
+	}
 	snap, err := r.Read(context.Background())
 	if err != nil || len(snap.Devices) != 0 || inits != 2 {
 		t.Fatalf("Read after the driver appeared = %v, %d devices, %d inits; want nil, 0, 2", err, len(snap.Devices), inits)

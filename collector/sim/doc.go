@@ -337,6 +337,109 @@
 // process's smUtil only "SM (3D/Compute) Util Value"; the device check is to
 // tell).
 //
+// # Driver traps
+//
+// The top-level `driver:` mapping asks for behaviours of real drivers that
+// nvml.h does not warn of, each from the source that shows it:
+//
+//	driver:
+//	  version: 470.256.02          # SystemGetDriverVersion, and the library's symbols
+//	  mig_parent_permission: denied # default allowed
+//	  mps: ["gpu:2"]               # pods' processes are MPS clients
+//	  graphics: ["gpu:3"]          # pods' processes hold a graphics context too
+//	  memory_not_available: ["gpu:1"]
+//	  zombies:
+//	    - {device: "gpu:0", pid: 50554, shape: garbage}
+//	    - {device: "gpu:0", pid: 50021, shape: stale, value: 0.4}
+//	  compute_instances: {"mig:0/0": 3}
+//
+// The keys:
+//
+//   - version (default the mock's, 550.54.15) decides the library's
+//     symbols, as LookupSymbol answers them: the _v3 process lists from
+//     510 (nvidia-settings' nvml.h gains them at 510.39.01, commit
+//     b2f0e7f4, as nvitop #89 traces), nvmlDeviceGetMemoryInfo_v2 from
+//     R510 too (nvitop's api/libnvml.py, at 56940d1b, falls back to the v1
+//     call without it), GPM from R520; 535.98 to 535.103 have no _v3
+//     process lists (nvitop #89 and #94: commit 0cb3beff dropped them,
+//     535.104.05 restored them with the 24-byte struct). go-nvml binds
+//     symbols lazily, so a call of one the library lacks ends the
+//     process ("symbol lookup error"): the simulated driver panics. On 535.43 to 535.86 the _v3 process lists write 32-byte
+//     entries (nvmlProcessInfo_v3_st, with usedGpuCcProtectedMemory) into
+//     go-nvml's 24-byte ProcessInfo array (go-nvml #75, nvitop #79 and #89,
+//     nvidia-settings commit 39c3e28e): the lists answer what go-nvml then
+//     decodes, right for the first process and garbage for the others.
+//   - mig_parent_permission: denied makes memory (both versions) and the
+//     process lists of a GPU in MIG mode answer NO_PERMISSION (nvml.h: "In
+//     MIG mode, if device handle is provided, the API returns aggregate
+//     information, only if the caller has appropriate privileges"). Which
+//     privilege (root, or CAP_SYS_ADMIN, which the chart drops) is open
+//     until test/gpu's device check says; the default keeps the answers.
+//   - mps lists the pods' processes on those GPUs only through
+//     GetMPSComputeRunningProcesses (nvml.h: "information only about
+//     compute running processes ... utilizing MPS"); the MPS server itself
+//     is not simulated. graphics lists them through
+//     GetGraphicsRunningProcesses as well, with the same memory (nvml.h:
+//     "The usedGpuMemory field returned is all of the memory used by the
+//     application"). A MIG device's MPS and graphics lists are empty.
+//   - memory_not_available puts NVML_VALUE_NOT_AVAILABLE (nvml.h: "(-1)",
+//     so 2^64-1 in the unsigned field) in every process's usedGpuMemory on
+//     those GPUs, GPU and MIG devices alike.
+//   - zombies are entries GetProcessUtilization returns on every call for
+//     a PID that runs no more: garbage is nvtop #110's (smUtil 37100,
+//     encUtil 50583, decUtil 50624, a stamp of 1976) plus one like it
+//     stamped at the newest sample; stale a plausible entry (smUtil value
+//     ×100) stamped at the newest sample, of a PID no process list holds.
+//   - compute_instances splits a fixed layout's MIG device into that many
+//     compute instances of equal slices: the device keeps its index, UUID,
+//     pods and compute instance 0; each further one is a MIG device at the
+//     next free index after the layout, with a UUID of its own, the same
+//     GPU instance (so GPM's per-instance samples are the instance's), no
+//     pods, and compute instance IDs 1, 2, …. Every one answers
+//     GetAttributes with the GPU instance's gpuInstanceSliceCount and
+//     memory and its own computeInstanceSliceCount (nvml.h,
+//     nvmlDeviceAttributes_t; nvidia-smi names them 1c.3g.40gb).
+//
+// Runtime changes of the node, under the same `driver:` mapping:
+//
+//	driver:
+//	  mig_mode:    [{gpu: "gpu:0", at: 10m, mode: disabled}]
+//	  reloads:     [{at: 20m, for: 30s, version: 550.90.07}]
+//	  node_labels: [{key: nvidia.com/mig.config.state, value: pending, from: 9m, to: 11m}]
+//
+// The keys:
+//
+//   - mig_mode turns a GPU's MIG mode on (a GPU with no layout: MIG mode
+//     with no MIG device yet, as NVIDIA's DRA driver does before it makes
+//     the first) or off (a fixed layout's MIG devices end then; their pods
+//     must end before) once. The change takes a GPU reset (nvml.h,
+//     nvmlDeviceSetMigMode: "Changing MIG modes may require device unbind
+//     or reset"), which empties the
+//     GPU's sample ring; GetMigMode, GetSamples and the MIG calls answer
+//     the mode of the clock's now.
+//   - reloads unload the driver at at and load it again for later, as
+//     version when given (SystemGetDriverVersion says it from then): Init
+//     answers ERROR_DRIVER_NOT_LOADED meanwhile. The simulated driver
+//     counts NVML sessions (Init opens one, Shutdown closes it): a session
+//     opened before the reload answers its device calls with
+//     ERROR_DRIVER_NOT_LOADED during it and ERROR_LIB_RM_VERSION_MISMATCH
+//     after, until it is shut down. On a node the unload fails while any
+//     process holds /dev/nvidia* open (the GPU Operator's driver manager
+//     evicts every GPU client first, NVIDIA/k8s-driver-manager
+//     cmd/driver-manager at bd62ca7d); here it goes ahead, and
+//     Node.HeldDuringReload says a session was held through it. A reloaded
+//     library of another version is what a reader that mounts the host's
+//     driver root would load; a container whose libnvidia-ml.so.1 the
+//     NVIDIA container toolkit mounted at its start keeps the old one.
+//   - node_labels are labels the node object carries over [from, to)
+//     (Node.NodeLabels): the GPU Operator's MIG manager sets
+//     nvidia.com/mig.config.state to pending while it changes the layout
+//     (NVIDIA/mig-parted deployments/gpu-operator/reconfigure-mig.sh), its
+//     upgrade controller nvidia.com/gpu-driver-upgrade-state
+//     (NVIDIA/k8s-operator-libs pkg/upgrade/consts.go at 11e747a5), and
+//     both move the nvidia.com/gpu.deploy.* labels off "true" to
+//     paused-for-mig-change or paused-for-driver-upgrade.
+//
 // # Inference engines
 //
 // A pod's `engine: {kind: vllm|sglang|tgi, kv_cache_usage: RATIO,

@@ -70,17 +70,14 @@ func (dr Driver) bootClock() bool { return dr.SampleClock == SampleClockBoot }
 // driverKeys are the keys of the `driver` mapping.
 var driverKeys = []string{"process_samples", "process_refresh", "sample_clock", "idle_samples"}
 
-// driver decodes the optional `driver` mapping n into s.Driver, starting
-// from the defaults.
-func (d *decoder) driver(n *yaml.Node, s *Scenario) error {
+// driverShapes decodes the shape keys of the `driver` mapping m (nil when
+// the scenario has none) into s.Driver, starting from the defaults.
+func (d *decoder) driverShapes(m map[string]*yaml.Node, s *Scenario) error {
 	s.Driver = Driver{ProcessSamples: ProcessSamplesPerRead, ProcessRefresh: DefaultProcessRefresh, SampleClock: SampleClockUnix}
-	if n == nil {
+	if m == nil {
 		return nil
 	}
-	m, err := d.mapping(n, "driver", driverKeys...)
-	if err != nil {
-		return err
-	}
+	var err error
 	choice := func(key string, dst *string, allowed ...string) error {
 		n := m[key]
 		if n == nil {

@@ -233,7 +233,7 @@ func TestParseDriverErrors(t *testing.T) {
 	t.Parallel()
 	tests := []parseErrorCase{
 		{"unknown key", head + "driver: {process_sample: per-read}\n",
-			"t.yaml:5: driver.process_sample: unknown key; want one of process_samples, process_refresh, sample_clock, idle_samples"},
+			"t.yaml:5: driver.process_sample: unknown key; want one of process_samples, process_refresh, sample_clock, idle_samples, version, mig_parent_permission, mps, graphics, memory_not_available, zombies, compute_instances, mig_mode, reloads, node_labels"},
 		{"unknown shape", head + "driver: {process_samples: per-call}\n",
 			`t.yaml:5: driver.process_samples: "per-call" is not one of per-read, per-period`},
 		{"unknown clock", head + "driver: {sample_clock: tai}\n",

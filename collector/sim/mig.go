@@ -351,11 +351,15 @@ type migDevice struct {
 	gpu, slot int
 	profile   migProfile
 	gi        int
-	uuid      string
-	util      series
-	sm        series // GPM's SM_UTIL: see smSeries
-	procs     []proc // by PID
-	from, to  time.Duration
+	// ci is its compute instance ID, and ciSlices its compute instance's
+	// slices when the GPU instance is split into several (0: one compute
+	// instance spans it).
+	ci, ciSlices int
+	uuid         string
+	util         series
+	sm           series // GPM's SM_UTIL: see smSeries
+	procs        []proc // by PID
+	from, to     time.Duration
 	// start is the first memory slice of its placement; -1 when a fixed
 	// layout has none (the DRA driver then cannot name it).
 	start int
@@ -365,6 +369,14 @@ type migDevice struct {
 }
 
 func (md *migDevice) alive(t time.Duration) bool { return md.from <= t && t < md.to }
+
+// computeSlices is the slices of the device's compute instance.
+func (md *migDevice) computeSlices() uint32 {
+	if md.ciSlices > 0 {
+		return uint32(md.ciSlices)
+	}
+	return md.profile.info.SliceCount
+}
 
 // migGIIDs are the GPU instance IDs the driver hands out by instance size,
 // first free first, close to what a real driver gives the usual placements
@@ -487,7 +499,14 @@ func (n *Node) migAt(gpu, slot int, t time.Duration) *migDevice {
 	return nil
 }
 
-func (n *Node) migEnabled(gpu int) bool { return n.migOn[gpu] }
+// migEnabled is GPU gpu's MIG mode at the clock's now.
+func (n *Node) migEnabled(gpu int) bool {
+	if len(n.sc.Traps.MIGModeChanges) == 0 {
+		return n.migOn[gpu]
+	}
+	t, _ := n.now()
+	return n.migModeAt(gpu, t)
+}
 
 // instanceIDs are the GPU and compute instance IDs NVML reports for process
 // pid on gpu: those of its MIG device, or 0xFFFFFFFF for both without MIG.
@@ -634,7 +653,7 @@ func (m *migHandle) GetMigDeviceHandleByIndex(int) (nvml.Device, nvml.Return) {
 }
 func (m *migHandle) IsMigDeviceHandle() (bool, nvml.Return)   { return true, nvml.SUCCESS }
 func (m *migHandle) GetGpuInstanceId() (int, nvml.Return)     { return m.m.gi, nvml.SUCCESS }
-func (m *migHandle) GetComputeInstanceId() (int, nvml.Return) { return 0, nvml.SUCCESS }
+func (m *migHandle) GetComputeInstanceId() (int, nvml.Return) { return m.m.ci, nvml.SUCCESS }
 func (m *migHandle) GetDeviceHandleFromMigDeviceHandle() (nvml.Device, nvml.Return) {
 	return m.parent, nvml.SUCCESS
 }
@@ -651,7 +670,7 @@ func (m *migHandle) GetAttributes() (nvml.DeviceAttributes, nvml.Return) {
 		SharedJpegCount:           p.JpegCount,
 		SharedOfaCount:            p.OfaCount,
 		GpuInstanceSliceCount:     p.SliceCount,
-		ComputeInstanceSliceCount: p.SliceCount,
+		ComputeInstanceSliceCount: m.m.computeSlices(),
 		MemorySizeMB:              p.MemorySizeMB,
 	}, nvml.SUCCESS
 }
@@ -677,6 +696,7 @@ func (m *migHandle) GetTotalEnergyConsumption() (uint64, nvml.Return) {
 // ERROR_NOT_FOUND: the instance is gone.
 
 func (m *migHandle) GetMemoryInfo_v2() (nvml.Memory_v2, nvml.Return) {
+	m.parent.n.missingSymbol("nvmlDeviceGetMemoryInfo_v2")
 	t, _ := m.parent.n.now()
 	if !m.m.alive(t) {
 		return nvml.Memory_v2{}, nvml.ERROR_NOT_FOUND
@@ -701,9 +721,13 @@ func (m *migHandle) GetComputeRunningProcesses() ([]nvml.ProcessInfo, nvml.Retur
 	running := m.m.running(t)
 	out := make([]nvml.ProcessInfo, len(running))
 	for i, p := range running {
-		out[i] = nvml.ProcessInfo{Pid: p.pid, UsedGpuMemory: p.memory, GpuInstanceId: uint32(m.m.gi), ComputeInstanceId: 0}
+		mem := p.memory
+		if m.parent.n.sc.Traps.MemoryNotAvailable[m.m.gpu] {
+			mem = math.MaxUint64
+		}
+		out[i] = nvml.ProcessInfo{Pid: p.pid, UsedGpuMemory: mem, GpuInstanceId: uint32(m.m.gi), ComputeInstanceId: uint32(m.m.ci)}
 	}
-	return out, nvml.SUCCESS
+	return m.parent.n.asDecoded(out), nvml.SUCCESS
 }
 
 // Library-style MIG calls delegate to the device, as the real library does.

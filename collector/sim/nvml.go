@@ -56,6 +56,8 @@ type Node struct {
 	// hangEnds counts the calls blocked in a hang, by the hang's end.
 	hangMu   sync.Mutex
 	hangEnds map[time.Duration]int
+	// sessions are the NVML sessions open, for the driver reloads.
+	sessions sessions
 }
 
 // gpuModel is what the simulated driver knows of one GPU.
@@ -130,6 +132,8 @@ func NewNode(sc *Scenario, clock Clock) (*Node, error) {
 		return nil, err
 	}
 	n.mig, n.migOn = mig, on
+	n.splitComputeInstances()
+	n.applyMIGModeChanges()
 	n.devIDs = sc.identities(n.plan)
 
 	srv.Devices = srv.Devices[:sc.GPUs]

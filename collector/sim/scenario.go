@@ -54,6 +54,8 @@ type Scenario struct {
 	// Faults are the failures injected into the simulated driver and
 	// kubelet, in file order.
 	Faults []Fault
+	// Traps are the driver behaviours the `driver:` keys ask for.
+	Traps DriverTraps
 
 	// LeadIn is how much of the scenario `agent --simulate` plays at once,
 	// as fast as it can poll, before it follows the wall clock: the live
@@ -672,7 +674,7 @@ func (d *decoder) scenario(root *yaml.Node) (*Scenario, error) {
 			return nil, err
 		}
 	}
-	if err := d.driver(m["driver"], s); err != nil {
+	if err := d.driverShapes(nil, s); err != nil { // the defaults; `driver:` is decoded below
 		return nil, err
 	}
 	if n := m["priority_classes"]; n != nil {
@@ -706,6 +708,11 @@ func (d *decoder) scenario(root *yaml.Node) (*Scenario, error) {
 	}
 	if err := d.processes(m, s); err != nil {
 		return nil, err
+	}
+	if n := m["driver"]; n != nil {
+		if err := d.driver(n, s); err != nil {
+			return nil, err
+		}
 	}
 	if n := m["faults"]; n != nil {
 		if err := d.faults(n, s); err != nil {
