@@ -161,10 +161,15 @@ func writeValueText(b *strings.Builder, r *Report, loc *time.Location) {
 		}
 		tw.Flush()
 	}
-	if r.Cost != nil && len(r.TopWorkloads) > 0 {
-		fmt.Fprintf(b, "\nIDLE COST OF THE TOP WORKLOADS (%s)\n", r.Cost.Currency)
+	if r.Cost != nil {
+		var lines []string
 		for _, w := range r.TopWorkloads {
-			fmt.Fprintf(b, "  %s: %s at peak, %s in all\n", w.ID(), moneyOr(w.PeakIdleCost, r.Cost.Currency), moneyOr(w.IdleCost, r.Cost.Currency))
+			if w.IdleCost == nil || *w.IdleCost > 0 {
+				lines = append(lines, fmt.Sprintf("  %s: %s at peak, %s in all\n", w.ID(), moneyOr(w.PeakIdleCost, r.Cost.Currency), moneyOr(w.IdleCost, r.Cost.Currency)))
+			}
+		}
+		if len(lines) > 0 {
+			fmt.Fprintf(b, "\nIDLE COST OF THE TOP WORKLOADS (%s)\n%s", r.Cost.Currency, strings.Join(lines, ""))
 		}
 	}
 
