@@ -312,13 +312,14 @@ func TestSharedGPUProcessAttribution(t *testing.T) {
 
 func TestMIGDevices(t *testing.T) {
 	t.Parallel()
-	parent := collector.Device{UUID: uuidOf(0), GPU: 0, UtilizationSource: collector.UtilizationNone, MIGEnabled: true}
+	// GKE names the GPU by its minor number, 2 here, not its index.
+	parent := collector.Device{UUID: uuidOf(0), GPU: 0, UtilizationSource: collector.UtilizationNone, MIGEnabled: true, Minor: 2, HasMinor: true}
 	// Instances of 3, 2 and 1 of the GPU's 7 slices; one slice is free.
 	sliceOf := map[int]int{1: 3, 2: 2, 5: 1}
 	mig := func(gi int, source string) collector.Device {
 		return collector.Device{UUID: fmt.Sprintf("MIG-%08d-0000-0000-0000-000000000000", gi), GPU: 0, ParentUUID: parent.UUID,
 			MIGProfile: fmt.Sprintf("%dg.40gb", sliceOf[gi]), GPUInstance: gi, ComputeInstance: 0, UtilizationSource: source,
-			Slices: sliceOf[gi], ParentSlices: 7}
+			Slices: sliceOf[gi], ParentSlices: 7, Minor: 2, HasMinor: true}
 	}
 	devs := []*richDevice{
 		{info: parent},
@@ -329,7 +330,7 @@ func TestMIGDevices(t *testing.T) {
 	allocs := []collector.Allocation{
 		alloc("by-uuid", mig(1, "").UUID),
 		alloc("legacy", fmt.Sprintf("MIG-%s/2/0", parent.UUID)),
-		alloc("gke", "nvidia0/gi5"),
+		alloc("gke", "nvidia2/gi5"),
 	}
 	s := runRich(t, devs, allocs, 60*time.Second)
 	for _, w := range []struct {

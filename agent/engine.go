@@ -436,8 +436,11 @@ func (e *Engine) updateAllocations(list collector.AllocationList, fresh bool, no
 		uuid, gpu, ok := e.resolve(a.Device)
 		if !ok {
 			e.sources[collector.SourceKubelet].errors["unresolved_device"]++
-			if a.Device.Kind == collector.RefDRA {
-				unresolved++ // no resolver (collector/dra) in front of the kubelet
+			if !a.DRA.IsZero() {
+				// No resolver (collector/dra) in front of the kubelet, or a
+				// MIG device that NVML has not listed (yet): held, by whom
+				// is not known.
+				unresolved++
 			}
 			continue
 		}
@@ -571,26 +574,60 @@ func (e *Engine) resolve(ref collector.DeviceRef) (string, int, bool) {
 			return ref.UUID, ds.info.GPU, true
 		}
 		return ref.UUID, -1, true
-	case collector.RefIndex:
-		for uuid, ds := range e.dev {
-			d := ds.info
-			switch {
-			case d.GPU != ref.GPU:
-			case !ref.HasGI && d.ParentUUID == "":
-				return uuid, d.GPU, true
-			case ref.HasGI && d.ParentUUID != "" && d.GPUInstance == ref.GI:
-				return uuid, d.GPU, true
-			}
+	case collector.RefMinor:
+		// GKE names a GPU by its minor number, which need not be its index.
+		if uuid, gpu, n := e.findDevice(func(d collector.Device) bool {
+			return d.HasMinor && d.Minor == ref.Minor && (ref.HasGI == (d.ParentUUID != "")) && (!ref.HasGI || d.GPUInstance == ref.GI)
+		}); n == 1 {
+			return uuid, gpu, true
+		}
+	case collector.RefMIGPlacement:
+		// A dynamic MIG device is found as NVIDIA's DRA driver finds it:
+		// the live GPU instance of that profile and placement on the parent.
+		if uuid, gpu, n := e.findDevice(func(d collector.Device) bool {
+			return d.ParentUUID == ref.UUID && d.HasPlacement && d.GIProfileID == ref.GIProfile && d.PlacementStart == ref.Placement
+		}); n == 1 {
+			return uuid, gpu, true
+		}
+		// NVML did not say where the instances sit (GetGpuInstanceById
+		// needs privileges): the profile decides only if one instance of
+		// it lives on the parent.
+		if uuid, gpu, n := e.findDevice(func(d collector.Device) bool {
+			return d.ParentUUID == ref.UUID && !d.HasPlacement && ref.Profile != "" && d.MIGProfile == ref.Profile
+		}); n == 1 {
+			return uuid, gpu, true
 		}
 	case collector.RefLegacyMIG:
-		for uuid, ds := range e.dev {
-			d := ds.info
-			if d.ParentUUID == ref.UUID && d.GPUInstance == ref.GI && d.ComputeInstance == ref.CI {
-				return uuid, d.GPU, true
-			}
+		if uuid, gpu, n := e.findDevice(func(d collector.Device) bool {
+			return d.ParentUUID == ref.UUID && d.GPUInstance == ref.GI && d.ComputeInstance == ref.CI
+		}); n == 1 {
+			return uuid, gpu, true
 		}
 	}
 	return "", 0, false
+}
+
+// findDevice returns the device that match accepts, and how many it
+// accepts: among the devices of the latest read while NVML is up, since a
+// MIG instance destroyed and made again has the old one's GPU instance or
+// placement; while NVML is down, among the devices last seen, the latest
+// seen first.
+func (e *Engine) findDevice(match func(collector.Device) bool) (string, int, int) {
+	live := e.sources[collector.SourceNVML].up
+	found, gpu, n := "", 0, 0
+	var seen time.Time
+	for uuid, ds := range e.dev {
+		if (live && !ds.present) || !match(ds.info) {
+			continue
+		}
+		switch {
+		case live || n == 0:
+			found, gpu, n, seen = uuid, ds.info.GPU, n+1, ds.goneAt
+		case ds.present || ds.goneAt.After(seen) || (ds.goneAt.Equal(seen) && uuid < found):
+			found, gpu, seen = uuid, ds.info.GPU, ds.goneAt
+		}
+	}
+	return found, gpu, n
 }
 
 // latestHolders returns who holds device uuid in the latest allocation list.

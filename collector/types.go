@@ -50,6 +50,19 @@ type Device struct {
 	// name them); they mean something only when ParentUUID is set.
 	GPUInstance     int
 	ComputeInstance int
+	// Minor is the GPU's device minor number (/dev/nvidia<Minor>; the
+	// parent's for a MIG instance), which GKE's device plugin and NVIDIA's
+	// DRA driver name GPUs by; it need not equal GPU. HasMinor is false
+	// when NVML did not say.
+	Minor    int
+	HasMinor bool
+	// GIProfileID and PlacementStart are a MIG instance's GPU instance
+	// profile ID (NVML's, e.g. 19 for 1g.10gb) and the first memory slice
+	// of its placement, which NVIDIA's DRA driver names a dynamic MIG
+	// device by; HasPlacement is false when NVML did not say.
+	GIProfileID    int
+	PlacementStart int
+	HasPlacement   bool
 	// Slices is a MIG instance's share of its GPU's compute, in GPU-instance
 	// slices, out of ParentSlices (7 on A100, H100 and newer); zero when
 	// unknown. They weigh the instance's time in its GPU's capacity counters.
@@ -193,6 +206,26 @@ type Pod struct {
 	ContainerIDs map[string]string
 	// Scheduling is how the scheduler and Kueue rank and queue the pod.
 	Scheduling Scheduling
+	// Sharing is what a GPU-sharing scheduler wrote on the pod about the
+	// GPUs it uses, where the kubelet does not say.
+	Sharing Sharing
+}
+
+// Sharing is what HAMi and KAI Scheduler write on a pod about its GPUs
+// (sharing.go parses it).
+type Sharing struct {
+	// Devices maps a container to the UUIDs of the GPUs HAMi gave it, one
+	// per device (its hami.io/vgpu-devices-allocated annotation); nil for
+	// a pod HAMi did not place.
+	Devices map[string][]string
+	// GPUGroups are the KAI Scheduler GPU groups of the pod: its
+	// runai-gpu-group label, or the runai-gpu-group/<group> labels of a
+	// fraction of several GPUs. A reservation pod and the fraction pods it
+	// holds a GPU for carry the same group.
+	GPUGroups []string
+	// GPUContainer is the container KAI gives a fraction pod's GPU: its
+	// gpu-fraction-container-name annotation, else its first container.
+	GPUContainer string
 }
 
 // Scheduling is what decides which pod a GPU goes to: the pod's priority,

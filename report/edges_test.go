@@ -25,9 +25,9 @@ func TestPendingFromFirstScrape(t *testing.T) {
 	// 5m reaches past the end of these 7 minutes).
 	pending := func(at time.Time) (float64, bool) { return 2, !at.Before(first) }
 	api := startTimed(t, func(expr string, at time.Time, step time.Duration) []point {
-		if expr == qQueuePods {
+		if expr == qWaitPods {
 			if _, ok := pending(at); ok {
-				return []point{{labels: map[string]string{"cluster": "", "priority_class": "", "queue": ""}, v: 2}}
+				return []point{{labels: map[string]string{"cluster": "", "namespace": "ns", "pod": "waiter-0"}, v: 2}}
 			}
 			return nil
 		}
@@ -75,8 +75,8 @@ func TestOffPeakRange(t *testing.T) {
 			return []point{{withLabel(wl("big"), "window", "offpeak"), 2 * o}, {withLabel(wl("small"), "window", "offpeak"), o}}
 		case qWLActive:
 			return []point{{withLabel(wl("big"), "window", "offpeak"), 0}, {withLabel(wl("small"), "window", "offpeak"), 0}}
-		case qQueuePods:
-			return []point{{labels: map[string]string{"cluster": "", "priority_class": "", "queue": ""}, v: 1}}
+		case qWaitPods:
+			return []point{{labels: map[string]string{"cluster": "", "namespace": "ns", "pod": "waiter-0"}, v: 1}}
 		case qQueueFree:
 			return []point{{labels: map[string]string{"cluster": ""}, v: 5 * o}}
 		}
@@ -133,7 +133,7 @@ func TestWarningsWhereTheyBelong(t *testing.T) {
 	n := node{instance: "node-a", gpus: 8, allocated: 3, from: end.Add(-2 * time.Hour), to: end, interval: 15 * time.Second,
 		peak: func(time.Time) bool { return true }}
 	api := startTimed(t, func(expr string, at time.Time, step time.Duration) []point {
-		if expr == qQueuePods {
+		if expr == qWaitPods {
 			return []point{{labels: map[string]string{"cluster": "", "priority_class": "batch", "queue": ""}, v: 1}}
 		}
 		return n.answer(expr, at, step, func(time.Time) (float64, bool) { return 1, true })

@@ -35,7 +35,7 @@ func WriteHTML(w io.Writer, r *Report) error {
 		Heatmap:  heatmapSVG(r),
 		Wasters:  wastersSVG(r),
 		Timeline: timelineSVG(r, loc),
-		Queue:    queueSVG(r.Queue),
+		Queue:    queueHTML(r.Queue, r.WarningsBySection.Queue),
 		Value:    valueHTML(r, loc),
 		AllHours: r.Ranking == BasisAll,
 		Withheld: withheldSentence(r.HintsWithheld),
@@ -83,15 +83,7 @@ svg text{font-family:system-ui,sans-serif;fill:#1d2330}
 {{range .R.WarningsBySection.Range}}<div class="sub warn range-warning">warning: {{.}}</div>
 {{end}}<div class="card verdict{{if .Short}} short{{end}}" id="verdict"><p>{{.R.Verdict.Sentence}}</p>
 <ol>{{range .R.Verdict.Arithmetic}}<li>{{.}}</li>{{end}}</ol></div>
-<div class="card" id="queue"><h2>The queue: who waited, and what could have run them</h2><p>{{.R.Queue.Sentence}}</p>
 {{.Queue}}
-{{range .R.WarningsBySection.Queue}}<p class="warn">warning: {{.}}</p>
-{{end}}{{if .R.Queue.Classes}}<table><tr><th>priority class</th><th>priority</th><th>queue</th><th>pending at peak</th><th>pending</th><th>shortfall</th></tr>
-{{range .R.Queue.Classes}}<tr><td>{{dash .PriorityClass}}</td><td class="n">{{printf "%.0f" .Priority}}</td><td>{{dash .Queue}}</td><td class="n">{{gpuh .Peak.PendingGPUHours}}</td><td class="n">{{gpuh .All.PendingGPUHours}}</td><td class="n">{{gpuh .All.ShortfallGPUHours}}</td></tr>
-{{end}}</table>{{end}}
-{{if .R.Queue.TopHolders}}<h2>Idle holders that blocked waiters</h2><table><tr><th>workload</th><th>kind</th><th>priority class</th><th>could have run at peak</th><th>could have run</th><th>idle</th></tr>
-{{range .R.Queue.TopHolders}}<tr><td>{{.ID}}</td><td>{{dash .Kind}}</td><td>{{dash .PriorityClass}}</td><td class="n">{{gpuh (.Blocked "peak")}}</td><td class="n">{{gpuh (.Blocked "all")}}</td><td class="n">{{gpuh .IdleGPUHours}}</td></tr>
-{{end}}</table>{{end}}</div>
 <div class="grid">
 <div class="card"><h2>Where the GPU time went</h2>{{.Funnel}}</div>
 <div class="card"><h2>Top wasters: idle GPU-hours {{if .AllHours}}over all hours (the range has no peak time){{else}}at peak{{end}}</h2>{{.Wasters}}</div>
@@ -315,54 +307,6 @@ func timelineSVG(r *Report, loc *time.Location) template.HTML {
 	fmt.Fprintf(&b, `<text x="%g" y="14" font-size="12" text-anchor="end">%s  <tspan fill="#2e9d5b">━ reclaimable</tspan>  <tspan fill="#a0a7b4">━ owned</tspan>  (shaded: peak)</text>`, w-10, pending)
 	if span, rng := dataSpan(r), time.Duration(r.Range.Hours*float64(time.Hour)); n > 0 && span < rng {
 		fmt.Fprintf(&b, `<text id="span" x="%g" y="14" font-size="12" fill="#5b6475">drawn over the %s of the %s range that hold data</text>`, left, humanDuration(span.Hours()), humanDuration(rng.Hours()))
-	}
-	b.WriteString(`</svg>`)
-	return template.HTML(b.String())
-}
-
-// queueSVG draws where the waiting went, all hours and at peak: one
-// stacked bar each, in the order the parts are served.
-func queueSVG(q Queue) template.HTML {
-	if !q.Available || q.All.PendingGPUHours == 0 {
-		return ""
-	}
-	const w, barH, gap, left = 720.0, 26.0, 10.0, 90.0
-	var b strings.Builder
-	rows := []struct {
-		name string
-		f    QueueFigures
-	}{{"all hours", q.All}, {"at peak", q.Peak}}
-	legendY := 2 * (barH + gap)
-	fmt.Fprintf(&b, `<svg id="queue-chart" viewBox="0 0 %g %g" role="img" aria-label="where the waiting went">`, w, legendY+20*float64(len(queueRows)-1)+4)
-	for i, row := range rows {
-		y := float64(i) * (barH + gap)
-		fmt.Fprintf(&b, `<text x="0" y="%g" font-size="13">%s</text>`, y+barH*0.65, row.name)
-		switch {
-		case row.f.Hours == 0:
-			fmt.Fprintf(&b, `<text x="%g" y="%g" font-size="12" fill="#5b6475">the range has no peak time</text>`, left, y+barH*0.65)
-		case row.f.PendingGPUHours == 0:
-			fmt.Fprintf(&b, `<text x="%g" y="%g" font-size="12" fill="#5b6475">nothing waited</text>`, left, y+barH*0.65)
-		}
-		x := left
-		for _, part := range queueRows[1:] {
-			bw := (w - left - 10) * ratio(part.of(row.f), row.f.PendingGPUHours)
-			if bw <= 0 {
-				continue
-			}
-			fmt.Fprintf(&b, `<rect x="%g" y="%g" width="%g" height="%g" fill="%s"><title>%s: %s</title></rect>`, x, y, bw, barH, part.color, esc(part.name), gpuHours(part.of(row.f)))
-			x += bw
-		}
-	}
-	// The legend's figures are those the sentence judges: at peak, or over
-	// all hours when the range has no peak time.
-	f, at := q.Peak, "at peak"
-	if q.Basis == BasisAll {
-		f, at = q.All, "over all hours (the range has no peak time)"
-	}
-	for i, part := range queueRows[1:] {
-		y := legendY + 20*float64(i)
-		fmt.Fprintf(&b, `<rect x="%g" y="%g" width="12" height="12" fill="%s"/><text x="%g" y="%g" font-size="12">%s · %s %s</text>`,
-			left, y, part.color, left+18, y+10, esc(part.name), gpuHours(part.of(f)), at)
 	}
 	b.WriteString(`</svg>`)
 	return template.HTML(b.String())

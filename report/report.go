@@ -41,7 +41,10 @@ type Config struct {
 	Top int
 	// Quantile of per-step shortfall at peak that decides the verdict.
 	Quantile float64
-	Hints    HintConfig
+	// SLOWait is the target p95 wait by priority class ("*": every
+	// class without one of its own): --slo.wait.
+	SLOWait map[string]time.Duration
+	Hints   HintConfig
 	// Prices are the GPU types' prices (--price, --price.file, --currency);
 	// without any, the report has no money figures.
 	Prices PriceSheet
@@ -107,6 +110,8 @@ func (c Config) Validate() error {
 		return fmt.Errorf("max series %d must be at least 1", c.MaxSeries)
 	case c.Location == nil:
 		return errors.New("no time zone")
+	case badSLO(c.SLOWait) != "":
+		return errors.New(badSLO(c.SLOWait))
 	case !(c.Hints.ActivityThreshold > 0 && c.Hints.ActivityThreshold <= 1):
 		return fmt.Errorf("activity threshold %g must be in (0, 1]", c.Hints.ActivityThreshold)
 	case !(c.Hints.MemoryBound > 0 && c.Hints.MemoryBound <= 1):
@@ -298,12 +303,25 @@ func Build(ctx context.Context, api API, c Config) (*Report, error) {
 		{expr: qWLAllocated}, {expr: qWLActive}, {expr: qWLIdle}, {expr: qWLStreak}, {expr: qWLMemory}, {expr: qWLMemoryTotal},
 		// A gauge is read at the middle of each step.
 		{expr: qPending, offset: -c.Step / 2}, {expr: qKSM}, {expr: qCovered}, {expr: qWLGPU},
-		// The queue X-ray (queue.go).
-		{expr: qQueuePods, offset: -c.Step / 2}, {expr: qQueueClasses, offset: -c.Step / 2, signed: true}, {expr: qQueueHolders}, {expr: qQueueFree},
-		{expr: qKueueUsage, offset: -c.Step / 2}, {expr: qKueueNominal, offset: -c.Step / 2}, {expr: qKueuePending, offset: -c.Step / 2}, {expr: qKueuePendingGPUs, offset: -c.Step / 2},
 		// Pending demand at each step's end too, for the steps in which
 		// kube-state-metrics' data begins (atEdges).
-		{expr: qPending}, {expr: qQueuePods}}
+		{expr: qPending}}
+	// The queue X-ray (queue.go), from jobs[queueFirst] on, then its
+	// waiters' gauges at each step's end (atEdges) from jobs[edgeFirst].
+	queueFirst := len(jobs)
+	for _, qq := range queueQueries {
+		j := &job{expr: qq.expr, signed: qq.signed}
+		if qq.gauge {
+			j.offset = -c.Step / 2
+		}
+		jobs = append(jobs, j)
+	}
+	edgeFirst := len(jobs)
+	for _, qq := range queueQueries {
+		if qq.edge {
+			jobs = append(jobs, &job{expr: qq.expr, signed: qq.signed})
+		}
+	}
 	// The work and money figures' queries (value.go).
 	var vi valueInput
 	valueJobs := valueJobs(c, &vi)
@@ -332,9 +350,16 @@ func Build(ctx context.Context, api API, c Config) (*Report, error) {
 		observed: byWindow(jobs[1].out, g.n), allocated: byWindow(jobs[2].out, g.n), active: byWindow(jobs[3].out, g.n),
 		idle: byWindow(jobs[4].out, g.n), unallocated: byWindow(jobs[5].out, g.n), unallocatedActive: byWindow(jobs[6].out, g.n),
 		wlAllocated: jobs[7].out, wlActive: jobs[8].out, wlIdle: jobs[9].out, wlStreak: jobs[10].out, wlMemory: jobs[11].out, wlMemoryTotal: jobs[12].out,
-		pending: atEdges(jobs[13].out, jobs[25].out, ksmBegins), ksm: jobs[14].out, covered: coveredSeconds(jobs[15].out, byWindow(jobs[1].out, g.n), g), wlGPU: jobs[16].out,
-		queue: queueInput{pods: atEdges(jobs[17].out, jobs[26].out, ksmBegins), classes: jobs[18].out, holders: jobs[19].out, free: jobs[20].out,
-			kueueUsage: jobs[21].out, kueueNominal: jobs[22].out, kueuePending: jobs[23].out, kueuePendingGPUs: jobs[24].out}, value: vi}
+		pending: atEdges(jobs[13].out, jobs[17].out, ksmBegins), ksm: jobs[14].out, covered: coveredSeconds(jobs[15].out, byWindow(jobs[1].out, g.n), g), wlGPU: jobs[16].out, value: vi}
+	e := edgeFirst
+	for k, qq := range queueQueries {
+		out := jobs[queueFirst+k].out
+		if qq.edge {
+			out = atEdges(out, jobs[e].out, ksmBegins)
+			e++
+		}
+		*qq.dst(&in.queue) = out
+	}
 	if len(in.nodes) == 0 {
 		return nil, fmt.Errorf("%w (%s to %s): is the agent scraped by this Prometheus, and is the range right?", ErrNoData,
 			g.start.Format(time.RFC3339), end.Format(time.RFC3339))
@@ -589,10 +614,8 @@ func compute(in input, c Config) *Report {
 		steps[i] = DemandStep{Hours: cov / 3600, Peak: peak[i], Pending: pending[i],
 			IdleAllocated: perCovered(in.idle.all(i), cov), Unallocated: perCovered(in.unallocated.all(i), cov), UnallocatedActive: perCovered(in.unallocatedActive.all(i), cov)}
 	}
-	r.Demand = SetAgainst(steps, c.Quantile, len(in.ksm) > 0)
-	r.Verdict = Decide(r.Demand)
-	r.Queue = computeQueue(in, in.queue, peak, c.Top, len(in.ksm) > 0)
-	r.Verdict.Queue = r.Queue.Sentence
+	r.Queue = computeQueue(in, in.queue, peak, queueConfig{top: c.Top, slo: c.SLOWait, available: len(in.ksm) > 0})
+	r.Demand, r.Verdict = judge(steps, r.Queue, c.Quantile, len(in.ksm) > 0)
 	if !r.Queue.PrioritiesKnown && r.Queue.All.PendingGPUHours > 0 {
 		r.warn(sectionQueue, "no gpuxray_priority_class_value series (agents before the queue X-ray, or RBAC that denies them priorityclasses): every pod ranks 0, so no waiter could preempt a holder")
 	}

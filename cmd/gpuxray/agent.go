@@ -138,9 +138,13 @@ func runAgent(ctx context.Context, args []string, stderr io.Writer) error {
 		classes = live.priorityClasses()
 	}
 	if !*simulate {
-		opts, pcs, err := startPodSource(gctx, podCfg, &idCfg, logger, g.Go)
+		opts, pcs, podSrc, err := startPodSource(gctx, podCfg, &idCfg, logger, g.Go)
 		if err != nil {
 			return err
+		}
+		var lookup kubelet.PodLookup
+		if podSrc != nil {
+			lookup = podSrc
 		}
 		if pcs != nil {
 			classes = pcs
@@ -150,7 +154,7 @@ func runAgent(ctx context.Context, args []string, stderr io.Writer) error {
 			return err
 		}
 		var draOpts []agent.Option
-		allocs, draOpts = draAllocations(kube, src, draCfg, podCfg.nodeName, logger)
+		allocs, draOpts = draAllocations(kubelet.NewSharing(kube, lookup, logger.Named("kubelet")), src, draCfg, podCfg.nodeName, logger)
 		engineOpts = append(opts, draOpts...)
 	} else {
 		var draOpts []agent.Option

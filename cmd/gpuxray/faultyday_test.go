@@ -41,7 +41,7 @@ func TestReplayFaultyDay(t *testing.T) {
 	var final series
 	goroutines := map[time.Duration]int{}
 	maxAllocSeries := 0
-	scrape := func(ts time.Time, g prometheus.Gatherer) error {
+	scrape := func(ts time.Time, g, _ prometheus.Gatherer) error {
 		s := gatherSeries(t, g)
 		for k, v := range s {
 			last[k] = v

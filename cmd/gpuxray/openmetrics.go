@@ -20,10 +20,11 @@ import (
 // interleaving metric families, so scrapes are kept until the end and written
 // family by family, each series in time order.
 type omRecorder struct {
-	// target are the labels a scrape of the agent would attach (job, instance).
-	target   []*dto.LabelPair
-	families map[string]*omFamily
-	scrapes  int
+	// target are the labels a scrape of the agent would attach (job,
+	// instance); clusterTarget those of the simulated kube-state-metrics.
+	target, clusterTarget []*dto.LabelPair
+	families              map[string]*omFamily
+	scrapes               int
 }
 
 type omFamily struct {
@@ -39,27 +40,39 @@ type omSeries struct {
 	vals   []float64
 }
 
-func newOMRecorder(target map[string]string) *omRecorder {
+func newOMRecorder(target, clusterTarget map[string]string) *omRecorder {
 	r := &omRecorder{families: map[string]*omFamily{}}
-	for k, v := range target {
-		r.target = append(r.target, &dto.LabelPair{Name: &k, Value: &v})
+	pairs := func(m map[string]string) []*dto.LabelPair {
+		var out []*dto.LabelPair
+		for k, v := range m {
+			out = append(out, &dto.LabelPair{Name: &k, Value: &v})
+		}
+		return out
 	}
+	r.target, r.clusterTarget = pairs(target), pairs(clusterTarget)
 	return r
 }
 
-// scrape records the gatherer's metrics as a scrape at t.
-func (r *omRecorder) scrape(t time.Time, g prometheus.Gatherer) error {
-	if err := r.record(t, g, r.target); err != nil {
+// scrape records the agent's metrics and the cluster's (the simulated
+// kube-state-metrics and Kueue, when set) as scrapes at t.
+func (r *omRecorder) scrape(t time.Time, agent, cluster prometheus.Gatherer) error {
+	if err := r.record(t, agent, r.target, false); err != nil {
 		return err
+	}
+	if cluster != nil {
+		if err := r.record(t, cluster, r.clusterTarget, true); err != nil {
+			return fmt.Errorf("cluster series: %w", err)
+		}
 	}
 	r.scrapes++
 	return nil
 }
 
 // record adds the gatherer's metrics at t, with the target's labels where
-// a metric has none of that name: as a scrape with honor_labels keeps the
-// job and instance of the simulated engines' series (replayEngines).
-func (r *omRecorder) record(t time.Time, g prometheus.Gatherer, target []*dto.LabelPair) error {
+// a metric has none of that name (as a scrape with honor_labels keeps the
+// job and instance of the simulated engines' series, replayEngines) and,
+// with drop, without its empty labels.
+func (r *omRecorder) record(t time.Time, g prometheus.Gatherer, target []*dto.LabelPair, drop bool) error {
 	mfs, err := g.Gather()
 	if err != nil {
 		return fmt.Errorf("gather: %w", err)
@@ -72,7 +85,11 @@ func (r *omRecorder) record(t time.Time, g prometheus.Gatherer, target []*dto.La
 			r.families[fam.name] = fam
 		}
 		for _, m := range mf.GetMetric() {
-			labels := slices.Clip(m.GetLabel())
+			labels := m.GetLabel()
+			if drop {
+				labels = nonEmpty(labels)
+			}
+			labels = slices.Clip(labels)
 			for _, tl := range target {
 				if !slices.ContainsFunc(labels, func(l *dto.LabelPair) bool { return l.GetName() == tl.GetName() }) {
 					labels = append(labels, tl)
@@ -118,6 +135,16 @@ func (r *omRecorder) record(t time.Time, g prometheus.Gatherer, target []*dto.La
 		}
 	}
 	return nil
+}
+
+// nonEmpty drops labels with empty values, as a scrape stores them: the
+// simulated kube-state-metrics gives every pod every node-selector label,
+// empty where it has none.
+func nonEmpty(ls []*dto.LabelPair) []*dto.LabelPair {
+	if !slices.ContainsFunc(ls, func(l *dto.LabelPair) bool { return l.GetValue() == "" }) {
+		return ls
+	}
+	return slices.DeleteFunc(slices.Clone(ls), func(l *dto.LabelPair) bool { return l.GetValue() == "" })
 }
 
 // WriteTo writes the recorded scrapes, ending with "# EOF".

@@ -95,40 +95,40 @@ func (c podSourceConfig) validate() error {
 // disabled, no node name, or no way to reach the API server. A
 // configuration that cannot work (an unreadable kubeconfig, a relative
 // /proc) is a usage error.
-func startPodSource(ctx context.Context, c podSourceConfig, id *identityConfig, logger *zap.Logger, run func(func() error)) ([]agent.Option, *pods.PriorityClasses, error) {
+func startPodSource(ctx context.Context, c podSourceConfig, id *identityConfig, logger *zap.Logger, run func(func() error)) ([]agent.Option, *pods.PriorityClasses, *pods.Source, error) {
 	if !c.enabled {
-		return nil, nil, nil
+		return nil, nil, nil, nil
 	}
 	if c.nodeName == "" {
 		logger.Info("no pod source: --node.name (or $NODE_NAME) is not set; workloads, models and per-process attribution are off")
-		return nil, nil, nil
+		return nil, nil, nil, nil
 	}
 	procCfg := proc.Config{Root: c.procRoot}
 	cfg := pods.DefaultConfig(c.nodeName)
 	cfg.Kubeconfig, cfg.ModelKeys, cfg.ExtraLabels = c.kubeconfig, id.keys, id.extra
 	if err := cfg.Validate(); err != nil {
-		return nil, nil, usageError{err}
+		return nil, nil, nil, usageError{err}
 	}
 	client, err := pods.NewClient(cfg)
 	if err != nil {
 		logger.Warn("no pod source: the API server cannot be reached from here; workloads, models and per-process attribution are off", zap.Error(err))
-		return nil, nil, nil
+		return nil, nil, nil, nil
 	}
 	src, err := pods.New(cfg, client, logger.Named("pods"))
 	if err != nil {
-		return nil, nil, usageError{err}
+		return nil, nil, nil, usageError{err}
 	}
 	classClient, err := pods.NewPriorityClassClient(cfg)
 	if err != nil {
-		return nil, nil, fmt.Errorf("priority classes: %w", err)
+		return nil, nil, nil, fmt.Errorf("priority classes: %w", err)
 	}
 	classes, err := pods.NewPriorityClasses(classClient, logger.Named("pods"))
 	if err != nil {
-		return nil, nil, err
+		return nil, nil, nil, err
 	}
 	run(func() error { return classes.Run(ctx) })
 	startAndSync(ctx, src, "the node's pods", logger, run)
-	return []agent.Option{agent.WithPods(podsAndClasses{src, classes}), agent.WithProcesses(proc.New(procCfg, logger.Named("proc")))}, classes, nil
+	return []agent.Option{agent.WithPods(podsAndClasses{src, classes}), agent.WithProcesses(proc.New(procCfg, logger.Named("proc")))}, classes, src, nil
 }
 
 // syncer is a watch that runs until its context ends and says when its

@@ -9,6 +9,7 @@ import (
 	"net/url"
 	"os"
 	"path/filepath"
+	"strings"
 	"time"
 
 	"github.com/prometheus/client_golang/api"
@@ -68,6 +69,7 @@ func runReport(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	sched.Windows = peak.build()
 	fs.Func("peak.schedule", "the agents' --peak.schedule: the report follows the agents' window label and warns where it differs from this; unchecked when not given", peak.setSchedule)
 	fs.Func("peak.timezone", "the agents' --peak.timezone: the clock of the report's dates and hour-of-day heatmap", peak.setZone)
+	fs.Func("slo.wait", "a target for how long GPU jobs wait: CLASS=DURATION (a priority class, or * for every class without its own), the 95th-percentile wait the report holds each class to; repeatable", sloFlag(&cfg.SLOWait))
 	prices := priceFlags(fs)
 	fs.Lookup("peak.schedule").DefValue = agent.DefaultPeakSchedule
 	fs.Lookup("peak.timezone").DefValue = "UTC"
@@ -235,5 +237,28 @@ func progressLine(w io.Writer) func(done, total int) {
 			last = now
 			fmt.Fprintf(w, "\rreading Prometheus: %3.0f%% of %d query steps", 100*float64(done)/float64(max(total, 1)), total)
 		}
+	}
+}
+
+// sloFlag sets --slo.wait CLASS=DURATION into slo, one class at a time.
+func sloFlag(slo *map[string]time.Duration) func(string) error {
+	return func(v string) error {
+		class, d, ok := strings.Cut(v, "=")
+		class = strings.TrimSpace(class)
+		if !ok || class == "" {
+			return fmt.Errorf("want CLASS=DURATION, such as training=30m or *=2h")
+		}
+		dur, err := model.ParseDuration(strings.TrimSpace(d))
+		if err != nil || dur <= 0 {
+			return fmt.Errorf("%q is not a positive duration such as 30m, 2h or 1d", d)
+		}
+		if *slo == nil {
+			*slo = map[string]time.Duration{}
+		}
+		if _, dup := (*slo)[class]; dup {
+			return fmt.Errorf("class %s is given twice", class)
+		}
+		(*slo)[class] = time.Duration(dur)
+		return nil
 	}
 }

@@ -40,6 +40,9 @@ func TestReportCommandErrors(t *testing.T) {
 		{"bad end", []string{"report", "--prometheus=http://x", "--end=yesterday"}, 2, "--end \"yesterday\""},
 		{"bad step", []string{"report", "--prometheus=http://x", "--step=7m"}, 2, "must divide an hour"},
 		{"bad schedule", []string{"report", "--prometheus=http://x", "--peak.schedule=Mon 25:00-26:00"}, 2, "peak.schedule"},
+		{"SLO without a class", []string{"report", "--prometheus=http://x", "--slo.wait=30m"}, 2, `--slo.wait "30m": want CLASS=DURATION`},
+		{"SLO not a duration", []string{"report", "--prometheus=http://x", "--slo.wait=training=soon"}, 2, `"soon" is not a positive duration`},
+		{"SLO twice", []string{"report", "--prometheus=http://x", "--slo.wait=*=1h", "--slo.wait=*=2h"}, 2, "class * is given twice"},
 		{"unreachable", []string{"report", "--prometheus=" + url, "--range=1h"}, 1, "Prometheus is unreachable at " + url},
 	} {
 		t.Run(c.name, func(t *testing.T) {

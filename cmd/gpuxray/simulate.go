@@ -20,6 +20,7 @@ import (
 
 	"github.com/gpuxray/gpuxray/agent"
 	"github.com/gpuxray/gpuxray/collector/dra"
+	"github.com/gpuxray/gpuxray/collector/kubelet"
 	"github.com/gpuxray/gpuxray/collector/node"
 	"github.com/gpuxray/gpuxray/collector/proc"
 	"github.com/gpuxray/gpuxray/collector/sim"
@@ -237,6 +238,9 @@ func startSimulation(sc *sim.Scenario, clock sim.Clock) (*simulation, error) {
 // resolved by the real DRA source from the simulated API server's
 // ResourceSlices, as on a node. The source runs in run until ctx is done.
 func (s *simulation) allocations(ctx context.Context, kube dra.Lister, c draSourceConfig, logger *zap.Logger, run func(func() error)) (agent.AllocationSource, []agent.Option, error) {
+	// Sharing schedulers' pods are read from the simulated node, as the
+	// agent reads them from its pod source.
+	kube = kubelet.NewSharing(kube, s.node, logger.Named("kubelet"))
 	if s.api == nil {
 		return kube, nil, nil
 	}

@@ -7,13 +7,15 @@
 // typed REST client (resource.k8s.io v1, falling back to v1beta2 and
 // v1beta1 on older API servers) and keeps, per device of the configured
 // drivers, the value of its UUID attribute (NVIDIA's driver publishes
-// "uuid" for every GPU and MIG device it has created). Resolver wraps the
-// kubelet client: it replaces each DRA allocation's device by its UUID, or,
-// when it cannot — the slices are not listed yet, the device is not in
-// them, or it has no UUID attribute (a MIG device not created yet) — drops
-// it from the allocations, counts it in AllocationList.Unresolved and
-// reports it, never guessing. Devices of other drivers are ignored and
-// counted.
+// "uuid" for every GPU and fixed MIG device) or, for a MIG device without
+// one (its dynamic MIG partitions), the parent, GPU-instance profile ID
+// and placement its name and parentUUID say. Resolver wraps the kubelet
+// client: it replaces each DRA allocation's device by its UUID or MIG
+// placement, or, when it cannot — the slices are not listed yet, the
+// device is not in them, or it has neither — drops it from the
+// allocations, counts it in AllocationList.Unresolved and reports it,
+// never guessing. Devices of other drivers are ignored and counted;
+// VFIO passthrough devices are dropped (NVML does not see them).
 //
 // When the API server cannot be reached, or RBAC denies the list or watch,
 // the source keeps the slices it last knew, reports itself down through
@@ -70,6 +72,9 @@ var (
 	ErrUnknownDevice = errors.New("no ResourceSlice of the node lists the device")
 	// ErrNoUUID: the device is listed, without a usable UUID attribute.
 	ErrNoUUID = errors.New("the device has no UUID attribute")
+	// ErrPassthrough: the device is a GPU passed through to a VM (VFIO),
+	// which NVML on the host does not see; its uuid is the driver's own.
+	ErrPassthrough = errors.New("the device is a GPU passed through to a VM")
 )
 
 // Source is the ResourceSlice source of one node. Its methods are safe for
@@ -347,6 +352,8 @@ func (s *Source) Resolve(driver, pool, name string) (collector.DeviceRef, error)
 		return collector.DeviceRef{}, ErrNotSynced
 	case !found:
 		return collector.DeviceRef{}, fmt.Errorf("%w (driver %s, pool %s, device %s)", ErrUnknownDevice, driver, pool, name)
+	case dev.typ == DeviceTypeVFIO:
+		return collector.DeviceRef{}, fmt.Errorf("%w (driver %s, pool %s, device %s)", ErrPassthrough, driver, pool, name)
 	case dev.ref.Kind == 0:
 		return collector.DeviceRef{}, fmt.Errorf("%w (driver %s, pool %s, device %s, type %q, parent %q, profile %q): %s",
 			ErrNoUUID, driver, pool, name, dev.typ, dev.parent, dev.profile, dev.problem)
@@ -381,7 +388,7 @@ func (s *Source) convert(obj any) (string, *slice) {
 			return ""
 		}
 		dev := device{typ: str("type"), parent: str("parentUUID"), profile: str("profile")}
-		dev.ref, dev.problem = uuidOf(attrs, keys)
+		dev.ref, dev.problem = refOf(d.Name, dev.typ, dev.parent, dev.profile, attrs, keys)
 		sl.devices[d.Name] = dev
 	}
 	return rs.Name, sl

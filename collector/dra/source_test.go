@@ -97,16 +97,25 @@ func resourceSlice(name, drv, nodeName, pool string, generation int64, devs ...r
 	}
 }
 
-const migName = "gpu-2-mig-1g10gb-19-0"
+const (
+	migName = "gpu-2-mig-1g10gb-19-0"
+	// oddMIG is a MIG device without a uuid whose name does not say its
+	// profile ID and placement.
+	oddMIG = "gpu-2-mig-extra"
+	// vfioName is a GPU passed through to VMs.
+	vfioName = "gpu-vfio-3"
+)
 
 // nodeSlices are a node's slices: NVIDIA's driver's GPUs (one with its UUID
-// under the qualified name, one MIG device not created yet), a NIC
-// driver's, and another node's.
+// under the qualified name, a dynamic MIG partition, which has no uuid, a
+// MIG device of no canonical name, and a GPU passed through to VMs, whose
+// uuid is the driver's own), a NIC driver's, and another node's.
 func nodeSlices() []*resourcev1.ResourceSlice {
+	vfio := resourcev1.Device{Name: vfioName, Attributes: attrs{"type": str("vfio"), "uuid": str("4a4c4b1e-5d5e-5f60-8a61-626364656667")}}
 	return []*resourcev1.ResourceSlice{
 		resourceSlice("gpu-node-1-gpu.nvidia.com-a", driver, node, node, 1,
 			gpuDevice(0, "uuid", uuid0), gpuDevice(1, "gpu.nvidia.com/uuid", uuid1),
-			migDevice(migName, uuid2, "1g.10gb", "")),
+			migDevice(migName, uuid2, "1g.10gb", ""), migDevice(oddMIG, uuid2, "1g.10gb", ""), vfio),
 		resourceSlice("gpu-node-1-nic.example.com-a", "nic.example.com", node, node, 1,
 			resourcev1.Device{Name: "gpu-0", Attributes: attrs{"uuid": str(uuid2)}}),
 		resourceSlice("gpu-node-2-gpu.nvidia.com-a", driver, "gpu-node-2", "gpu-node-2", 1, gpuDevice(0, "uuid", uuid2)),
@@ -176,6 +185,18 @@ func waitRV(t *testing.T, src *Source, rv string) {
 }
 
 // resolves checks what Resolve answers for a device of the GPU driver.
+// resolvesPlacement checks that device resolves to the MIG instance of
+// parent with GI profile ID profileID placed at start: NVIDIA's driver
+// names a dynamic MIG partition so and publishes no uuid for it.
+func resolvesPlacement(t *testing.T, src *Source, device, parent string, profileID, start int, profile string) {
+	t.Helper()
+	ref, err := src.Resolve(driver, node, device)
+	want := collector.DeviceRef{ID: device, Kind: collector.RefMIGPlacement, UUID: parent, GIProfile: profileID, Placement: start, Profile: profile}
+	if err != nil || ref != want {
+		t.Errorf("Resolve(%s) = %+v, %v; want %+v", device, ref, err, want)
+	}
+}
+
 func resolves(t *testing.T, src *Source, device, wantUUID string, wantErr error) {
 	t.Helper()
 	ref, err := src.Resolve(driver, node, device)
@@ -252,7 +273,9 @@ func TestListWatch(t *testing.T) {
 
 			resolves(t, src, "gpu-0", uuid0, nil)
 			resolves(t, src, "gpu-1", uuid1, nil)
-			resolves(t, src, migName, "", ErrNoUUID)
+			resolvesPlacement(t, src, migName, uuid2, 19, 0, "1g.10gb")
+			resolves(t, src, oddMIG, "", ErrNoUUID)
+			resolves(t, src, vfioName, "", ErrPassthrough)
 			resolves(t, src, "gpu-7", "", ErrUnknownDevice)
 			if _, err := src.Resolve("nic.example.com", node, "gpu-0"); !errors.Is(err, ErrUnknownDevice) {
 				t.Errorf("a NIC driver's device resolved: %v", err)
@@ -315,7 +338,7 @@ func TestExpiredWatchRelists(t *testing.T) {
 	}
 	src, _ := run(t, api, DefaultConfig(node))
 	waitSync(t, src)
-	resolves(t, src, migName, "", ErrNoUUID)
+	resolvesPlacement(t, src, migName, uuid2, 19, 0, "1g.10gb")
 
 	created := nodeSlices()[0]
 	created.Spec.Devices[2] = migDevice(migName, uuid2, "1g.10gb", migUUID)
@@ -594,9 +617,10 @@ func TestDeepCopy(t *testing.T) {
 		t.Fatalf("copy differs:\n%+v\n%+v", cp, list)
 	}
 	*cp.Items[0].Spec.Devices[0].Attributes["uuid"].String = "changed"
-	*cp.Items[0].Spec.Devices[3].Basic.Attributes["uuid"].String = "changed"
+	last := len(sl.Spec.Devices) - 1
+	*cp.Items[0].Spec.Devices[last].Basic.Attributes["uuid"].String = "changed"
 	cp.Items[0].Labels = map[string]string{"a": "b"}
-	if *list.Items[0].Spec.Devices[0].Attributes["uuid"].String != uuid0 || *sl.Spec.Devices[3].Basic.Attributes["uuid"].String != uuid0 || list.Items[0].Labels != nil {
+	if *list.Items[0].Spec.Devices[0].Attributes["uuid"].String != uuid0 || *sl.Spec.Devices[last].Basic.Attributes["uuid"].String != uuid0 || list.Items[0].Labels != nil {
 		t.Error("the copy shares its attributes or metadata with the original")
 	}
 	if (*ResourceSlice)(nil).DeepCopyObject() != nil || (*ResourceSliceList)(nil).DeepCopyObject() != nil {

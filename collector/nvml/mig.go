@@ -64,7 +64,12 @@ func (r *Reader) migDevice(parent collector.Device, parentHandle, h nvml.Device,
 			UtilizationSource: collector.UtilizationNone,
 			GPUInstance:       gi,
 			ComputeInstance:   ci,
+			Minor:             parent.Minor,
+			HasMinor:          parent.HasMinor,
 		},
+	}
+	if gi >= 0 {
+		d.info.GIProfileID, d.info.PlacementStart, d.info.HasPlacement = gpuInstancePlacement(parentHandle, gi)
 	}
 	if attrs, ret := h.GetAttributes(); ret == nvml.SUCCESS {
 		d.info.MIGProfile = migProfile(attrs)

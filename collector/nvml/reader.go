@@ -319,6 +319,7 @@ func (r *Reader) enumerate() error {
 				MIGEnabled:        migEnabled,
 			},
 		}
+		d.info.Minor, d.info.HasMinor = minorNumber(h)
 		switch {
 		case migEnabled:
 			// NVML has no utilization samples on a MIG-enabled GPU; its

@@ -227,10 +227,11 @@ func slowLib(clock *stepClock, took, offset time.Duration) *mock.Interface {
 		return uint64(clock.t.Add(offset).UnixMicro())
 	}
 	dev := &mock.Device{
-		GetUUIDFunc:    func() (string, gonvml.Return) { return "GPU-slow", gonvml.SUCCESS },
-		GetNameFunc:    func() (string, gonvml.Return) { return "slow", gonvml.SUCCESS },
-		GetIndexFunc:   func() (int, gonvml.Return) { return 0, gonvml.SUCCESS },
-		GetMigModeFunc: func() (int, int, gonvml.Return) { return 0, 0, gonvml.ERROR_NOT_SUPPORTED },
+		GetUUIDFunc:        func() (string, gonvml.Return) { return "GPU-slow", gonvml.SUCCESS },
+		GetNameFunc:        func() (string, gonvml.Return) { return "slow", gonvml.SUCCESS },
+		GetIndexFunc:       func() (int, gonvml.Return) { return 0, gonvml.SUCCESS },
+		GetMigModeFunc:     func() (int, int, gonvml.Return) { return 0, 0, gonvml.ERROR_NOT_SUPPORTED },
+		GetMinorNumberFunc: func() (int, gonvml.Return) { return 0, gonvml.SUCCESS },
 		GetSamplesFunc: func(gonvml.SamplingType, uint64) (gonvml.ValueType, []gonvml.Sample, gonvml.Return) {
 			return gonvml.VALUE_TYPE_UNSIGNED_INT, []gonvml.Sample{rawSample(answer(), 40)}, gonvml.SUCCESS
 		},

@@ -115,10 +115,11 @@ func (c *clockLib) lib() *mock.Interface {
 	period := sim.SamplePeriod
 	stamp := func(t time.Time) uint64 { return uint64(t.Add(-c.offset).UnixMicro()) }
 	dev := &mock.Device{
-		GetUUIDFunc:    func() (string, gonvml.Return) { return "GPU-clock", gonvml.SUCCESS },
-		GetNameFunc:    func() (string, gonvml.Return) { return "clock", gonvml.SUCCESS },
-		GetIndexFunc:   func() (int, gonvml.Return) { return 0, gonvml.SUCCESS },
-		GetMigModeFunc: func() (int, int, gonvml.Return) { return 0, 0, gonvml.ERROR_NOT_SUPPORTED },
+		GetUUIDFunc:        func() (string, gonvml.Return) { return "GPU-clock", gonvml.SUCCESS },
+		GetNameFunc:        func() (string, gonvml.Return) { return "clock", gonvml.SUCCESS },
+		GetIndexFunc:       func() (int, gonvml.Return) { return 0, gonvml.SUCCESS },
+		GetMinorNumberFunc: func() (int, gonvml.Return) { return 0, gonvml.SUCCESS },
+		GetMigModeFunc:     func() (int, int, gonvml.Return) { return 0, 0, gonvml.ERROR_NOT_SUPPORTED },
 		GetSamplesFunc: func(_ gonvml.SamplingType, lastSeen uint64) (gonvml.ValueType, []gonvml.Sample, gonvml.Return) {
 			c.seen = append(c.seen, lastSeen)
 			out := []gonvml.Sample{rawSample(stamp(c.fresh.Add(-3*time.Hour)), 40)}

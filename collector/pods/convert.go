@@ -42,6 +42,7 @@ func (s *Source) convert(p *Pod) collector.Pod {
 		ExtraLabels:  workload.ExtraLabels(s.cfg.ExtraLabels, p.Labels),
 		ContainerIDs: containerIDs(p),
 		Scheduling:   sched,
+		Sharing:      sharing(p),
 	}
 }
 
@@ -55,16 +56,17 @@ func staticUID(p *Pod) string {
 	return uid
 }
 
-// containerIDs maps each started container of p (init and sidecar
-// containers included: a native sidecar can hold a GPU) to its runtime ID,
+// containerIDs maps each started container of p (init, sidecar and
+// ephemeral containers included: a native sidecar can hold a GPU, and a
+// debug container's processes can run on the pod's) to its runtime ID,
 // without the "containerd://", "cri-o://" or "docker://" scheme.
 func containerIDs(p *Pod) map[string]string {
-	n := len(p.Status.ContainerStatuses) + len(p.Status.InitContainerStatuses)
+	n := len(p.Status.ContainerStatuses) + len(p.Status.InitContainerStatuses) + len(p.Status.EphemeralContainerStatuses)
 	if n == 0 {
 		return nil
 	}
 	ids := make(map[string]string, n)
-	for _, list := range [][]ContainerStatus{p.Status.InitContainerStatuses, p.Status.ContainerStatuses} {
+	for _, list := range [][]ContainerStatus{p.Status.InitContainerStatuses, p.Status.ContainerStatuses, p.Status.EphemeralContainerStatuses} {
 		for _, c := range list {
 			if id := stripScheme(c.ContainerID); id != "" {
 				ids[c.Name] = id

@@ -26,8 +26,8 @@
 //
 // The top-level `unscheduled` key lists pods that request GPUs and that no
 // node has taken (namespace, name, container, owner, resource, gpus, from,
-// to, priority_class, queue, claim): they wait, Pending and bound to no
-// node. The node never sees them. KubeState serves, for them and for the
+// to, priority_class, queue, claim, node_selector, suspended): they wait,
+// Pending and bound to no node. The node never sees them. KubeState serves, for them and for the
 // node's pods, the series kube-state-metrics would (kube_pod_info,
 // kube_pod_status_phase, kube_pod_container_resource_requests), which
 // `agent --simulate` serves at /simulate/kube-state-metrics and never on
@@ -38,6 +38,59 @@
 // (kube_customresource_resourceclaim_request_devices and _owner_info, no
 // _allocated_device_info: unallocated). Running DRA pods' claims are not
 // served.
+//
+// Every pod also has kube_pod_created, its from in Unix seconds, and
+// kube_pod_nodeselectors, its node selector as nodeselector_<key> labels
+// (the key's characters outside [a-zA-Z0-9_] made "_"; a pod without a
+// key has the label empty, which a scrape drops), as kube-state-metrics
+// writes them (kubernetes/kube-state-metrics@c92fe0c5, internal/store/
+// pod.go: createPodCreatedFamilyGenerator, createPodNodeSelectorsFamily-
+// Generator, which is opt-in; internal/store/utils.go: kubeMapTo-
+// PrometheusLabels, SanitizeLabelName). An unscheduled pod's
+// `node_selector` sets it: GPU Feature Discovery's nvidia.com/gpu.product
+// selects a GPU type.
+//
+// # GPU types
+//
+// A simulated GPU's NVML name is its real product's, as GetName answers
+// on such a node: go-nvml's mocks' names (NVIDIA/go-nvml@v0.13.4-1,
+// pkg/nvml/mock/gpus), but for the A100 mock's "Mock " prefix, which no
+// driver writes and no GFD label matches. GFD's nvidia.com/gpu.product is
+// that name with the characters outside [A-Za-z0-9-_. ] dropped and each
+// run of blanks made a dash, "-SHARED" appended on a node whose GPUs are
+// shared without a new resource name, "-MIG-<profile>" for MIG devices
+// under the mixed strategy (NVIDIA/k8s-device-plugin@1b826acc,
+// internal/lm/resource.go: sanitise, getProductName): "NVIDIA H100 80GB
+// HBM3" is NVIDIA-H100-80GB-HBM3.
+//
+// # Kueue
+//
+// A scenario's `kueue` ClusterQueues serve Kueue's ClusterQueue series
+// (kubernetes-sigs/kueue@ff69552e, pkg/metrics/metrics.go:
+// kueue_cluster_queue_nominal_quota, _borrowing_limit (+Inf unset),
+// _resource_usage by cohort, cluster_queue, flavor and resource;
+// kueue_cluster_queue_resource_pending by cluster_queue and resource, no
+// flavor, as pending workloads are not assigned to one, and only with
+// metrics.enableClusterQueueResources (pkg/cache/queue/metrics.go,
+// reportCQPendingWorkloads); kueue_pending_workloads by status "active"
+// and "inadmissible"; kueue_admitted_active_workloads). Usage is the GPUs
+// of the running pods whose kueue.x-k8s.io/cluster-queue-name label names
+// the queue. An unscheduled pod with a `queue` is pending in its
+// ClusterQueue's series as well as a Pending pod: Kueue's pod integration,
+// whose gated pods exist, Pending and bound to no node.
+//
+// An unscheduled entry with `suspended: true` is a Job Kueue keeps
+// suspended: it has no pod, so no pod series; Kueue counts it pending in
+// the ClusterQueue its `queue` feeds (which the scenario must have), and
+// kube-state-metrics with deploy/kube-state-metrics/kueue.yaml serves its
+// Workload, as Kueue makes one for a Job (apis/kueue/v1beta2/
+// workload_types.go): named job-<Job> (Kueue adds a hash of the Job's UID,
+// pkg/controller/jobframework/workload_names.go), one pod set "main" of
+// one pod of its GPUs, its node selector on the pod template; not
+// admitted, so status.resourceRequests holds its GPUs; spec.queueName,
+// spec.priorityClassRef and spec.priority from its queue and class;
+// created at its from; owned by its Job. Each LocalQueue of `kueue` has
+// kube_customresource_kueue_localqueue_info naming its ClusterQueue.
 //
 // # Duty cycles
 //
@@ -61,13 +114,17 @@
 //     SystemGetCudaDriverVersion, DeviceGetCount, DeviceGetHandleByIndex,
 //     DeviceGetHandleByUUID (GPU and MIG UUIDs; ERROR_NOT_FOUND for an
 //     unknown UUID, as the driver, where the mock says
-//     ERROR_INVALID_ARGUMENT), DeviceGetHandleByPciBusId,
+//     ERROR_INVALID_ARGUMENT), DeviceGetHandleByPciBusId (none of them
+//     finds a GPU passed through to VMs, `vfio`, which NVML does not
+//     list: the indices of the GPUs after it close up),
 //     Extensions().LookupSymbol (found only for the calls listed here; the
 //     GPM calls only on systems with GPM).
 //   - Per device (and as nvml.DeviceGet…(dev) on the interface): GetUUID,
-//     GetName, GetIndex, GetMinorNumber, GetBrand, GetArchitecture,
+//     GetName, GetIndex, GetMinorNumber (the scenario's `minor_numbers`,
+//     else the index), GetBrand, GetArchitecture,
 //     GetCudaComputeCapability, GetPciInfo (the mock's values); GetMigMode
-//     (enabled for a GPU with a MIG layout); GetSamples
+//     (enabled for a GPU with a MIG layout; for one in dynamic MIG mode,
+//     see Dynamic Resource Allocation); GetSamples
 //     (GPU_UTILIZATION_SAMPLES only, others ERROR_NOT_SUPPORTED);
 //     GetUtilizationRates (the latest complete sample period's busy
 //     percent, memory 0; it answers the samples call's faults);
@@ -75,7 +132,13 @@
 //     GetTotalEnergyConsumption; GetComputeRunningProcesses;
 //     GetProcessUtilization; GetMaxMigDeviceCount, GetMigDeviceHandleByIndex,
 //     IsMigDeviceHandle, GetAttributes, GetGpuInstanceId,
-//     GetComputeInstanceId, GetDeviceHandleFromMigDeviceHandle.
+//     GetComputeInstanceId, GetDeviceHandleFromMigDeviceHandle,
+//     GetGpuInstanceById and the instance's GetInfo (ID, NVML's GPU
+//     instance profile ID — 19 for 1g.10gb, not go-nvml's profile index —
+//     and placement in memory slices; ERROR_NOT_FOUND for no such
+//     instance, ERROR_NOT_SUPPORTED outside MIG mode, and NO_PERMISSION
+//     after SetMIGPrivileged(false): nvml.h says it "Requires privileged
+//     user").
 //   - GPM: GpmQueryDeviceSupport, GpmSampleAlloc, GpmSampleFree,
 //     GpmSampleGet, GpmMigSampleGet (on the library, the device and the
 //     sample) and GpmMetricsGet; not the …V variants, which go-nvml builds
@@ -234,16 +297,21 @@
 // The kubelet lists a DRA pod's container with no devices but one
 // dynamic_resources entry: claim_name, claim_namespace, and per device
 // driver_name gpu.nvidia.com, pool_name the node's name, device_name the
-// device's name in the node's ResourceSlices, and the CDI device NVIDIA's
+// device's name in the node's ResourceSlices, and the CDI devices NVIDIA's
 // driver prepares, k8s.gpu.nvidia.com/claim=<claim UID>-<device>
-// (ClaimUID); share_id is unset. The pods of a shared claim each list it.
+// (ClaimUID), accumulated per driver as the kubelet hands them out: the
+// n-th device of a claim lists the CDI devices of the first n
+// (kubernetes/kubernetes pkg/kubelet/cm/container_manager_linux.go
+// GetDynamicResources: one cdiDevices slice per driver, appended per
+// device); share_id is unset. The pods of a shared claim each list it.
 //
 // The node's ResourceSlices (Node.ResourceSlices) are what NVIDIA's DRA
 // driver publishes (NVIDIA/k8s-dra-driver-gpu, cmd/gpu-kubelet-plugin,
 // read at commit 22407113, May 2026; the driver publishes the GPUs of the
 // node that no device-plugin pod holds, in pool <node>):
 //
-//   - A whole GPU is gpu-<minor> (minor = index here). Attributes, in the
+//   - A whole GPU is gpu-<minor> (deviceinfo.go CanonicalName; the minor
+//     number is the scenario's `minor_numbers`, else the index). Attributes, in the
 //     v1 API's spelling (unqualified names are in the driver's domain, as
 //     gpu.nvidia.com/uuid): type "gpu", uuid (NVML's "GPU-…"),
 //     productName, brand, architecture, cudaComputeCapability,
@@ -263,9 +331,23 @@
 //     profile at every placement as a partitionable device (KEP 4815),
 //     named as above, each consuming its capacities and memory slices
 //     (memory-slice-<i>) from counter set gpu-<minor>-counter-set, which a
-//     slice of its own holds (a v1 slice holds devices or counters). The
-//     GPU stays in MIG mode (changing it takes a reset), so the whole GPU
-//     is not offered. A pod asks for `mig:N:<profile>`: the driver creates
+//     slice of its own holds (a v1 slice holds devices or counters).
+//     On Hopper and Blackwell the driver also offers the GPU whole,
+//     gpu-<minor>, consuming every counter of its set, so that it and a
+//     partition are never allocated at once (nvlib.go
+//     GetPerGpuAllocatableDevices: "advertise both the full GPU and the
+//     dynamic MIG profiles irrespective of current MIG state";
+//     partitions.go GpuInfo.PartGetDevice), and the GPU is in MIG mode
+//     only while a MIG device the driver made lives on it: createMigDevice
+//     enables MIG mode for the first, maybeDisableMigMode disables it
+//     after the last (supportsMIGModeToggle: arch >= Hopper). GetMigMode,
+//     the MIG calls, samples and per-process samples follow; the sample
+//     rings start over when the GPU leaves MIG mode. A pod holds the GPU
+//     whole as `gpu:N` (a DRA pod; the scenario is refused if it overlaps
+//     a MIG device on the GPU). On Ampere (dgxa100) the driver offers
+//     dynamic MIG only on a GPU already in MIG mode, which it cannot leave
+//     without a reset (isDynamicMIGCapable): the GPU stays in MIG mode and
+//     is not offered whole. A pod asks for `mig:N:<profile>`: the driver creates
 //     the MIG device when the claim's first pod starts, at the lowest free
 //     placement of the profile (the first matching device of the slice,
 //     as the scheduler picks), the lowest free MIG device index and GPU
@@ -274,17 +356,26 @@
 //     each time it is made; a claim that does not fit beside the devices
 //     alive at its start is refused.
 //
-// While a dynamic MIG device exists its partition carries the uuid
-// attribute, and loses it when the device is destroyed: one change of the
-// pool, so every slice of the pool gets the next pool generation (MODIFIED
-// events). NVIDIA's driver at that commit does not publish it: with
-// DynamicMIG it announces the abstract partitions once and re-publishes
-// only with PassthroughSupport, so a real node's partitions never carry a
-// uuid, and a reader must find the MIG device from parentUUID, profile and
-// the placement in the device's name. The uuid here lets a reader resolve
-// a dynamic device as it resolves the others; parentUUID and profile are
-// there as on a real node, and Node.SetPartitionUUIDs(false) publishes the
-// partitions as NVIDIA's driver does, without uuid.
+// A dynamic MIG partition carries no uuid, as NVIDIA's driver publishes
+// it (partitions.go MigSpec.PartGetDevice: CommonAttributesMig only; with
+// DynamicMIG the driver announces the abstract partitions once and
+// re-publishes only with PassthroughSupport): a reader must find the MIG
+// device from parentUUID, profile and the profile ID and placement in the
+// device's name, as the driver's own FindMigDevBySpec does
+// (GetGpuInstanceById, GetInfo). Node.SetPartitionUUIDs(true) offers the
+// other shape, a driver that publishes the made device's uuid while it
+// exists: one change of the pool, so every slice of the pool gets the
+// next pool generation (MODIFIED events).
+//
+// With `vfio: ["gpu:N"]` (and allocation: dra) the GPU is bound to
+// vfio-pci for the whole scenario: NVML does not list it, and the driver
+// publishes it only as gpu-vfio-<N> (deviceinfo.go VfioDeviceInfo
+// CanonicalName; nvlib.go enumerateGpuVfioDevices, whose parent is nil
+// for a GPU prepared in passthrough mode), type vfio, with a uuid derived
+// from its PCI address (getVfioDeviceInfo: uuid.NewSHA1(NameSpaceDNS,
+// address); VFIOUUID), deviceID, vendorID, numa, productName,
+// iommuFDEnabled, the PCI bus ID and addressableMemory. A DRA pod holds it
+// as gpu:N; Truth gives its row no UUID.
 //
 // APIServer serves the slices over the Kubernetes REST API on loopback
 // (Start for HTTP, StartTLS for HTTPS with CACert): discovery (/api,
@@ -311,6 +402,59 @@
 // Truth's rows say the claim, the DRA device name and the device's UUID
 // (for a dynamic MIG device the one made for the pod's claim), so DRA pods
 // are checked exactly as device-plugin pods.
+//
+// # Device plugins, the kubelet, and sharing schedulers
+//
+// The simulated kubelet's List answers as the kubelet builds it
+// (kubernetes/kubernetes pkg/kubelet/apis/podresources/server_v1.go,
+// read at b7fd57ad through the code index): the active pods, each with
+// its restartable init containers (sidecars) and then its containers,
+// never its regular init containers nor its ephemeral containers. A pod's
+// `container_type: sidecar` lists its GPU container first and a regular
+// container without devices ("app") after it; `container_type: init`
+// lists only the regular container: the kubelet never says which GPU a
+// regular init container holds. A device plugin's devices are listed one
+// ContainerDevices per device and NUMA node, each with one ID and that
+// node as its topology (containerDevicesFromResourceDeviceInstances in
+// pkg/kubelet/cm/container_manager_linux.go): a GPU is on NUMA node
+// index/4 unless `numa_nodes: {"gpu:N": [0, 1]}` says otherwise, and one
+// on two nodes is listed twice.
+//
+// `device_ids` is the device plugin's ID scheme:
+//
+//   - nvidia (the default): NVIDIA's device plugin, GPU-<uuid>,
+//     GPU-<uuid>::<replica>, MIG-<uuid>.
+//   - gke: GKE's (GoogleCloudPlatform/container-engine-accelerators,
+//     pkg/gpu/nvidia at 992db812): nvidia<minor>, named after
+//     /dev/nvidia<minor> from nvmlDeviceGetMinorNumber (manager.go
+//     discoverGPUs), nvidia<minor>/vgpu<R> for share R of a time-sharing
+//     or MPS GPU (gpu:N::R; manager.go ListDevices, gpusharing.go), and
+//     nvidia<minor>/gi<G> for GPU instance G of a MIG GPU (mig.go
+//     DiscoverAndMountMIGDevices), all as nvidia.com/gpu.
+//   - hami: HAMi's (Project-HAMi/HAMi at 4707fb02): slice n of a GPU is
+//     GPU-<uuid>-<n> (rm/devices.go GetPluginDevices), gpu:N::R its slice
+//     R. With GetPreferredAllocation off, HAMi's default (charts/hami
+//     values.yaml), the kubelet picks any free slice, and Allocate gives
+//     the container the GPU of the pod's hami.io/vgpu-devices-allocated
+//     annotation (plugin/server.go Allocate; device/devices.go
+//     EncodePodSingleDevice): the simulated kubelet lists the slice of the
+//     next GPU NVML lists, the shape in which its ID names another GPU,
+//     and the pod source's collector.Pod.Sharing.Devices names the true
+//     one.
+//
+// A pod with `gpu_fraction: F` (0 < F ≤ 1) is a KAI Scheduler fraction of
+// its one GPU (NVIDIA/KAI-Scheduler at 72de64fc, docs/gpu-sharing,
+// pkg/binder/binding/resourcereservation/resource_reservation.go): it
+// requests no GPU and the kubelet does not list it; a reservation pod,
+// gpu-reservation-<node>-<5 characters> in kai-resource-reservation,
+// container resource-reservation, holds the GPU through the device plugin
+// as nvidia.com/gpu from the first fraction pod's start to the last one's
+// end (syncForPods deletes it when no Running or Pending fraction is
+// left). The reservation pod and its fractions carry one runai-gpu-group
+// label (Pod, PodsInGPUGroup; the fraction's container gets the GPU, as
+// the first container does without gpu-fraction-container-name). The
+// fractions on a GPU add up to 1 at most; they share it, each credited
+// with its own processes' use.
 //
 // # GPM
 //

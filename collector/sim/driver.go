@@ -88,18 +88,20 @@ func (d *driver) SystemGetCudaDriverVersion() (int, nvml.Return) {
 	return d.CudaDriverVersion, nvml.SUCCESS
 }
 
+// DeviceGetCount and DeviceGetHandleByIndex count only the GPUs NVML
+// sees: not those passed through to VMs (vfio).
 func (d *driver) DeviceGetCount() (int, nvml.Return) {
 	if ret, ok := d.n.reloadFault(); ok {
 		return 0, ret
 	}
-	return len(d.handles), nvml.SUCCESS
+	return len(d.n.visible), nvml.SUCCESS
 }
 
 func (d *driver) DeviceGetHandleByIndex(i int) (nvml.Device, nvml.Return) {
-	if i < 0 || i >= len(d.handles) {
+	if i < 0 || i >= len(d.n.visible) {
 		return nil, nvml.ERROR_INVALID_ARGUMENT
 	}
-	return d.handles[i], nvml.SUCCESS
+	return d.handles[d.n.visible[i]], nvml.SUCCESS
 }
 
 // DeviceGetHandleByUUID answers ERROR_NOT_FOUND for an unknown UUID, as the
@@ -108,6 +110,9 @@ func (d *driver) DeviceGetHandleByIndex(i int) (nvml.Device, nvml.Return) {
 func (d *driver) DeviceGetHandleByUUID(uuid string) (nvml.Device, nvml.Return) {
 	t, _ := d.n.now()
 	for _, h := range d.handles {
+		if !d.n.nvmlVisible(h.g) {
+			continue
+		}
 		if strings.EqualFold(uuid, h.UUID) {
 			return h, nvml.SUCCESS
 		}
@@ -122,7 +127,7 @@ func (d *driver) DeviceGetHandleByUUID(uuid string) (nvml.Device, nvml.Return) {
 
 func (d *driver) DeviceGetHandleByPciBusId(busID string) (nvml.Device, nvml.Return) {
 	for _, h := range d.handles {
-		if busID == h.PciBusID {
+		if busID == h.PciBusID && d.n.nvmlVisible(h.g) {
 			return h, nvml.SUCCESS
 		}
 	}

@@ -47,9 +47,16 @@ type Node struct {
 	ids    podIDs
 	// identity says how the pod source names workloads and models.
 	identity Identity
-	// noPartitionUUIDs leaves the uuid out of dynamic MIG partitions, as
-	// NVIDIA's driver does (SetPartitionUUIDs).
-	noPartitionUUIDs bool
+	// partitionUUIDs puts the uuid of a dynamic MIG partition's MIG device
+	// in its slice while it lives, which NVIDIA's driver does not
+	// (SetPartitionUUIDs); migUnprivileged refuses GetGpuInstanceById
+	// (SetMIGPrivileged).
+	partitionUUIDs, migUnprivileged bool
+	// visible are the GPUs NVML lists, in index order: all but those
+	// passed through to VMs (vfio); kai are KAI Scheduler's reservation
+	// pods (alloc.go).
+	visible []int
+	kai     []reservation
 	// closed releases the calls hang faults hold (Close).
 	closed    chan struct{}
 	closeOnce sync.Once
@@ -92,6 +99,11 @@ func NewNode(sc *Scenario, clock Clock) (*Node, error) {
 		return nil, fmt.Errorf("sim: scenario %s: unknown system %q", sc.Name, sc.System)
 	}
 	srv := sys.newServer()
+	for _, d := range srv.Devices {
+		if md, ok := d.(*server.Device); ok {
+			md.Config.Name = sys.gpu.Name
+		}
+	}
 	if sc.GPUs < 1 || sc.GPUs > len(srv.Devices) {
 		return nil, fmt.Errorf("sim: scenario %s: %d GPUs, want 1 to %d", sc.Name, sc.GPUs, len(srv.Devices))
 	}
@@ -135,6 +147,7 @@ func NewNode(sc *Scenario, clock Clock) (*Node, error) {
 	n.splitComputeInstances()
 	n.applyMIGModeChanges()
 	n.devIDs = sc.identities(n.plan)
+	n.kai = sc.reservations()
 
 	srv.Devices = srv.Devices[:sc.GPUs]
 	n.uuids = make([]string, sc.GPUs)
@@ -142,6 +155,7 @@ func NewNode(sc *Scenario, clock Clock) (*Node, error) {
 		n.uuids[g] = deviceUUID(sc.Node, g)
 		dev := srv.Devices[g].(*server.Device)
 		dev.UUID = n.uuids[g]
+		n.identifyGPU(g, dev)
 	}
 	n.drv = newDriver(n)
 	return n, nil
@@ -200,6 +214,10 @@ func (n *Node) window(g int, lastSeen uint64) (first, last int64, ok bool) {
 	}
 	first = max(first, last-SampleBuffer+1)
 	if at, reset := n.resetAt(g, t); reset {
+		first = max(first, int64(at/SamplePeriod)+1)
+	}
+	if at, off := n.draMIGOffSince(g, t); off {
+		// The rings start over when the GPU leaves MIG mode.
 		first = max(first, int64(at/SamplePeriod)+1)
 	}
 	return first, last, first <= last

@@ -42,7 +42,8 @@ type Scenario struct {
 	MIGDynamic map[int]bool
 	// Allocation is how the node's pods get their GPUs unless a pod says
 	// otherwise: AllocationDevicePlugin (the default) or AllocationDRA.
-	Allocation  string
+	Allocation string
+	NodeAllocation
 	Pods        []Pod
 	Unallocated []UnallocatedStep
 
@@ -112,6 +113,7 @@ type Pod struct {
 	// PriorityClass is the pod's priority class, one of the scenario's
 	// PriorityClasses; empty for none. Its Kueue queues are labels.
 	PriorityClass string
+	PodAllocation
 	// Static marks a static pod, which the kubelet runs from a manifest:
 	// the API server knows it by its mirror pod, owned by the node, whose
 	// UID (PodUID) is not the UID its cgroups carry (StaticPodUID); the
@@ -615,7 +617,7 @@ func (d *decoder) step(n *yaml.Node, m map[string]*yaml.Node, path string, total
 }
 
 func (d *decoder) scenario(root *yaml.Node) (*Scenario, error) {
-	m, err := d.mapping(root, "", "start", "duration", "lead_in", "node", "system", "gpus", "allocation", "mig", "pods", "unallocated", "cgroup", "unattributed", "faults", "unscheduled", "priority_classes", "kueue", "driver")
+	m, err := d.mapping(root, "", append([]string{"start", "duration", "lead_in", "node", "system", "gpus", "allocation", "mig", "pods", "unallocated", "cgroup", "unattributed", "faults", "unscheduled", "priority_classes", "kueue", "driver"}, nodeAllocationKeys...)...)
 	if err != nil {
 		return nil, err
 	}
@@ -669,6 +671,9 @@ func (d *decoder) scenario(root *yaml.Node) (*Scenario, error) {
 			return nil, err
 		}
 	}
+	if err := d.nodeAllocation(m, s); err != nil {
+		return nil, err
+	}
 	if n := m["mig"]; n != nil {
 		if err := d.mig(n, s); err != nil {
 			return nil, err
@@ -703,6 +708,9 @@ func (d *decoder) scenario(root *yaml.Node) (*Scenario, error) {
 	if err := d.crossCheck(s); err != nil {
 		return nil, err
 	}
+	if err := d.allocationCheck(s); err != nil {
+		return nil, err
+	}
 	if err := d.planCheck(s); err != nil {
 		return nil, err
 	}
@@ -727,7 +735,7 @@ func (d *decoder) scenario(root *yaml.Node) (*Scenario, error) {
 	return s, nil
 }
 
-var podKeys = []string{"namespace", "name", "container", "owner", "labels", "cmdline", "parent_cmdline", "allocation", "claim", "resource", "pid", "devices", "from", "to", "memory", "util", "priority_class", "static", "sm_fraction", "engine"}
+var podKeys = append([]string{"namespace", "name", "container", "owner", "labels", "cmdline", "parent_cmdline", "allocation", "claim", "resource", "pid", "devices", "from", "to", "memory", "util", "priority_class", "static", "sm_fraction", "engine"}, podAllocationKeys...)
 
 func (d *decoder) pods(n *yaml.Node, s *Scenario) error {
 	items, err := d.seq(n, "pods")
@@ -921,6 +929,9 @@ func (d *decoder) pods(n *yaml.Node, s *Scenario) error {
 		if err := d.migPod(p, m, devs, &pod, s); err != nil {
 			return err
 		}
+		if err := d.podAllocation(p, m, devs, &pod, s); err != nil {
+			return err
+		}
 		s.Pods = append(s.Pods, pod)
 		d.podNode = append(d.podNode, it)
 		d.devNodes = append(d.devNodes, devs)
@@ -1000,7 +1011,7 @@ func (d *decoder) crossCheck(s *Scenario) error {
 		for di, db := range b.Devices {
 			for i := 0; i < j; i++ {
 				a := &s.Pods[i]
-				if a.From >= b.To || b.From >= a.To || s.sameClaim(i, j) {
+				if a.From >= b.To || b.From >= a.To || s.shareGPU(i, j) {
 					continue
 				}
 				for _, da := range a.Devices {

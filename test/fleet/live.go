@@ -14,7 +14,9 @@ import (
 	"time"
 
 	"github.com/gpuxray/gpuxray/agent"
+	"github.com/gpuxray/gpuxray/collector/sim"
 	promrules "github.com/gpuxray/gpuxray/deploy/prometheus"
+	"github.com/gpuxray/gpuxray/report"
 )
 
 // liveRun is what the live phase's checks need.
@@ -635,6 +637,48 @@ func (l *liveRun) truthOf(trs []*truther, r recorded, start, end time.Time, metr
 	}
 	window := r.labels["window"]
 	wt := l.nodeSpans(trs, start, end)
+	if strings.HasPrefix(name, "gpu_type:") {
+		// Free or idle GPUs not in MIG mode, of the nodes whose GPUs are
+		// of the type ("any": all of them). The rule adds counters of
+		// both windows and of allocated and unallocated time, whose sum
+		// does not change where one series begins and another ends: at a
+		// peak window's edge, or where a pod takes or leaves a GPU. A
+		// series that begins within the rate's window (a scrape wide)
+		// Prometheus extrapolates back at most half a scrape, not to its
+		// start, so such points are not judged.
+		for t := start.Add(-l.scrape); t.Before(end); t = t.Add(time.Minute) {
+			if l.sched != nil && l.sched.At(t) != l.sched.At(end) {
+				return math.NaN()
+			}
+		}
+		typ := r.labels["gpu_type"]
+		ofType := func(i int) bool {
+			return typ == report.GPUTypeAny || typ == report.GPUProduct(sim.ProductName(l.agents[i].scenario.System))
+		}
+		for i, a := range l.agents {
+			if !ofType(i) {
+				continue
+			}
+			sc := a.scenario
+			for _, p := range sc.Pods {
+				for _, b := range []time.Duration{p.From, p.To} {
+					if at := sc.Start.Add(b); b > 0 && b < sc.Duration && !at.Before(start.Add(-l.scrape)) && !at.After(end) {
+						return math.NaN()
+					}
+				}
+			}
+		}
+		var v float64
+		for i, sp := range wt.nodes {
+			if !ofType(i) {
+				continue
+			}
+			for _, t := range sp {
+				v += t.WholeIdle + t.WholeFree
+			}
+		}
+		return v / secs
+	}
 	metric := strings.SplitN(name, ":", 3)[1]
 	var v float64
 	add := func(sp [2]*totals) {

@@ -1,7 +1,9 @@
 package fleet
 
 import (
+	"math"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/NVIDIA/go-nvml/pkg/nvml/mock/gpus"
@@ -23,10 +25,10 @@ var memTotal = map[string]float64{
 // gpuName is each system's GPU product name as the simulated driver
 // reports it, which the report's MIG hint reads from gpuxray_device_info.
 var gpuName = map[string]string{
-	"dgxa100": gpus.A100_SXM4_40GB.Name,
-	"dgxh100": gpus.H100_SXM5_80GB.Name,
-	"dgxh200": gpus.H200_SXM5_141GB.Name,
-	"dgxb200": gpus.B200_SXM5_180GB.Name,
+	"dgxa100": sim.ProductName("dgxa100"),
+	"dgxh100": sim.ProductName("dgxh100"),
+	"dgxh200": sim.ProductName("dgxh200"),
+	"dgxb200": sim.ProductName("dgxb200"),
 }
 
 // member is a node of a fleet whose history is a copy of another's: its
@@ -53,6 +55,10 @@ type stepTruth struct {
 	peak, peakObserved                                        float64
 	observed, allocated, active, idle, unallocated, unallocAc float64 // GPUs
 	pending                                                   float64
+	// waiting is the pending GPUs by the GPU type their pods select
+	// ("any" for none); supply the free or idle GPUs not in MIG mode by
+	// type: the queue X-ray's two sides.
+	waiting, supply map[string]float64
 }
 
 // historyTruth is the report's truth over [start, start+rng) at step, for
@@ -63,6 +69,9 @@ func historyTruth(members []member, start time.Time, rng, step, scrape time.Dura
 	stepS, stepH := step.Seconds(), step.Hours()
 	var rt reportTruth
 	rt.steps = make([]stepTruth, n)
+	for i := range rt.steps {
+		rt.steps[i].waiting, rt.steps[i].supply = map[string]float64{}, map[string]float64{}
+	}
 	type wacc struct {
 		w            report.Workload
 		alloc, activ []float64
@@ -85,7 +94,9 @@ func historyTruth(members []member, start time.Time, rng, step, scrape time.Dura
 			pk, op := m.tr.span(a, b, sched)
 			st := &rt.steps[i]
 			st.peakObserved += pk.Observed / stepS
+			product := report.GPUProduct(sim.ProductName(sc.System))
 			for _, t := range []*totals{pk, op} {
+				st.supply[product] += (t.WholeIdle + t.WholeFree) / stepS
 				st.observed += t.Observed / stepS
 				st.allocated += t.Allocated / stepS
 				st.active += t.AllocActive / stepS
@@ -123,6 +134,11 @@ func historyTruth(members []member, start time.Time, rng, step, scrape time.Dura
 			for _, u := range sc.Unscheduled {
 				if mid >= u.From && mid < u.To {
 					st.pending += float64(u.GPUs)
+					t := strings.TrimSuffix(u.NodeSelector[sim.ProductLabel], "-SHARED")
+					if t == "" {
+						t = report.GPUTypeAny
+					}
+					st.waiting[t] += float64(u.GPUs)
 				}
 			}
 		}
@@ -192,7 +208,8 @@ func historyTruth(members []member, start time.Time, rng, step, scrape time.Dura
 		f.All.UnallocatedActive += st.unallocAc * stepH
 		st.peak = ratio(st.peakObserved, st.observed)
 		f.Peak.Hours += st.peak * stepH
-		demand[i] = report.DemandStep{Hours: stepH, Peak: st.peak, Pending: st.pending, IdleAllocated: st.idle, Unallocated: st.unallocated, UnallocatedActive: st.unallocAc}
+		demand[i] = report.DemandStep{Hours: stepH, Peak: st.peak, Pending: st.pending, IdleAllocated: st.idle, Unallocated: st.unallocated, UnallocatedActive: st.unallocAc,
+			Short: st.shortTotal(), Matched: true}
 		mid := start.Add(time.Duration(i)*step + step/2).In(c.Location)
 		idle[mid.Weekday()][mid.Hour()] += st.idle
 		obs[mid.Weekday()][mid.Hour()]++
@@ -207,6 +224,11 @@ func historyTruth(members []member, start time.Time, rng, step, scrape time.Dura
 	}
 	r.Demand = report.SetAgainst(demand, c.Quantile, true)
 	r.Verdict = report.Decide(r.Demand)
+	r.Verdict.GPUsShort = shortByType(rt.steps, r.Demand.Basis, c.Quantile)
+	r.Verdict.Kind = report.VerdictFixFirst
+	if r.Verdict.GPUsShort > 0 {
+		r.Verdict.Kind = report.VerdictShort
+	}
 	r.TopWorkloads = report.TopByPeakIdle(ws, len(ws))
 	r.TopModels = report.Models(ws, len(ws))
 	r.Hints = report.Hints(r.TopWorkloads, c.Hints.Over(f.All.Hours))
@@ -230,4 +252,64 @@ func renameNode(from, to string) func(string) string {
 		out := &series{labels: []label{{"x", s}}}
 		return id.apply(out).labels[0].value
 	}
+}
+
+// short is, by GPU type, the step's waiting that no free or idle GPU of
+// its type could have run. The fleet's waiters are one-GPU pods of one
+// priority (none), so each type's waiters take its free and idle GPUs,
+// wherever they are, before those of any type take what is left: a type
+// is short of what it waits for beyond its supply, and waiters of any
+// type of what they wait for beyond what the typed ones left. (The
+// report's matching does this per node, best fit; for one-GPU pods the
+// node does not matter.)
+func (st *stepTruth) short() map[string]float64 {
+	out := map[string]float64{}
+	left := 0.0
+	for t, s := range st.supply {
+		left += max(0, s-st.waiting[t])
+	}
+	for t, w := range st.waiting {
+		if t == report.GPUTypeAny {
+			out[t] = max(0, w-left)
+			continue
+		}
+		out[t] = max(0, w-st.supply[t])
+	}
+	return out
+}
+
+func (st *stepTruth) shortTotal() float64 {
+	var s float64
+	for _, v := range st.short() {
+		s += v
+	}
+	return s
+}
+
+// shortByType is the verdict's GPUs short: per GPU type, the quantile of
+// its shortfall over the steps mostly in the basis (peak, or all when the
+// range has none), less the verdict's slack of a tenth of a GPU and
+// rounded up; summed over types.
+func shortByType(steps []stepTruth, basis string, q float64) int {
+	by := map[string][]float64{}
+	types := map[string]bool{}
+	for _, st := range steps {
+		for t := range st.waiting {
+			types[t] = true
+		}
+	}
+	for _, st := range steps {
+		if basis == report.BasisPeak && st.peak < 0.5 {
+			continue
+		}
+		sh := st.short()
+		for t := range types {
+			by[t] = append(by[t], sh[t])
+		}
+	}
+	total := 0
+	for _, xs := range by {
+		total += int(math.Max(0, math.Ceil(report.Quantile(xs, q)-0.1)))
+	}
+	return total
 }

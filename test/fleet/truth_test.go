@@ -194,3 +194,42 @@ func TestYoungSeries(t *testing.T) {
 		}
 	}
 }
+
+// TestIdleByTypeTruth: the truth of gpu_type:gpuxray_idle_gpus:rate5m is
+// the free or idle GPUs not in MIG mode of the nodes of the type, and of
+// all of them for "any": a GPU in MIG mode takes no pod that asks for a
+// whole GPU.
+func TestIdleByTypeTruth(t *testing.T) {
+	t.Parallel()
+	h := parse(t, `start: 2026-11-23T08:00:00Z
+duration: 1h
+node: h
+system: dgxh100
+gpus: 3
+mig:
+  "gpu:2": [7g.80gb]
+pods:
+  - {namespace: ml, name: a-0, devices: ["gpu:0"], util: [{at: 0s, value: 0.9}]}
+  - {namespace: ml, name: nb-0, devices: ["mig:2/0"]}
+`)
+	a := parse(t, `start: 2026-11-23T08:00:00Z
+duration: 1h
+node: a
+system: dgxa100
+gpus: 2
+pods:
+  - {namespace: ml, name: nb-1, devices: ["gpu:0"]}
+`)
+	sched, _ := agent.ParseSchedule(agent.DefaultPeakSchedule, time.UTC)
+	l := &liveRun{agents: []*liveAgent{{scenario: h}, {scenario: a}}, poll: time.Second, scrape: 15 * time.Second, sched: sched}
+	trs := []*truther{newTruther(h), newTruther(a)}
+	at := func(d time.Duration) time.Time { return h.Start.Add(d) }
+	// h: gpu:1 free (gpu:0 busy, gpu:2 in MIG mode, idle but no whole
+	// GPU); a: gpu:0 held idle, gpu:1 free.
+	for typ, want := range map[string]float64{"NVIDIA-H100-80GB-HBM3": 1, "NVIDIA-A100-SXM4-40GB": 2, "any": 3} {
+		r := recorded{name: "gpu_type:gpuxray_idle_gpus:rate5m", labels: map[string]string{"gpu_type": typ}}
+		if got := l.truthOf(trs, r, at(20*time.Minute), at(25*time.Minute), false); math.Abs(got-want) > 1e-9 {
+			t.Errorf("%s: %g idle or free GPUs, want %g", typ, got, want)
+		}
+	}
+}
