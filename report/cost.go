@@ -348,18 +348,22 @@ func workloadCost(ws []typedWork, types map[string]TypeMoney) (idle, peakIdle, a
 
 // Lever kinds, in the order the report lists them.
 const (
-	LeverCulling     = "culling"
-	LeverPreemption  = "preemption"
-	LeverQuota       = "quota"
-	LeverRightSizing = "right_sizing"
+	LeverCulling    = "culling"
+	LeverPreemption = "preemption"
+	LeverQuota      = "quota"
+	// LeverDefragmentation: waiting that idle GPUs of its type could have
+	// run, but on no one node.
+	LeverDefragmentation = "defragmentation"
+	LeverRightSizing     = "right_sizing"
 )
 
 // Lever is what one fix is worth on the verdict's basis (peak, or all
 // hours when the range has no peak time): the GPU-hours it gives back and
 // their price. Culling gives back the idle allocated GPU-hours (their cost
 // is what idle allocation cost); preemption and quota the waiting that
-// idle GPUs could have run by taking them back (GPU time not to be
-// bought); right-sizing what the hints free.
+// idle GPUs could have run by taking them back, defragmentation the
+// waiting they could have run had they been on one node (GPU time not to
+// be bought); right-sizing what the hints free.
 type Lever struct {
 	Lever    string   `json:"lever"`
 	GPUHours float64  `json:"gpu_hours"`

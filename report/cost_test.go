@@ -230,12 +230,18 @@ func TestLeversAndShortfall(t *testing.T) {
 	r := &Report{Cost: &cost, Demand: Demand{Basis: BasisPeak}, Verdict: Verdict{GPUsShort: 3},
 		Hints: []Hint{{HintMath: HintMath{FreesGPUHours: 6, Saving: &saving}}, {HintMath: HintMath{FreesGPUHours: 2, Saving: &saving}}}}
 	r.Funnel.Peak.Idle = 10
-	r.Queue.Peak = QueueFigures{PreemptionGPUHours: 4, QuotaGPUHours: 1}
+	r.Queue.Peak = QueueFigures{PreemptionGPUHours: 4, QuotaGPUHours: 1, FragmentedGPUHours: 2}
 	ls := levers(r, types)
+	// By type: the H100 waiters' preemption at the H100's idle rate, the
+	// waiters of any type's at the cluster's (the same here).
+	r.Queue.GPUTypes = []QueueGPUType{{GPUType: "NVIDIA-H100-80GB-HBM3", Peak: QueueFigures{PreemptionGPUHours: 3}}, {GPUType: GPUTypeAny, Peak: QueueFigures{PreemptionGPUHours: 1}}}
+	if byType := levers(r, types); *byType[1].Cost != 4*rate {
+		t.Errorf("preemption by type: %g, want %g", *byType[1].Cost, 4*rate)
+	}
 	want := []struct {
 		lever         string
 		hours, amount float64
-	}{{LeverCulling, 10, 10 * rate}, {LeverPreemption, 4, 4 * rate}, {LeverQuota, 1, rate}, {LeverRightSizing, 8, 24}}
+	}{{LeverCulling, 10, 10 * rate}, {LeverPreemption, 4, 4 * rate}, {LeverQuota, 1, rate}, {LeverDefragmentation, 2, 2 * rate}, {LeverRightSizing, 8, 24}}
 	if len(ls) != len(want) {
 		t.Fatalf("levers %+v", ls)
 	}

@@ -474,7 +474,9 @@ func meanIdleRate(types map[string]TypeMoney) float64 {
 	return cost / hours
 }
 
-// levers prices each lever on the verdict's basis.
+// levers prices each lever on the verdict's basis. The queue's levers
+// are priced by the type its waiters wanted, at that type's idle rate
+// (waiters of any type, or a type without a price, at the cluster's).
 func levers(r *Report, types map[string]TypeMoney) []Lever {
 	peak := r.Demand.Basis != BasisAll
 	idleHours, idleCost := r.Funnel.All.Idle, r.Cost.All.IdleAllocated
@@ -483,17 +485,37 @@ func levers(r *Report, types map[string]TypeMoney) []Lever {
 		idleHours, idleCost = r.Funnel.Peak.Idle, r.Cost.Peak.IdleAllocated
 		qf = r.Queue.Peak
 	}
-	rate := meanIdleRate(types)
-	price := func(h float64) *float64 {
-		if len(types) == 0 {
-			return nil
+	mean := meanIdleRate(types)
+	// rate is a GPU type's idle rate, the cluster's mean where unknown.
+	rate := func(t string) float64 {
+		if tm, ok := types[t]; ok && tm.Priced {
+			return tm.IdleRate
 		}
-		v := h * rate
-		return &v
+		return mean
+	}
+	queueLever := func(lever string, hours func(QueueFigures) float64) Lever {
+		l := Lever{Lever: lever, GPUHours: hours(qf)}
+		if len(types) == 0 {
+			return l
+		}
+		v := 0.0
+		if len(r.Queue.GPUTypes) == 0 {
+			v = l.GPUHours * mean
+		}
+		for _, t := range r.Queue.GPUTypes {
+			f := t.All
+			if peak {
+				f = t.Peak
+			}
+			v += hours(f) * rate(t.GPUType)
+		}
+		l.Cost = &v
+		return l
 	}
 	out := []Lever{{Lever: LeverCulling, GPUHours: idleHours, Cost: &idleCost},
-		{Lever: LeverPreemption, GPUHours: qf.PreemptionGPUHours, Cost: price(qf.PreemptionGPUHours)},
-		{Lever: LeverQuota, GPUHours: qf.QuotaGPUHours, Cost: price(qf.QuotaGPUHours)}}
+		queueLever(LeverPreemption, func(f QueueFigures) float64 { return f.PreemptionGPUHours }),
+		queueLever(LeverQuota, func(f QueueFigures) float64 { return f.QuotaGPUHours }),
+		queueLever(LeverDefragmentation, func(f QueueFigures) float64 { return f.FragmentedGPUHours })}
 	var frees, saved float64
 	savedKnown := true
 	for _, h := range r.Hints {

@@ -163,7 +163,7 @@ func TestReportEngines(t *testing.T) {
 
 // TestReportPriceSheet backfills an H100 node and an A100 node and prices
 // them with a price file: the H100 at 4 a GPU-hour plus its measured
-// energy at 0.5 a kWh, every other type at 1.5. Every cost is the
+// energy at 0.5 a kWh, the A100 at 1.5. Every cost is the
 // scenarios' GPU-hours × price (plus kWh × price) within 1%.
 func TestReportPriceSheet(t *testing.T) {
 	t.Parallel()
@@ -173,7 +173,8 @@ func TestReportPriceSheet(t *testing.T) {
 	data := backfillNodes(t, promtool, dir, "testdata/money-h100.yaml", "testdata/money-a100.yaml")
 	_, addr := startPrometheus(t, prom, filepath.Join(dir, "prom"), data, "global: {}\n")
 	prices := filepath.Join(dir, "prices.yaml")
-	if err := os.WriteFile(prices, []byte("currency: EUR\ngpu_types:\n  NVIDIA-H100-80GB-HBM3: {per_hour: 4, power_per_kwh: 0.5}\n  \"*\": {per_hour: 1.5}\n"), 0o644); err != nil {
+	// * must price nothing: both types have their own.
+	if err := os.WriteFile(prices, []byte("currency: EUR\ngpu_types:\n  NVIDIA-H100-80GB-HBM3: {per_hour: 4, power_per_kwh: 0.5}\n  NVIDIA-A100-SXM4-40GB: {per_hour: 1.5}\n  \"*\": {per_hour: 99}\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
 	args := []string{"--step=10m", "--range=2h", "--end=2026-12-01T11:00:00Z"}
@@ -267,8 +268,8 @@ func TestReportBuyDate(t *testing.T) {
 	end := start.Add(weeks * 7 * 24 * time.Hour)
 	r := reportJSON(t, addr, "--step=1h", "--range=28d", "--end="+end.Format(time.RFC3339))
 	f := r.Forecast
-	if !f.EnoughData || f.Weeks != 4 || len(f.GPUTypes) != 1 {
-		t.Fatalf("forecast %+v", f)
+	if !f.EnoughData || f.Weeks != 4 || len(f.GPUTypes) != 1 || f.GPUTypes[0].GPUType != "NVIDIA-H100-80GB-HBM3" {
+		t.Fatalf("forecast %+v, want one type, the waiters' NVIDIA-H100-80GB-HBM3", f)
 	}
 	ft := f.GPUTypes[0]
 	near(t, "weekly growth", ft.WeeklyGrowthGPUs, 1)
@@ -315,7 +316,8 @@ type point struct {
 
 // growingWeeks is, every 10 minutes over the weeks from start, what the
 // agent of a node of buyDateGPUs unallocated H100s exports (device info and
-// the windowed counters the report reads: observed and unallocated time)
+// the windowed counters the report reads: observed, unallocated, gap and
+// busy unallocated time)
 // and what kube-state-metrics exports: a running pod throughout, and in
 // week w a pod waiting for w+1 GPUs (selecting H100s) during the peak
 // hours of the agents' default schedule.
@@ -357,6 +359,9 @@ func growingWeeks(t *testing.T, start time.Time, weeks int) []point {
 			}{{"peak", peakS}, {"offpeak", offS}} {
 				for _, c := range []string{"gpuxray_device_observed_seconds_total", "gpuxray_device_unallocated_seconds_total"} {
 					add(at, w.v, append(dev, "__name__", c, "window", w.name)...)
+				}
+				for _, c := range []string{"gpuxray_device_sample_gap_seconds_total", "gpuxray_device_unallocated_active_seconds_total"} {
+					add(at, 0, append(dev, "__name__", c, "window", w.name)...)
 				}
 			}
 		}
