@@ -129,9 +129,9 @@ func TestBuildSplitsAndFindsGaps(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	// The report's 18 (pending twice), the queue's, and its waiters'
-	// gauges again at each step's end.
-	queries := 18 + len(queueQueries)
+	// The report's 18 (pending twice), the queue's, its waiters' gauges
+	// again at each step's end, and the work figures' (value.go).
+	queries := 18 + len(queueQueries) + len(valueJobs(c, &valueInput{}))
 	for _, qq := range queueQueries {
 		if qq.edge {
 			queries++

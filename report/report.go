@@ -45,6 +45,9 @@ type Config struct {
 	// class without one of its own): --slo.wait.
 	SLOWait map[string]time.Duration
 	Hints   HintConfig
+	// Prices are the GPU types' prices (--price, --price.file, --currency);
+	// without any, the report has no money figures.
+	Prices PriceSheet
 	// Timeout bounds each query: the server is asked to give up a tenth
 	// earlier, and a query it does not answer at all is tried once more,
 	// halved, before the report gives up.
@@ -151,6 +154,11 @@ type Report struct {
 	// of the report each concerns.
 	Warnings          []string          `json:"warnings"`
 	WarningsBySection WarningsBySection `json:"warnings_by_section"`
+	// Cost is the funnel in currency, Money the prices, levers and
+	// shortfall (nil without prices); Forecast the buy date (value.go).
+	Cost     *Cost    `json:"cost"`
+	Money    *Money   `json:"money"`
+	Forecast Forecast `json:"forecast"`
 }
 
 // WarningsBySection are the report's warnings by the part each concerns.
@@ -314,8 +322,11 @@ func Build(ctx context.Context, api API, c Config) (*Report, error) {
 			jobs = append(jobs, &job{expr: qq.expr, signed: qq.signed})
 		}
 	}
+	// The work and money figures' queries (value.go).
+	var vi valueInput
+	valueJobs := valueJobs(c, &vi)
 	q := &querier{api: api, base: c.Prometheus, timeout: c.Timeout, maxPoints: c.MaxPoints, maxSeries: c.MaxSeries, maxAnswerBytes: c.MaxAnswerBytes,
-		g: g, progress: c.Progress, total: len(jobs) * g.n}
+		g: g, progress: c.Progress, total: (len(jobs) + len(valueJobs)) * g.n}
 	// The first query alone: an unreachable server is one error, not one per query.
 	eg, ectx := errgroup.WithContext(ctx)
 	eg.SetLimit(max(1, c.Concurrency))
@@ -330,6 +341,7 @@ func Build(ctx context.Context, api API, c Config) (*Report, error) {
 			return err
 		})
 	}
+	startValue(ectx, eg, q, valueJobs)
 	if err := eg.Wait(); err != nil {
 		return nil, err
 	}
@@ -338,7 +350,7 @@ func Build(ctx context.Context, api API, c Config) (*Report, error) {
 		observed: byWindow(jobs[1].out, g.n), allocated: byWindow(jobs[2].out, g.n), active: byWindow(jobs[3].out, g.n),
 		idle: byWindow(jobs[4].out, g.n), unallocated: byWindow(jobs[5].out, g.n), unallocatedActive: byWindow(jobs[6].out, g.n),
 		wlAllocated: jobs[7].out, wlActive: jobs[8].out, wlIdle: jobs[9].out, wlStreak: jobs[10].out, wlMemory: jobs[11].out, wlMemoryTotal: jobs[12].out,
-		pending: atEdges(jobs[13].out, jobs[17].out, ksmBegins), ksm: jobs[14].out, covered: coveredSeconds(jobs[15].out, byWindow(jobs[1].out, g.n), g), wlGPU: jobs[16].out}
+		pending: atEdges(jobs[13].out, jobs[17].out, ksmBegins), ksm: jobs[14].out, covered: coveredSeconds(jobs[15].out, byWindow(jobs[1].out, g.n), g), wlGPU: jobs[16].out, value: vi}
 	e := edgeFirst
 	for k, qq := range queueQueries {
 		out := jobs[queueFirst+k].out
@@ -498,6 +510,7 @@ type input struct {
 	covered []float64
 	wlGPU   []series
 	queue   queueInput
+	value   valueInput
 }
 
 // coveredSeconds is, per step, the time the agents' data covers: what
@@ -610,10 +623,13 @@ func compute(in input, c Config) *Report {
 	// Workloads and models, ranked at peak or, when the range has none,
 	// over all hours as the verdict is.
 	ws := workloads(in)
+	ws, c.Hints = withValue(ws, in, c, peak)
 	r.Ranking = r.Demand.Basis
 	r.TopWorkloads = TopBy(ws, c.Top, r.Ranking)
 	r.TopModels = ModelsBy(ws, c.Top, r.Ranking)
 	r.Hints, r.HintsWithheld = WithholdHints(TopBy(ws, len(ws), r.Ranking), c.Hints.Over(f.All.Hours))
+	addMoney(r, in, c, ws)
+	r.Forecast = forecast(g, peak, in.covered, demandByType(r, in, steps), c.Quantile)
 
 	// The heatmap and the timeline.
 	var idleSum, covSum [7][24]float64

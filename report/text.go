@@ -101,12 +101,13 @@ func WriteText(w io.Writer, r *Report) error {
 	if len(r.Hints) > 0 || r.HintsWithheld.Workloads > 0 {
 		b.WriteString("\nRIGHT-SIZING\n")
 		for _, h := range r.Hints {
-			fmt.Fprintf(&b, "  %s/%s: %s\n", h.Namespace, dash(h.Name), h.Message)
+			fmt.Fprintf(&b, "  %s/%s: %s%s\n", h.Namespace, dash(h.Name), h.Message, hintSuffix(h, r.currency()))
 		}
 		if s := withheldSentence(r.HintsWithheld); s != "" {
 			fmt.Fprintf(&b, "  %s\n", s)
 		}
 	}
+	writeValueText(&b, r, loc)
 	if len(r.Missing) > 0 || len(r.WarningsBySection.Data) > 0 {
 		b.WriteString("\nPARTIAL DATA\n")
 		for _, m := range r.Missing {

@@ -192,6 +192,9 @@ func runAgent(ctx context.Context, args []string, stderr io.Writer) error {
 		if handler, err = live.withKubeState(handler, webCfg.MetricsPath); err != nil {
 			return err
 		}
+		if handler, err = live.withEngines(handler, webCfg.MetricsPath); err != nil {
+			return err
+		}
 	}
 	srv, err := exporter.Listen(webCfg, handler, logger.Named("web"))
 	if err != nil {

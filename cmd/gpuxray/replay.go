@@ -149,6 +149,9 @@ func replay(ctx context.Context, sc *sim.Scenario, cfg agent.Config, nvmlCfg nvm
 	}
 	reg := prometheus.NewPedanticRegistry()
 	reg.MustRegister(exporter.NewCollector(engine, nil, exporter.WithExtraLabels(id.labelNames()...)), exporter.NewPriorityClassCollector(s.node))
+	if scrape != nil {
+		replayEngines(reg, s.node)
+	}
 	cluster := prometheus.NewPedanticRegistry()
 	if err := cluster.Register(s.node.KubeState()); err != nil {
 		return nil, fmt.Errorf("simulated kube-state-metrics: %w", err)

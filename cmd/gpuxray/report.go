@@ -70,6 +70,7 @@ func runReport(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	fs.Func("peak.schedule", "the agents' --peak.schedule: the report follows the agents' window label and warns where it differs from this; unchecked when not given", peak.setSchedule)
 	fs.Func("peak.timezone", "the agents' --peak.timezone: the clock of the report's dates and hour-of-day heatmap", peak.setZone)
 	fs.Func("slo.wait", "a target for how long GPU jobs wait: CLASS=DURATION (a priority class, or * for every class without its own), the 95th-percentile wait the report holds each class to; repeatable", sloFlag(&cfg.SLOWait))
+	prices := priceFlags(fs)
 	fs.Lookup("peak.schedule").DefValue = agent.DefaultPeakSchedule
 	fs.Lookup("peak.timezone").DefValue = "UTC"
 	fs.Usage = func() {
@@ -124,6 +125,9 @@ func runReport(ctx context.Context, args []string, stdout, stderr io.Writer) err
 		write = report.WriteJSON
 	default:
 		return usagef("--format %q is not one of text, html, json", f.format)
+	}
+	if cfg.Prices, err = prices.sheet(); err != nil {
+		return err
 	}
 	if err := cfg.Validate(); err != nil {
 		return usageError{err}

@@ -587,4 +587,59 @@
 //     (NVIDIA/k8s-operator-libs pkg/upgrade/consts.go at 11e747a5), and
 //     both move the nvidia.com/gpu.deploy.* labels off "true" to
 //     paused-for-mig-change or paused-for-driver-upgrade.
+//
+// # Inference engines
+//
+// A pod's `engine: {kind: vllm|sglang|tgi, kv_cache_usage: RATIO,
+// tokens_per_second: N}` runs an inference server whose own metrics the
+// simulation serves while the pod runs ([from, to)): `agent --simulate` at
+// /simulate/<kind>, `replay --format openmetrics` as job="<kind>",
+// instance=NODE. Each figure is a value from the pod's from or a list of
+// {at, value} steps, as util; requests_running and requests_waiting (default
+// 0) are optional, and so is model, the served model name (else the
+// command line's --model, or `vllm serve MODEL`'s, as vLLM defaults it, else
+// the pod's name). Every series carries the pod's namespace and pod labels,
+// as a Prometheus that discovers pods stores them (the relabelling of
+// prometheus/documentation/examples/prometheus-kubernetes.yml and the
+// Prometheus Operator's PodMonitor, __meta_kubernetes_namespace → namespace,
+// __meta_kubernetes_pod_name → pod); scraped from one endpoint, they need
+// honor_labels, as kube-state-metrics does. Tokens are the integral of
+// tokens_per_second from the pod's from; the counters start at 0.
+//
+//   - vLLM V1 (vllm/v1/metrics/loggers.py at vllm-project/vllm@005a810bc40f,
+//     PrometheusStatLogger; labels model_name and engine, one engine "0"):
+//     vllm:kv_cache_usage_perc, vllm:num_requests_running,
+//     vllm:num_requests_waiting (gauges), vllm:generation_tokens_total
+//     (prometheus_client's Counter "vllm:generation_tokens", exposed with
+//     _total). That commit also keeps the deprecated
+//     vllm:gpu_cache_usage_perc; later releases hide it, and the simulation
+//     serves the later shape. `metrics: v0` serves vLLM's V0 engine instead
+//     (vllm/engine/metrics.py at vllm-project/vllm@f0afa0c28a31; label
+//     model_name only): vllm:gpu_cache_usage_perc, vllm:num_requests_running,
+//     vllm:num_requests_waiting, vllm:generation_tokens_total. One node's
+//     vLLM pods take one shape.
+//   - SGLang (python/sglang/srt/metrics/collector.py at
+//     sgl-project/sglang@00ae9c1590d2; the scheduler's labels from
+//     python/sglang/srt/managers/scheduler_metrics_mixin.py at
+//     sgl-project/sglang@78ac30c2056f: model_name, engine_type="unified",
+//     tp_rank, pp_rank): sglang:token_usage (the share of the KV pool's
+//     tokens in use, what gateway-api-inference-extension reads as KV-cache
+//     utilisation), sglang:num_running_reqs, sglang:num_queue_reqs,
+//     sglang:gen_throughput; the tokenizer's sglang:generation_tokens_total
+//     (label model_name).
+//   - TGI (router/src/server.rs and backends/v3/src/{backend,lib,queue}.rs at
+//     huggingface/text-generation-inference@db931fcf42da; no model label):
+//     tgi_batch_current_max_tokens (kv_cache_usage × the batch's token
+//     budget), tgi_batch_max_total_tokens (TGIMaxBatchTotalTokens: the
+//     launcher sizes --max-batch-total-tokens to the memory left after the
+//     weights, launcher.md), tgi_batch_current_size, tgi_queue_size, and
+//     generated tokens only as the histogram tgi_request_generated_tokens of
+//     finished requests (buckets of TGIMaxTotalTokens/100): each simulated
+//     request generates TGITokensPerRequest tokens and counts when it ends,
+//     so _sum lags the tokens by less than one request.
+//
+// Triton's TensorRT-LLM backend has no generated-token counter; its KV-cache
+// blocks (nv_trt_llm_kv_cache_block_metrics{kv_cache_block_type="used"|"max"},
+// triton-inference-server/tensorrtllm_backend README.md at @39ba55a745266,
+// "Triton Metrics") are read by the report but not simulated.
 package sim

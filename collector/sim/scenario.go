@@ -126,6 +126,9 @@ type Pod struct {
 	// ratio times it, GRAPHICS_UTIL and the utilization samples the busy
 	// ratio. A decode server keeps kernels running on a few SMs.
 	SMFraction float64
+	// Engine is the inference server the pod runs, whose own metrics the
+	// simulation serves (engines.go); nil for none.
+	Engine *Engine
 }
 
 // Owner is the controller that owns a pod (ReplicaSet, Job, StatefulSet, …).
@@ -817,7 +820,7 @@ func (d *decoder) scenario(root *yaml.Node) (*Scenario, error) {
 	return s, nil
 }
 
-var podKeys = append([]string{"namespace", "name", "container", "owner", "labels", "cmdline", "parent_cmdline", "allocation", "claim", "resource", "pid", "devices", "from", "to", "memory", "util", "priority_class", "static", "sm_fraction"}, podAllocationKeys...)
+var podKeys = append([]string{"namespace", "name", "container", "owner", "labels", "cmdline", "parent_cmdline", "allocation", "claim", "resource", "pid", "devices", "from", "to", "memory", "util", "priority_class", "static", "sm_fraction", "engine"}, podAllocationKeys...)
 
 func (d *decoder) pods(n *yaml.Node, s *Scenario) error {
 	items, err := d.seq(n, "pods")
@@ -1001,6 +1004,11 @@ func (d *decoder) pods(n *yaml.Node, s *Scenario) error {
 			}
 			if pod.SMFraction == 0 {
 				return d.errf(n, p+".sm_fraction", "0 is no share of the SMs; a pod whose kernels run occupies some")
+			}
+		}
+		if n := m["engine"]; n != nil {
+			if pod.Engine, err = d.engine(n, p+".engine", &pod, s); err != nil {
+				return err
 			}
 		}
 		if err := d.migPod(p, m, devs, &pod, s); err != nil {

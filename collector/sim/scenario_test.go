@@ -52,7 +52,7 @@ func TestParseScenarioErrors(t *testing.T) {
 			"t.yaml:5: gpu: unknown key; want one of start, duration, lead_in, node, system, gpus, allocation, mig, pods, unallocated, cgroup, unattributed, faults, unscheduled, priority_classes, kueue, driver, device_ids, minor_numbers, vfio, numa_nodes"},
 		{"key twice", head + "duration: 2h\n", "t.yaml:5: duration: given twice"},
 		{"unknown pod key", head + pod + "    memroy: 1GiB\n",
-			"t.yaml:9: pods[0].memroy: unknown key; want one of namespace, name, container, owner, labels, cmdline, parent_cmdline, allocation, claim, resource, pid, devices, from, to, memory, util, priority_class, static, sm_fraction, gpu_fraction, container_type"},
+			"t.yaml:9: pods[0].memroy: unknown key; want one of namespace, name, container, owner, labels, cmdline, parent_cmdline, allocation, claim, resource, pid, devices, from, to, memory, util, priority_class, static, sm_fraction, engine, gpu_fraction, container_type"},
 		{"pod name missing", head + "pods:\n  - namespace: a\n    devices: [\"gpu:0\"]\n", "t.yaml:6: pods[0].name: missing"},
 		{"pod twice", head + pod + "  - namespace: a\n    name: p\n    devices: [\"gpu:1\"]\n",
 			"t.yaml:10: pods[1].name: a/p is already pods[0]"},
