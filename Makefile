@@ -39,8 +39,13 @@ image-binaries:
 	done
 
 ## test: everything, with the race detector (needs promtool on PATH for the metrics checks)
+## The race detector makes cmd/gpuxray's replays about 7x slower: it skips the
+## ones over 30 virtual minutes (skipLongUnderRace), and a second pass without
+## it runs them.
+LONG_REPLAYS := TestReplayGolden|TestReplayDriverShapes|TestReplayMIGModeSwitch|TestReplayFaultyDay
 test:
 	go test -race -count=1 -timeout 20m ./...
+	go test -count=1 -timeout 20m -run '^($(LONG_REPLAYS))$$' ./cmd/gpuxray
 
 ## test-short: quick unit tests
 test-short:

@@ -27,6 +27,7 @@ import (
 // once the replay returns. It does not run in parallel, so that the
 // goroutines counted are its own.
 func TestReplayFaultyDay(t *testing.T) {
+	skipLongUnderRace(t, 0)
 	if testing.Short() {
 		t.Skip("replays a simulated day")
 	}

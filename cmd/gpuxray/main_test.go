@@ -57,6 +57,11 @@ func TestReplayGolden(t *testing.T) {
 		name := strings.TrimSuffix(filepath.Base(f), ".yaml")
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()
+			sc, err := sim.LoadScenario(f)
+			if err != nil {
+				t.Fatal(err)
+			}
+			skipLongUnderRace(t, sc.Duration)
 			code, out, errs := runCmd(t, "replay", f)
 			if code != 0 {
 				t.Fatalf("replay exited %d: %s", code, errs)
@@ -571,5 +576,20 @@ func TestReplayStaticPod(t *testing.T) {
 	webIdle, _ := sum("gpuxray_allocated_idle_seconds_total", "web-7c9d8f6b5d-abcde")
 	if webAllocated < 1700 || webIdle < webAllocated-1 {
 		t.Errorf("Deployment's pod: %.0f s allocated, %.0f s idle; want all idle (it runs nothing on the busy GPU)", webAllocated, webIdle)
+	}
+}
+
+// longRaceReplay is the longest scenario a test replays under the race
+// detector; a longer one runs in make test's race-free pass.
+const longRaceReplay = 30 * time.Minute
+
+// skipLongUnderRace skips a replay of d of virtual time (0: a long one)
+// under the race detector. The replays that stay (the faults, the DRA
+// source's outages, the shared and MIG goldens) keep the engine's, the
+// sources' and the exporter's goroutines under it.
+func skipLongUnderRace(t *testing.T, d time.Duration) {
+	t.Helper()
+	if raceEnabled && (d == 0 || d > longRaceReplay) {
+		t.Skipf("a replay of more than %v: make test runs it without -race", longRaceReplay)
 	}
 }

@@ -23,6 +23,7 @@ import (
 // re-enumeration): merged with it, every row of this scenario replays
 // within 1% of truth, and it belongs in test/scenarios.
 func TestReplayMIGModeSwitch(t *testing.T) {
+	skipLongUnderRace(t, 0)
 	t.Parallel()
 	const path = "testdata/dra-mig-switch.yaml"
 	code, out, errs := runCmd(t, "replay", path)
