@@ -37,7 +37,9 @@ ARG REVISION=unknown
 LABEL org.opencontainers.image.title="gpuxray" \
       org.opencontainers.image.source="https://github.com/gpuxray/gpuxray" \
       org.opencontainers.image.version="${VERSION}" \
-      org.opencontainers.image.revision="${REVISION}"
+      org.opencontainers.image.revision="${REVISION}" \
+      org.opencontainers.image.licenses="Apache-2.0"
+COPY LICENSE NOTICE /usr/share/doc/gpuxray/
 COPY --from=build /out/linux_${TARGETARCH}/gpuxray /usr/bin/gpuxray
 # Non-root by default; the DaemonSet runs it as uid 0 with no capability,
 # because only root may connect to the kubelet's pod-resources socket.

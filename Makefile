@@ -50,8 +50,12 @@ test:
 E2E_TIMEOUT ?= 60m
 E2E_FILES = $(shell grep -rlE --include='*_test.go' '^//go:build .*\<e2e\>' .)
 E2E_TESTS = $(shell sed -nE 's/^func (Test[A-Za-z0-9_]*)\(t \*testing\.T\).*/\1/p' $(E2E_FILES) | sort -u | paste -sd'|')
+## The race detector runs a replay about 7x slower: the replays over 30 virtual
+## minutes skip under it (skipLongUnderRace) and a second pass runs them without it.
+LONG_REPLAYS := TestReplayGoldenLong|TestReplayDriverShapes|TestReplayMIGModeSwitch|TestReplayFaultyDay
 test-e2e:
 	go test -race -count=1 -tags e2e -timeout $(E2E_TIMEOUT) -run '^($(E2E_TESTS))$$' $(sort $(dir $(E2E_FILES)))
+	go test -count=1 -tags e2e -timeout $(E2E_TIMEOUT) -run '^($(LONG_REPLAYS))$$' ./cmd/gpuxray
 
 ## bench: Go benchmarks (-count 6 for benchstat-style medians), then the real-binary
 ## harness and the 24-hour churn replay (docs/benchmarks.md)
@@ -66,7 +70,7 @@ FUZZTIME ?= 5s
 FUZZ_TARGETS := ./collector:FuzzParseDeviceID ./collector/proc:FuzzParseCgroup \
 	./agent:FuzzParseSchedule ./collector/sim:FuzzParseScenario \
 	./collector/workload:FuzzModelFromCmdline ./collector/workload:FuzzCapValue \
-	./collector/workload:FuzzSanitizeLabelName ./collector/proc:FuzzParseStartTime
+	./collector/workload:FuzzSanitizeLabelName ./collector/workload:FuzzCleanValue ./collector/proc:FuzzParseStartTime
 fuzz:
 	@set -e; for t in $(FUZZ_TARGETS); do \
 	  pkg=$${t%%:*}; name=$${t#*:}; echo "fuzz $$pkg $$name ($(FUZZTIME))"; \

@@ -3,7 +3,6 @@ package agent
 import (
 	"errors"
 	"slices"
-	"time"
 
 	"github.com/gpuxray/gpuxray/collector"
 	"github.com/gpuxray/gpuxray/collector/workload"
@@ -62,7 +61,11 @@ func (e *Engine) owners(snap collector.DeviceSnapshot) map[uint32]procOwner {
 	if e.procs == nil || e.pods == nil {
 		return nil
 	}
-	pids := e.pids[:0]
+	n := 0
+	for _, rd := range snap.Devices {
+		n += len(rd.Processes) + len(rd.ProcessSamples)
+	}
+	pids := make([]uint32, 0, n)
 	for _, rd := range snap.Devices {
 		for _, p := range rd.Processes {
 			pids = append(pids, p.PID)
@@ -73,13 +76,16 @@ func (e *Engine) owners(snap collector.DeviceSnapshot) map[uint32]procOwner {
 	}
 	slices.Sort(pids)
 	pids = slices.Compact(pids)
-	e.pids = pids
 	infos, errs := e.procs.Resolve(pids)
 	e.observeSource(collector.SourceProc, nil, errs)
-	out := e.ownerMap
+	// The command lines of processes that have exited need not be kept.
+	for id := range e.noModel {
+		if info, ok := infos[id.pid]; !ok || info.StartTime != id.start {
+			delete(e.noModel, id)
+		}
+	}
+	out := e.ownerOf
 	clear(out)
-	checked := e.checked
-	clear(checked)
 	for pid, info := range infos {
 		if info.PodUID == "" {
 			out[pid] = procOwner{}
@@ -90,7 +96,7 @@ func (e *Engine) owners(snap collector.DeviceSnapshot) map[uint32]procOwner {
 			continue
 		}
 		if pod.Model == "" && e.cmdModels[pod.UID] == "" {
-			e.cmdlineModel(pid, pod.UID, info, checked)
+			e.cmdlineModel(pod.UID, info)
 		}
 		o := procOwner{namespace: pod.Namespace, pod: pod.Name}
 		if info.ContainerID != "" {
@@ -102,24 +108,25 @@ func (e *Engine) owners(snap collector.DeviceSnapshot) map[uint32]procOwner {
 		}
 		out[pid] = o
 	}
-	e.noModel, e.checked = checked, e.noModel
 	return out
 }
 
-// cmdlineModel looks for a model name in the command line of process pid
+// procID tells processes apart: a PID the kernel hands out again goes to a
+// process with another start time.
+type procID struct {
+	pid   uint32
+	start uint64
+}
+
+// cmdlineModel looks for a model name in the command line of process info
 // of pod uid, then in its parents' (a worker that titles itself carries
 // the model on a parent's), and keeps the first found. Only the model
-// name is kept; a command line can hold secrets. A command line that
-// names none is remembered in checked, and not parsed again while
-// collector/proc answers the PID from its cache.
-func (e *Engine) cmdlineModel(pid uint32, uid string, info collector.ProcessInfo, checked map[uint32]*string) {
-	var first *string // the read's identity: see Engine.noModel
-	if len(info.Cmdline) > 0 {
-		first = &info.Cmdline[0]
-		if e.noModel[pid] == first {
-			checked[pid] = first
-			return
-		}
+// name is kept; a command line can hold secrets. A process whose command
+// line names none is remembered, and not parsed again.
+func (e *Engine) cmdlineModel(uid string, info collector.ProcessInfo) {
+	id := procID{pid: info.PID, start: info.StartTime}
+	if e.noModel[id] {
+		return
 	}
 	if m := workload.ModelFromCmdline(info.Cmdline); m != "" {
 		e.cmdModels[uid] = m
@@ -131,28 +138,10 @@ func (e *Engine) cmdlineModel(pid uint32, uid string, info collector.ProcessInfo
 			return
 		}
 	}
-	if first != nil {
-		checked[pid] = first
+	// An empty command line was read mid-exec: the next read may name it.
+	if len(info.Cmdline) > 0 {
+		e.noModel[id] = true
 	}
-}
-
-// resolved reports whether every process the reading lists has an owner,
-// so that per-process attribution of the device is complete.
-func resolved(rd collector.DeviceReading, owners map[uint32]procOwner) bool {
-	if owners == nil {
-		return false
-	}
-	for _, p := range rd.Processes {
-		if _, ok := owners[p.PID]; !ok {
-			return false
-		}
-	}
-	for _, p := range rd.ProcessSamples {
-		if _, ok := owners[p.PID]; !ok {
-			return false
-		}
-	}
-	return true
 }
 
 // holderOf returns the index in holders of the holder the process belongs
@@ -176,43 +165,6 @@ func holderOf(o procOwner, holders []allocKey) int {
 	return podMatch
 }
 
-// processShares splits the per-process samples of one device by the
-// device's sample periods: for each period ending at `to`, the summed busy
-// ratio of each holder's processes, and of processes no holder owns.
-type processShares struct {
-	samples []collector.ProcessSample
-	owners  map[uint32]procOwner
-	// baseline is the device's last integrated sample: process samples up
-	// to it belong to time already credited.
-	baseline time.Time
-	next     int
-}
-
-// period sets shares[i] to holders[i]'s share of the period ending at to
-// (capped at 1) and returns the unattributed share. Periods must come in
-// time order.
-func (p *processShares) period(to time.Time, holders []allocKey, shares []float64) float64 {
-	clear(shares)
-	var unattributed float64
-	for ; p.next < len(p.samples); p.next++ {
-		s := p.samples[p.next]
-		if s.Time.After(to) {
-			break
-		}
-		if !s.Time.After(p.baseline) {
-			continue
-		}
-		if o, ok := p.owners[s.PID]; ok {
-			if i := holderOf(o, holders); i >= 0 {
-				shares[i] = min(shares[i]+s.Value, 1)
-				continue
-			}
-		}
-		unattributed += s.Value
-	}
-	return min(unattributed, 1)
-}
-
 // memory credits each process's memory to the allocation that owns it on
 // device uuid now, or to the device's unattributed memory.
 func (e *Engine) memory(ds *deviceState, rd collector.DeviceReading, owners map[uint32]procOwner) {
@@ -226,7 +178,7 @@ func (e *Engine) memory(ds *deviceState, rd collector.DeviceReading, owners map[
 	if !rd.HasProcesses || !known || ds.info.MIGEnabled {
 		return
 	}
-	if !resolved(rd, owners) {
+	if !e.resolved(rd, owners, &ds.share) {
 		// Without process attribution the only sure case is one exclusive
 		// holder: every process on the device is taken to be its.
 		if len(holders) == 1 && !e.alloc[holders[0]].shared {
@@ -234,6 +186,8 @@ func (e *Engine) memory(ds *deviceState, rd collector.DeviceReading, owners map[
 			as.hasMemory = true
 			for _, p := range rd.Processes {
 				as.memory += p.UsedMemoryBytes
+				// A process whose memory NVML does not say makes the sum unknown.
+				as.hasMemory = as.hasMemory && !p.MemoryUnknown
 			}
 		}
 		return
@@ -245,11 +199,14 @@ func (e *Engine) memory(ds *deviceState, rd collector.DeviceReading, owners map[
 	for _, p := range rd.Processes {
 		if o, ok := owners[p.PID]; ok {
 			if i := holderOf(o, holders); i >= 0 {
-				e.alloc[holders[i]].memory += p.UsedMemoryBytes
+				as := e.alloc[holders[i]]
+				as.memory += p.UsedMemoryBytes
+				as.hasMemory = as.hasMemory && !p.MemoryUnknown
 				continue
 			}
 		}
 		ds.unattributedMem += p.UsedMemoryBytes
+		ds.hasUnattributed = ds.hasUnattributed && !p.MemoryUnknown
 	}
 }
 

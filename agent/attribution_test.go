@@ -18,6 +18,8 @@ type gpuProc struct {
 	pid    uint32
 	memory uint64
 	util   func(time.Duration) float64
+	// memoryUnknown: NVML said NVML_VALUE_NOT_AVAILABLE for its memory.
+	memoryUnknown bool
 }
 
 // richDevice is a device of richDevices: samples from util, or — for a
@@ -43,7 +45,7 @@ func (f *richDevices) Read(context.Context) (collector.DeviceSnapshot, error) {
 	for _, d := range f.devs {
 		rd := collector.DeviceReading{Device: d.info, HasProcesses: true, HasProcessSamples: d.info.ParentUUID == "" && !d.info.MIGEnabled}
 		for _, p := range d.procs {
-			rd.Processes = append(rd.Processes, collector.Process{PID: p.pid, UsedMemoryBytes: p.memory})
+			rd.Processes = append(rd.Processes, collector.Process{PID: p.pid, UsedMemoryBytes: p.memory, MemoryUnknown: p.memoryUnknown})
 		}
 		switch {
 		case d.info.MIGEnabled, d.info.UtilizationSource == collector.UtilizationNone:
@@ -310,13 +312,14 @@ func TestSharedGPUProcessAttribution(t *testing.T) {
 
 func TestMIGDevices(t *testing.T) {
 	t.Parallel()
-	parent := collector.Device{UUID: uuidOf(0), GPU: 0, UtilizationSource: collector.UtilizationNone, MIGEnabled: true}
+	// GKE names the GPU by its minor number, 2 here, not its index.
+	parent := collector.Device{UUID: uuidOf(0), GPU: 0, UtilizationSource: collector.UtilizationNone, MIGEnabled: true, Minor: 2, HasMinor: true}
 	// Instances of 3, 2 and 1 of the GPU's 7 slices; one slice is free.
 	sliceOf := map[int]int{1: 3, 2: 2, 5: 1}
 	mig := func(gi int, source string) collector.Device {
 		return collector.Device{UUID: fmt.Sprintf("MIG-%08d-0000-0000-0000-000000000000", gi), GPU: 0, ParentUUID: parent.UUID,
 			MIGProfile: fmt.Sprintf("%dg.40gb", sliceOf[gi]), GPUInstance: gi, ComputeInstance: 0, UtilizationSource: source,
-			Slices: sliceOf[gi], ParentSlices: 7}
+			Slices: sliceOf[gi], ParentSlices: 7, Minor: 2, HasMinor: true}
 	}
 	devs := []*richDevice{
 		{info: parent},
@@ -327,7 +330,7 @@ func TestMIGDevices(t *testing.T) {
 	allocs := []collector.Allocation{
 		alloc("by-uuid", mig(1, "").UUID),
 		alloc("legacy", fmt.Sprintf("MIG-%s/2/0", parent.UUID)),
-		alloc("gke", "nvidia0/gi5"),
+		alloc("gke", "nvidia2/gi5"),
 	}
 	s := runRich(t, devs, allocs, 60*time.Second)
 	for _, w := range []struct {
@@ -445,5 +448,64 @@ func TestModelFromCommandLine(t *testing.T) {
 	}
 	if dump := fmt.Sprintf("%+v", *s); strings.Contains(dump, "sk-secret") {
 		t.Error("a secret from a command line reached the snapshot")
+	}
+}
+
+// reusedPID is a resolver with one process, PID 20 in pod "bare", whose
+// start time and command line the test sets. Like a reader that reuses
+// its buffers, it answers every process's command line in one slice.
+type reusedPID struct {
+	start   uint64
+	cmdline []string
+}
+
+func (r *reusedPID) Resolve(pids []uint32) (map[uint32]collector.ProcessInfo, []error) {
+	out := map[uint32]collector.ProcessInfo{}
+	for _, pid := range pids {
+		if pid == 20 {
+			out[pid] = collector.ProcessInfo{PID: pid, StartTime: r.start, PodUID: "uid-bare",
+				ContainerID: fmt.Sprintf("%064x", len("bare")), Cmdline: r.cmdline}
+		}
+	}
+	return out, nil
+}
+
+// TestModelCachePIDReused: a command line that names no model is parsed
+// once per process, told apart by PID and start time, so that a process
+// that reuses the PID is parsed afresh.
+func TestModelCachePIDReused(t *testing.T) {
+	t.Parallel()
+	pods := newFakePods("bare")
+	p := pods.pods["bare"]
+	p.Model = ""
+	pods.pods["bare"] = p
+	devs := []*richDevice{{info: wholeGPU(0), util: constant(0.5), procs: []gpuProc{{pid: 20, memory: 1 << 30, util: constant(0.5)}}}}
+	procs := &reusedPID{start: 100, cmdline: []string{"python3", "serve.py", "--port", "8000"}}
+	c := &fakeClock{t: t0}
+	e, err := New(DefaultConfig(), &richDevices{clock: c, devs: devs}, &listKubelet{clock: c, allocs: []collector.Allocation{alloc("bare", uuidOf(0))}},
+		c, zap.NewNop(), WithPods(pods), WithProcesses(procs))
+	if err != nil {
+		t.Fatal(err)
+	}
+	model := func(polls int) string {
+		for range polls {
+			e.Poll(context.Background())
+			c.t = c.t.Add(time.Second)
+		}
+		return findAlloc(e.Snapshot(), "bare").Model
+	}
+	if m := model(3); m != "" {
+		t.Fatalf("model %q from a command line that names none", m)
+	}
+	// The same process, its command line answered in place: not parsed again.
+	copy(procs.cmdline, []string{"vllm", "serve", "meta-llama/Llama-3.1-8B-Instruct"})
+	procs.cmdline = procs.cmdline[:3]
+	if m := model(2); m != "" {
+		t.Errorf("model %q: the process was parsed again", m)
+	}
+	// The PID reused by a process that started later.
+	procs.start = 200
+	if m, want := model(2), "meta-llama/Llama-3.1-8B-Instruct"; m != want {
+		t.Errorf("model %q after the PID was reused, want %q", m, want)
 	}
 }

@@ -72,46 +72,20 @@ type Engine struct {
 	// by pod UID, for pods whose labels name none.
 	cmdModels map[string]string
 
-	snap atomic.Pointer[Snapshot]
-	// spare are published snapshots the engine may fill again once no
-	// reader holds them (see AcquireSnapshot).
-	spare []*Snapshot
-	// order is e.alloc's states sorted as the snapshot lists them; nil
-	// when an allocation came or went since it was sorted.
-	order []*allocState
-	// devOrder is e.dev's states, sorted as the snapshot lists them at
-	// each poll.
-	devOrder []*deviceState
-	// sourceNames are e.sources' names, sorted.
-	sourceNames []string
+	// noModel holds the processes whose command lines name no model, so
+	// that each is parsed once while it runs on a GPU.
+	noModel map[procID]bool
 
-	// Scratch space reused from poll to poll, so that a poll like the last
-	// one allocates next to nothing: see the fields' users.
+	snap atomic.Pointer[Snapshot] // the latest, never modified once stored
+
+	// Reused from poll to poll, as the profile asks (docs/benchmarks.md):
+	// ownerOf is the latest answer of Engine.owners and uids expire's set
+	// of pods, the largest maps a poll would make; states and statesAt are
+	// holderStates' answer, asked for every period credited.
+	ownerOf  map[uint32]procOwner
+	uids     map[string]bool
 	states   []*allocState
 	statesAt []int
-	// statesOf and statesLen identify the holders slice states are of
-	// (see holderStates).
-	statesOf     *allocKey
-	statesLen    int
-	statesShared bool
-	shares       []float64
-	seen         map[string]bool
-	current      map[allocKey]bool
-	foldedNext   map[allocKey]bool
-	pids         []uint32
-	ownerMap     map[uint32]procOwner
-	uids         map[string]bool
-	// noModel remembers the command lines in which no model was found, by
-	// PID, so that a process's is parsed once, not at every poll: the
-	// value is the first argument's address, which changes when
-	// collector/proc reads the PID afresh (a new process). checked is
-	// the next poll's.
-	noModel, checked map[uint32]*string
-	// parts is split's result, and splitEmit the function that fills it,
-	// made once: a closure passed to Windows.Split at each call would be
-	// allocated at each call.
-	parts     [NumWindows]time.Duration
-	splitEmit func(Window, time.Duration)
 }
 
 type allocKey struct {
@@ -142,13 +116,16 @@ func (h *holdings) holders(uuid string) ([]allocKey, bool) {
 type deviceState struct {
 	info       collector.Device
 	present    bool
-	lastSample time.Time     // end of the last integrated sample
-	lastPoll   time.Time     // for devices with no utilization source
-	period     time.Duration // observed sample period
-	reading    collector.DeviceReading
-	util       float64
-	hasUtil    bool
-	c          [NumWindows]DeviceCounters
+	lastSample time.Time // end of the last integrated sample
+	lastPoll   time.Time // for devices with no utilization source
+	// ringPeriod is the ring's sampling period (learnPeriod); 0 until seen.
+	ringPeriod time.Duration
+	// share credits a shared device by process (shares.go).
+	share   shareState
+	reading collector.DeviceReading
+	util    float64
+	hasUtil bool
+	c       [NumWindows]DeviceCounters
 	// unattributedMem is the memory of processes no holder owns, known
 	// only with process attribution.
 	hasUnattributed bool
@@ -176,6 +153,10 @@ type allocState struct {
 	hasMemory bool
 	memory    uint64
 	pod       collector.Pod // identity from the pod source, when it knows the pod
+	// snap and info are the latest snapshot's record of the allocation
+	// and its info, published again while they stay the same.
+	snap *AllocationSnapshot
+	info *AllocationInfo
 }
 
 type sourceState struct {
@@ -202,19 +183,13 @@ func New(cfg Config, devices DeviceSource, allocs AllocationSource, clock Clock,
 		alloc:   map[allocKey]*allocState{},
 		sources: map[string]*sourceState{},
 		folded:  map[allocKey]bool{},
+		history: make([]holdings, 0, historyLen),
 
 		cmdModels: map[string]string{},
-
-		seen:       map[string]bool{},
-		current:    map[allocKey]bool{},
-		foldedNext: map[allocKey]bool{},
-		ownerMap:   map[uint32]procOwner{},
-		uids:       map[string]bool{},
-		noModel:    map[uint32]*string{},
-		checked:    map[uint32]*string{},
-		history:    make([]holdings, 0, historyLen),
+		noModel:   map[procID]bool{},
+		ownerOf:   map[uint32]procOwner{},
+		uids:      map[string]bool{},
 	}
-	e.splitEmit = func(w Window, d time.Duration) { e.parts[w] += d }
 	for _, o := range opts {
 		o(e)
 	}
@@ -231,65 +206,14 @@ func New(cfg Config, devices DeviceSource, allocs AllocationSource, clock Clock,
 	for _, s := range sources {
 		e.sources[s] = &sourceState{errors: map[string]uint64{}}
 	}
-	e.sourceNames = slices.Sorted(maps.Keys(e.sources))
-	e.snap.Store(&Snapshot{ref: &snapshotRef{}})
+	e.snap.Store(&Snapshot{})
 	return e, nil
 }
 
-// Snapshot returns the state after the latest poll, the caller's to keep:
-// the engine never reuses it. Safe for concurrent use.
-func (e *Engine) Snapshot() *Snapshot {
-	s := e.AcquireSnapshot()
-	s.ref.pinned.Store(true)
-	s.Release()
-	return s
-}
-
-// AcquireSnapshot returns the state after the latest poll, which stays as
-// it is until the caller calls its Release; after that, a later poll may
-// fill its memory with a newer state. A scrape holds a snapshot this way,
-// so that a poll allocates none. Safe for concurrent use.
-func (e *Engine) AcquireSnapshot() *Snapshot {
-	for {
-		s := e.snap.Load()
-		s.ref.refs.Add(1)
-		// A snapshot the engine may be filling is never the published
-		// one, and one filled since the Load has been published again,
-		// whole: either way the published one is held now.
-		if e.snap.Load() == s {
-			return s
-		}
-		s.ref.refs.Add(-1)
-	}
-}
-
-// maxSpare bounds the superseded snapshots kept for reuse: more are held
-// only while scrapes overlap, and are left to the garbage collector.
-const maxSpare = 3
-
-// spareSnapshot returns a superseded snapshot that no reader holds, to be
-// filled, or a new one.
-func (e *Engine) spareSnapshot() *Snapshot {
-	for i, s := range e.spare {
-		if s.ref.refs.Load() == 0 && !s.ref.pinned.Load() {
-			e.spare = slices.Delete(e.spare, i, i+1)
-			return s
-		}
-	}
-	return &Snapshot{ref: &snapshotRef{}}
-}
-
-// publish makes s the latest snapshot, and the one it replaces a spare.
-func (e *Engine) publish(s *Snapshot) {
-	old := e.snap.Swap(s)
-	e.spare = slices.DeleteFunc(e.spare, func(s *Snapshot) bool { return s.ref.pinned.Load() })
-	if !old.ref.pinned.Load() {
-		e.spare = append(e.spare, old)
-	}
-	if n := len(e.spare); n > maxSpare {
-		e.spare = slices.Delete(e.spare, 0, n-maxSpare)
-	}
-}
+// Snapshot returns the state after the latest poll. Each poll publishes a
+// new one, so the caller may keep it, but must not modify it. Safe for
+// concurrent use.
+func (e *Engine) Snapshot() *Snapshot { return e.snap.Load() }
 
 // Ready reports whether a poll has completed.
 func (e *Engine) Ready() bool { return e.snap.Load().Polls > 0 }
@@ -312,8 +236,6 @@ func (e *Engine) Run(ctx context.Context) error {
 func (e *Engine) Poll(ctx context.Context) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	// The holders slices of the history are reused from poll to poll.
-	e.statesOf, e.statesLen = nil, 0
 	ctx, cancel := context.WithTimeout(ctx, e.cfg.PollTimeout)
 	defer cancel()
 
@@ -329,31 +251,23 @@ func (e *Engine) Poll(ctx context.Context) {
 	e.observePods()
 	now := e.clock.Now()
 
-	if devErr != nil {
-		// Gauges of a source that cannot be read are not shown; counters stay.
-		for _, ds := range e.dev {
-			ds.present = false
-		}
-	} else {
-		seen := e.seen
-		clear(seen)
+	// Gauges of a device that cannot be read are not shown; counters stay.
+	for _, ds := range e.dev {
+		ds.present = false
+	}
+	if devErr == nil {
 		for _, rd := range devSnap.Devices {
-			seen[rd.Device.UUID] = true
 			ds := e.dev[rd.Device.UUID]
 			if ds == nil {
-				ds = &deviceState{period: defaultSamplePeriod}
+				ds = &deviceState{}
 				e.dev[rd.Device.UUID] = ds
-				e.devOrder = nil
 			}
 			ds.info, ds.present, ds.reading = rd.Device, true, rd
 			ds.goneAt = time.Time{}
 		}
-		for uuid, ds := range e.dev {
-			if !seen[uuid] {
-				ds.present = false
-				if ds.goneAt.IsZero() {
-					ds.goneAt = now
-				}
+		for _, ds := range e.dev {
+			if !ds.present && ds.goneAt.IsZero() {
+				ds.goneAt = now
 			}
 		}
 	}
@@ -370,7 +284,7 @@ func (e *Engine) Poll(ctx context.Context) {
 	e.expire(now)
 	e.forget(now)
 	e.polls++
-	e.publish(e.buildSnapshot(now))
+	e.snap.Store(e.buildSnapshot(now))
 }
 
 func (e *Engine) observeSource(name string, err error, partial []error) {
@@ -423,16 +337,23 @@ func (e *Engine) updateAllocations(list collector.AllocationList, fresh bool, no
 	// A DRA device that could not be resolved is held, by whom is unknown:
 	// no device's time may be called unallocated meanwhile (holders).
 	unresolved := list.Unresolved
-	current, folded := e.current, e.foldedNext
-	clear(current)
-	clear(folded)
+	var folded map[allocKey]bool
+	// Every allocation has ended, but those the list names again.
+	for _, as := range e.alloc {
+		if as.live {
+			as.live, as.ended = false, now
+		}
+	}
 	nvmlUp := e.sources[collector.SourceNVML].up && len(e.dev) > 0
 	for _, a := range list.Allocations {
 		uuid, gpu, ok := e.resolve(a.Device)
 		if !ok {
 			e.sources[collector.SourceKubelet].errors["unresolved_device"]++
-			if a.Device.Kind == collector.RefDRA {
-				unresolved++ // no resolver (collector/dra) in front of the kubelet
+			if !a.DRA.IsZero() {
+				// No resolver (collector/dra) in front of the kubelet, or a
+				// MIG device that NVML has not listed (yet): held, by whom
+				// is not known.
+				unresolved++
 			}
 			continue
 		}
@@ -462,22 +383,23 @@ func (e *Engine) updateAllocations(list collector.AllocationList, fresh bool, no
 			if !e.folded[k] {
 				e.overflowed++
 			}
+			if folded == nil {
+				folded = map[allocKey]bool{}
+			}
 			folded[k] = true
 			k = allocKey{UUID: uuid, Pod: OverflowPod}
 			pod = collector.Pod{}
 		}
-		if current[k] {
+		as := e.alloc[k]
+		if as != nil && as.live {
 			continue // the same device listed twice for one container, or folded
 		}
-		current[k] = true
 		if !expired {
 			h.byDevice[uuid] = append(h.byDevice[uuid], k)
 		}
-		as := e.alloc[k]
 		if as == nil {
 			as = &allocState{key: k}
 			e.alloc[k] = as
-			e.order = nil
 		}
 		as.gpu, as.resource, as.shared, as.pod, as.dra = gpu, a.Resource, a.Shared, pod, a.DRA
 		as.live, as.stale, as.ended = true, list.Stale || !fresh, time.Time{}
@@ -503,13 +425,8 @@ func (e *Engine) updateAllocations(list collector.AllocationList, fresh bool, no
 			e.alloc[k].shared = true
 		}
 	}
-	for k, as := range e.alloc {
-		if as.live && !current[k] {
-			as.live, as.ended = false, now
-		}
-	}
 	// An allocation is counted as overflowed once while it stays listed.
-	e.folded, e.foldedNext = folded, e.folded
+	e.folded = folded
 	e.history = append(e.history, h)
 }
 
@@ -566,26 +483,60 @@ func (e *Engine) resolve(ref collector.DeviceRef) (string, int, bool) {
 			return ref.UUID, ds.info.GPU, true
 		}
 		return ref.UUID, -1, true
-	case collector.RefIndex:
-		for uuid, ds := range e.dev {
-			d := ds.info
-			switch {
-			case d.GPU != ref.GPU:
-			case !ref.HasGI && d.ParentUUID == "":
-				return uuid, d.GPU, true
-			case ref.HasGI && d.ParentUUID != "" && d.GPUInstance == ref.GI:
-				return uuid, d.GPU, true
-			}
+	case collector.RefMinor:
+		// GKE names a GPU by its minor number, which need not be its index.
+		if uuid, gpu, n := e.findDevice(func(d collector.Device) bool {
+			return d.HasMinor && d.Minor == ref.Minor && (ref.HasGI == (d.ParentUUID != "")) && (!ref.HasGI || d.GPUInstance == ref.GI)
+		}); n == 1 {
+			return uuid, gpu, true
+		}
+	case collector.RefMIGPlacement:
+		// A dynamic MIG device is found as NVIDIA's DRA driver finds it:
+		// the live GPU instance of that profile and placement on the parent.
+		if uuid, gpu, n := e.findDevice(func(d collector.Device) bool {
+			return d.ParentUUID == ref.UUID && d.HasPlacement && d.GIProfileID == ref.GIProfile && d.PlacementStart == ref.Placement
+		}); n == 1 {
+			return uuid, gpu, true
+		}
+		// NVML did not say where the instances sit (GetGpuInstanceById
+		// needs privileges): the profile decides only if one instance of
+		// it lives on the parent.
+		if uuid, gpu, n := e.findDevice(func(d collector.Device) bool {
+			return d.ParentUUID == ref.UUID && !d.HasPlacement && ref.Profile != "" && d.MIGProfile == ref.Profile
+		}); n == 1 {
+			return uuid, gpu, true
 		}
 	case collector.RefLegacyMIG:
-		for uuid, ds := range e.dev {
-			d := ds.info
-			if d.ParentUUID == ref.UUID && d.GPUInstance == ref.GI && d.ComputeInstance == ref.CI {
-				return uuid, d.GPU, true
-			}
+		if uuid, gpu, n := e.findDevice(func(d collector.Device) bool {
+			return d.ParentUUID == ref.UUID && d.GPUInstance == ref.GI && d.ComputeInstance == ref.CI
+		}); n == 1 {
+			return uuid, gpu, true
 		}
 	}
 	return "", 0, false
+}
+
+// findDevice returns the device that match accepts, and how many it
+// accepts: among the devices of the latest read while NVML is up, since a
+// MIG instance destroyed and made again has the old one's GPU instance or
+// placement; while NVML is down, among the devices last seen, the latest
+// seen first.
+func (e *Engine) findDevice(match func(collector.Device) bool) (string, int, int) {
+	live := e.sources[collector.SourceNVML].up
+	found, gpu, n := "", 0, 0
+	var seen time.Time
+	for uuid, ds := range e.dev {
+		if (live && !ds.present) || !match(ds.info) {
+			continue
+		}
+		switch {
+		case live || n == 0:
+			found, gpu, n, seen = uuid, ds.info.GPU, n+1, ds.goneAt
+		case ds.present || ds.goneAt.After(seen) || (ds.goneAt.Equal(seen) && uuid < found):
+			found, gpu, seen = uuid, ds.info.GPU, ds.goneAt
+		}
+	}
+	return found, gpu, n
 }
 
 // latestHolders returns who holds device uuid in the latest allocation list.
@@ -647,7 +598,8 @@ func (e *Engine) holdersAt(uuid string, t time.Time) ([]allocKey, bool) {
 // utilization source, the time since the last poll) to the device and to
 // the allocations that held it. On a shared GPU with process attribution,
 // each holder is credited with its own processes' busy share instead of the
-// device's samples.
+// device's samples, once the process samples that cover a period have come
+// (see shares.go).
 func (e *Engine) integrate(ds *deviceState, rd collector.DeviceReading, now time.Time, owners map[uint32]procOwner) {
 	if rd.Device.MIGEnabled {
 		// Its time is its MIG instances' (credit adds it), and its
@@ -664,37 +616,92 @@ func (e *Engine) integrate(ds *deviceState, rd collector.DeviceReading, now time
 				e.gap(ds, from, now.Add(-e.cfg.PollInterval))
 				from = now.Add(-e.cfg.PollInterval)
 			}
-			e.credit(ds, from, now, 0, false, nil)
+			e.creditAt(ds, from, now, 0, false)
 		}
 		ds.lastPoll = now
 		return
 	}
+	sh := &ds.share
+	procs := rd.HasProcessSamples && e.resolved(rd, owners, sh)
 	if ds.lastSample.IsZero() {
 		// The first read sets the baseline: the driver's ring holds samples
 		// from before the agent started, whose holders are not known.
 		if n := len(rd.Samples); n > 0 {
 			ds.lastSample = rd.Samples[n-1].Time
+			e.learnPeriod(ds, rd.Samples)
+			sh.decided, sh.queued = ds.lastSample, ds.lastSample
+			if rd.HasProcessSamples {
+				// Process samples that reach back before the baseline
+				// weigh that time by the ring's samples of it.
+				for i, s := range rd.Samples {
+					from := s.Since
+					switch {
+					case !from.IsZero():
+					case i > 0:
+						from = rd.Samples[i-1].Time
+					default:
+						from = s.Time.Add(-ds.samplePeriod())
+					}
+					sh.record(from, s.Time, s.Value)
+				}
+			}
+		}
+		if rd.HasProcessSamples {
+			e.ingest(ds, rd, owners, now)
 		}
 		return
 	}
-	var procs *processShares
-	if rd.HasProcessSamples && resolved(rd, owners) {
-		procs = &processShares{samples: rd.ProcessSamples, owners: owners, baseline: ds.lastSample}
-	}
+	e.learnPeriod(ds, rd.Samples)
 	var busy, covered time.Duration
 	for _, s := range rd.Samples {
-		d := s.Time.Sub(ds.lastSample)
-		if d <= 0 {
+		if !s.Time.After(ds.lastSample) {
 			continue
 		}
 		from := ds.lastSample
-		if d > e.cfg.MaxSampleGap {
-			from = s.Time.Add(-ds.period)
-			e.gap(ds, ds.lastSample, from)
-		} else {
-			ds.period = d
+		period := ds.samplePeriod()
+		switch {
+		case s.Dry && s.Value < e.cfg.IdleThreshold:
+			// A ring that ran dry while another source says the GPU is
+			// idle: it was idle since the ring last spoke, however long
+			// ago. Before that (a failed read) is a gap.
+			if s.Since.After(from) {
+				e.gap(ds, from, s.Since)
+				from = s.Since
+			}
+		case !s.Since.IsZero():
+			// A GPM sample, or a dry ring's on a busy GPU: it covers the
+			// time since Since. A GPM sample measured all of it, however
+			// late the poll that took it came (a CPU-starved agent, a
+			// poll that waited on a slow kubelet); a dry ring's busy
+			// ratio is the GPU's now, and covers no more than a poll.
+			if s.Since.After(from) {
+				e.gap(ds, from, s.Since)
+				from = s.Since
+			}
+			if s.Dry && s.Time.Sub(from) > e.cfg.MaxSampleGap {
+				cut := s.Time.Add(-min(e.cfg.PollInterval, s.Time.Sub(from)))
+				e.gap(ds, from, cut)
+				from = cut
+			}
+		default:
+			d := s.Time.Sub(from)
+			switch {
+			case d > e.cfg.MaxSampleGap:
+				e.gap(ds, from, s.Time.Add(-period))
+				from = s.Time.Add(-period)
+			case ds.ringPeriod > 0 && d > ds.ringPeriod*3/2:
+				// The ring left the periods before this sample out: a
+				// ring that runs dry while the GPU idles records no idle
+				// period. Samples lost otherwise leave a longer gap.
+				cut := s.Time.Add(-ds.ringPeriod)
+				e.emit(ds, from, cut, 0, true, procs)
+				from = cut
+			}
 		}
-		e.credit(ds, from, s.Time, s.Value, true, procs)
+		if !s.Time.After(from) {
+			continue
+		}
+		e.emit(ds, from, s.Time, s.Value, true, procs)
 		covered += s.Time.Sub(from)
 		busy += time.Duration(float64(s.Time.Sub(from)) * s.Value)
 		ds.lastSample = s.Time
@@ -702,13 +709,71 @@ func (e *Engine) integrate(ds *deviceState, rd collector.DeviceReading, now time
 	if covered > 0 {
 		ds.util, ds.hasUtil = float64(busy)/float64(covered), true
 	}
+	if rd.HasProcessSamples {
+		e.ingest(ds, rd, owners, now)
+	}
+	e.decide(ds, now, false)
+}
+
+// learnPeriod learns the device's sampling period from its ring samples:
+// the shortest interval between two samples of one read. A ring that runs
+// dry while the GPU idles leaves idle periods out, so a longer interval
+// says nothing; GPM samples (Since set) have no period.
+func (e *Engine) learnPeriod(ds *deviceState, samples []collector.Sample) {
+	for i := 1; i < len(samples); i++ {
+		a, b := samples[i-1], samples[i]
+		if !a.Since.IsZero() || !b.Since.IsZero() {
+			continue
+		}
+		if d := b.Time.Sub(a.Time); d >= minSamplePeriod && (ds.ringPeriod == 0 || d < ds.ringPeriod) {
+			ds.ringPeriod = d
+		}
+	}
+}
+
+// samplePeriod is the period a ring sample covers after a gap.
+func (ds *deviceState) samplePeriod() time.Duration {
+	if ds.ringPeriod > 0 {
+		return ds.ringPeriod
+	}
+	return defaultSamplePeriod
+}
+
+// emit credits the period [from, to) of a device with busy ratio v, or,
+// when its holders share the device and their processes' samples are to
+// split it, queues it until those samples have come (decide). Periods
+// are credited in time order.
+func (e *Engine) emit(ds *deviceState, from, to time.Time, v float64, known, procs bool) {
+	holders, holdersKnown := e.holdersAt(ds.info.UUID, to)
+	sh := &ds.share
+	byProcess := false
+	if procs && known && holdersKnown && len(holders) > 0 {
+		// The holders of a shared device are split by process; an
+		// exclusive one's too while a process its holder does not own
+		// runs there (its share is unallocated activity).
+		_, _, shared := e.holderStates(holders)
+		byProcess = shared || sh.foreign
+	}
+	if !byProcess && len(sh.pending) == 0 {
+		e.credit(ds, from, to, v, known, holders, holdersKnown, nil, 0)
+		if known && sh.procs != nil {
+			sh.record(from, to, v)
+		}
+		sh.decided, sh.queued = to, to
+		return
+	}
+	sh.enqueue(pendingPeriod{from: from, to: to, v: v, known: known, holdersKnown: holdersKnown, byProcess: byProcess}, holders)
+}
+
+// creditAt credits [from, to) to whoever held the device at to.
+func (e *Engine) creditAt(ds *deviceState, from, to time.Time, v float64, known bool) {
+	holders, holdersKnown := e.holdersAt(ds.info.UUID, to)
+	e.credit(ds, from, to, v, known, holders, holdersKnown, nil, 0)
 }
 
 // split returns how much of [from, to) falls in each window.
 func (e *Engine) split(from, to time.Time) [NumWindows]time.Duration {
-	e.parts = [NumWindows]time.Duration{}
-	e.cfg.Windows.Split(from, to, e.splitEmit)
-	return e.parts
+	return e.cfg.Windows.Durations(from, to)
 }
 
 func (e *Engine) gap(ds *deviceState, from, to time.Time) {
@@ -777,26 +842,20 @@ func (e *Engine) unpartitioned(ds *deviceState, now time.Time) {
 }
 
 // credit adds the period [from, to) with busy ratio v (when known) to the
-// device and its holders at the end of the period. With procs, holders of a
-// shared device are credited with their own processes' share, and the share
-// of processes no holder owns counts as unallocated activity. A MIG
+// device and to holders, who held it then (holdersKnown: whether that is
+// known). With shares (from the processes' samples), holders of a shared
+// device are credited with their own processes' shares (shares[i] is
+// holders[i]'s), and unattributed, the share of processes no holder owns,
+// counts as unallocated activity on any device. A MIG
 // instance's device counters reach its GPU too, weighted by its share.
-func (e *Engine) credit(ds *deviceState, from, to time.Time, v float64, known bool, procs *processShares) {
-	holders, holdersKnown := e.holdersAt(ds.info.UUID, to)
+func (e *Engine) credit(ds *deviceState, from, to time.Time, v float64, known bool, holders []allocKey, holdersKnown bool, shares []float64, unattributed float64) {
 	states, at, shared := e.holderStates(holders)
 	// Several holders of an exclusive device (resolveConflict) split it.
 	split := 1.0
 	if !shared && len(states) > 1 {
 		split = 1 / float64(len(states))
 	}
-	byProcess := known && shared && procs != nil
-	var unattributed float64
-	shares := e.shares[:0]
-	if procs != nil && known {
-		shares = slices.Grow(shares, len(holders))[:len(holders)]
-		e.shares = shares
-		unattributed = procs.period(to, holders, shares)
-	}
+	byProcess := known && shared && shares != nil
 	deviceIdle := known && v < e.cfg.IdleThreshold
 	// The device's own allocated time: idle only when every holder is,
 	// and busy by the holders' shares together (the device's samples
@@ -883,14 +942,9 @@ func (e *Engine) credit(ds *deviceState, from, to time.Time, v float64, known bo
 }
 
 // holderStates returns the states of holders that the engine tracks, the
-// index in holders of each, and whether one of them is shared. Samples of
-// one device in one poll mostly have the same holders: the answer for the
-// last holders is kept until the next poll (Poll resets it), so that each
-// sample does not look every holder up.
+// index in holders of each, and whether one of them is shared. The slices
+// are valid until the next call.
 func (e *Engine) holderStates(holders []allocKey) (states []*allocState, at []int, shared bool) {
-	if len(holders) > 0 && &holders[0] == e.statesOf && len(holders) == e.statesLen {
-		return e.states, e.statesAt, e.statesShared
-	}
 	states, at = e.states[:0], e.statesAt[:0]
 	for i, k := range holders {
 		if as := e.alloc[k]; as != nil {
@@ -899,24 +953,25 @@ func (e *Engine) holderStates(holders []allocKey) (states []*allocState, at []in
 			shared = shared || as.shared
 		}
 	}
-	e.states, e.statesAt, e.statesShared = states, at, shared
-	e.statesOf, e.statesLen = nil, 0
-	if len(holders) > 0 {
-		e.statesOf, e.statesLen = &holders[0], len(holders)
-	}
+	e.states, e.statesAt = states, at
 	return states, at, shared
 }
 
 // expire drops allocations that ended more than Retention ago and that no
-// kept allocation list can still credit.
+// kept allocation list, nor a period waiting for process samples, can still
+// credit.
 func (e *Engine) expire(now time.Time) {
 	oldest := e.history[0].at
+	for _, ds := range e.dev {
+		if p := ds.share.pending; len(p) > 0 && p[0].from.Before(oldest) {
+			oldest = p[0].from
+		}
+	}
 	uids := e.uids
 	clear(uids)
 	for k, as := range e.alloc {
 		if !as.live && now.Sub(as.ended) > e.cfg.Retention && as.ended.Before(oldest) {
 			delete(e.alloc, k)
-			e.order = nil
 			continue
 		}
 		uids[as.pod.UID] = true
@@ -940,28 +995,20 @@ func (e *Engine) forget(now time.Time) {
 		}
 		if parent := e.dev[ds.info.ParentUUID]; parent != nil && parent.present {
 			delete(e.dev, uuid)
-			e.devOrder = nil
 		}
 	}
 }
 
-// buildSnapshot fills a spare snapshot with the state now: the devices and
-// allocations in the order they are listed (kept while no allocation
-// comes or goes), the sources' health.
+// buildSnapshot returns a new snapshot of the state now.
 func (e *Engine) buildSnapshot(now time.Time) *Snapshot {
-	s := e.spareSnapshot()
-	s.At, s.Polls, s.Overflowed = now, e.polls, e.overflowed
+	s := &Snapshot{At: now, Polls: e.polls, Overflowed: e.overflowed}
 
-	if e.devOrder == nil {
-		e.devOrder = slices.Collect(maps.Values(e.dev))
-	}
-	// A device's index may change (a GPU re-enumerated): sorted at each
-	// poll, a few dozen at most.
-	slices.SortFunc(e.devOrder, func(a, b *deviceState) int {
+	devs := slices.Collect(maps.Values(e.dev))
+	slices.SortFunc(devs, func(a, b *deviceState) int {
 		return cmp.Or(cmp.Compare(a.info.GPU, b.info.GPU), cmp.Compare(a.info.UUID, b.info.UUID))
 	})
-	s.Devices = s.Devices[:0]
-	for _, ds := range e.devOrder {
+	s.Devices = make([]DeviceSnapshot, 0, len(devs))
+	for _, ds := range devs {
 		d := DeviceSnapshot{
 			Device:         ds.info,
 			Present:        ds.present,
@@ -980,59 +1027,68 @@ func (e *Engine) buildSnapshot(now time.Time) *Snapshot {
 		s.Devices = append(s.Devices, d)
 	}
 
-	if e.order == nil {
-		e.order = slices.Collect(maps.Values(e.alloc))
-		slices.SortFunc(e.order, func(a, b *allocState) int {
-			return cmp.Or(cmp.Compare(a.key.UUID, b.key.UUID), cmp.Compare(a.key.Namespace, b.key.Namespace),
-				cmp.Compare(a.key.Pod, b.key.Pod), cmp.Compare(a.key.Container, b.key.Container))
-		})
+	s.Allocations = make([]*AllocationSnapshot, 0, len(e.alloc))
+	for _, as := range e.alloc {
+		s.Allocations = append(s.Allocations, e.allocationSnapshot(as))
 	}
-	s.Allocations = s.Allocations[:0]
-	for _, as := range e.order {
-		attribution := "device"
-		if as.byProcess {
-			attribution = "process"
-		}
-		s.Allocations = append(s.Allocations, AllocationSnapshot{
-			UUID:            as.key.UUID,
-			GPU:             as.gpu,
-			Namespace:       as.key.Namespace,
-			Pod:             as.key.Pod,
-			Container:       as.key.Container,
-			Resource:        as.resource,
-			Shared:          as.shared,
-			Attribution:     attribution,
-			WorkloadKind:    as.pod.WorkloadKind,
-			Workload:        as.pod.Workload,
-			Model:           cmp.Or(as.pod.Model, e.cmdModels[as.pod.UID]),
-			ExtraLabels:     as.pod.ExtraLabels,
-			Scheduling:      as.pod.Scheduling,
-			DRA:             as.dra,
-			Live:            as.live,
-			Stale:           as.stale,
-			Counters:        as.c,
-			HasIdleStreak:   as.hasStreak && as.live,
-			IdleStreak:      as.streak.Seconds(),
-			HasMemory:       as.hasMemory && as.live,
-			MemoryUsedBytes: as.memory,
-		})
-	}
+	slices.SortFunc(s.Allocations, func(a, b *AllocationSnapshot) int {
+		return cmp.Or(cmp.Compare(a.UUID, b.UUID), cmp.Compare(a.Namespace, b.Namespace),
+			cmp.Compare(a.Pod, b.Pod), cmp.Compare(a.Container, b.Container))
+	})
 
-	if len(s.Sources) != len(e.sourceNames) {
-		s.Sources = make([]SourceSnapshot, len(e.sourceNames))
-	}
-	for i, name := range e.sourceNames {
-		st, src := e.sources[name], &s.Sources[i]
-		src.Name, src.Up = name, st.up
-		if src.Errors == nil {
-			src.Errors = make(map[string]uint64, len(st.errors))
-		}
-		clear(src.Errors)
-		for r, n := range st.errors {
-			src.Errors[r] = n
-		}
+	names := slices.Sorted(maps.Keys(e.sources))
+	s.Sources = make([]SourceSnapshot, len(names))
+	for i, name := range names {
+		st := e.sources[name]
+		s.Sources[i] = SourceSnapshot{Name: name, Up: st.up, Errors: maps.Clone(st.errors)}
 	}
 	return s
+}
+
+// allocationSnapshot returns the record of as for a new snapshot. While
+// it stays the same (an ended allocation's, during retention), the last
+// snapshot's record is returned again, and its info likewise, so that a
+// poll copies only what changed.
+func (e *Engine) allocationSnapshot(as *allocState) *AllocationSnapshot {
+	info := AllocationInfo{
+		UUID:         as.key.UUID,
+		GPU:          as.gpu,
+		Namespace:    as.key.Namespace,
+		Pod:          as.key.Pod,
+		Container:    as.key.Container,
+		Resource:     as.resource,
+		Shared:       as.shared,
+		WorkloadKind: as.pod.WorkloadKind,
+		Workload:     as.pod.Workload,
+		Model:        cmp.Or(as.pod.Model, e.cmdModels[as.pod.UID]),
+		ExtraLabels:  as.pod.ExtraLabels,
+		Scheduling:   as.pod.Scheduling,
+		DRA:          as.dra,
+	}
+	if as.info == nil || !as.info.equal(&info) {
+		changed := info
+		as.info = &changed
+	}
+	attribution := "device"
+	if as.byProcess {
+		attribution = "process"
+	}
+	a := AllocationSnapshot{
+		AllocationInfo:  as.info,
+		Attribution:     attribution,
+		Live:            as.live,
+		Stale:           as.stale,
+		Counters:        as.c,
+		HasIdleStreak:   as.hasStreak && as.live,
+		IdleStreak:      as.streak.Seconds(),
+		HasMemory:       as.hasMemory && as.live,
+		MemoryUsedBytes: as.memory,
+	}
+	if as.snap == nil || *as.snap != a {
+		changed := a
+		as.snap = &changed
+	}
+	return as.snap
 }
 
 // String describes the engine's configuration for the start-up log.

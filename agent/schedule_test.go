@@ -16,8 +16,9 @@ func mustZone(t testing.TB, name string) *time.Location {
 }
 
 // splitTotals splits [from, to) and sums each window, checking that the parts
-// are positive, alternate, and add up to the interval.
-func splitTotals(t testing.TB, w Windows, from, to time.Time) (peak, offpeak time.Duration) {
+// are positive, alternate, and add up to the interval, and that Durations
+// gives the same sums.
+func splitTotals(t testing.TB, w *Schedule, from, to time.Time) (peak, offpeak time.Duration) {
 	t.Helper()
 	var parts int
 	last := NumWindows
@@ -41,6 +42,9 @@ func splitTotals(t testing.TB, w Windows, from, to time.Time) (peak, offpeak tim
 	}
 	if got := peak + offpeak; got != to.Sub(from) {
 		t.Errorf("Split(%s, %s) parts add up to %s, want %s", from, to, got, to.Sub(from))
+	}
+	if d := w.Durations(from, to); d[Peak] != peak || d[Offpeak] != offpeak {
+		t.Errorf("Durations(%s, %s) = peak %s, off-peak %s; Split's parts add up to %s, %s", from, to, d[Peak], d[Offpeak], peak, offpeak)
 	}
 	return peak, offpeak
 }

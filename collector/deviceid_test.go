@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"regexp"
+	"strings"
 	"testing"
 
 	"github.com/gpuxray/gpuxray/collector"
@@ -28,11 +29,18 @@ func TestParseDeviceID(t *testing.T) {
 		{testMIG + "::3", collector.DeviceRef{Kind: collector.RefUUID, UUID: testMIG, Replicated: true, Replica: 3}},
 		{"MIG-" + testGPU + "/7/0", collector.DeviceRef{Kind: collector.RefLegacyMIG, UUID: testGPU, HasGI: true, GI: 7, CI: 0}},
 		{"MIG-" + testGPU + "/1/2::4", collector.DeviceRef{Kind: collector.RefLegacyMIG, UUID: testGPU, HasGI: true, GI: 1, CI: 2, Replicated: true, Replica: 4}},
-		{"nvidia0", collector.DeviceRef{Kind: collector.RefIndex, GPU: 0}},
-		{"nvidia7", collector.DeviceRef{Kind: collector.RefIndex, GPU: 7}},
-		{"nvidia12::2", collector.DeviceRef{Kind: collector.RefIndex, GPU: 12, Replicated: true, Replica: 2}},
-		{"nvidia3/gi5", collector.DeviceRef{Kind: collector.RefIndex, GPU: 3, HasGI: true, GI: 5}},
-		{"nvidia3/gi5::1", collector.DeviceRef{Kind: collector.RefIndex, GPU: 3, HasGI: true, GI: 5, Replicated: true, Replica: 1}},
+		{"nvidia0", collector.DeviceRef{Kind: collector.RefMinor, Minor: 0}},
+		{"nvidia7", collector.DeviceRef{Kind: collector.RefMinor, Minor: 7}},
+		{"nvidia12::2", collector.DeviceRef{Kind: collector.RefMinor, Minor: 12, Replicated: true, Replica: 2}},
+		{"nvidia3/gi5", collector.DeviceRef{Kind: collector.RefMinor, Minor: 3, HasGI: true, GI: 5}},
+		{"nvidia3/gi5::1", collector.DeviceRef{Kind: collector.RefMinor, Minor: 3, HasGI: true, GI: 5, Replicated: true, Replica: 1}},
+		// GKE's time-sharing and MPS shares (gpusharing.go).
+		{"nvidia0/vgpu0", collector.DeviceRef{Kind: collector.RefMinor, Minor: 0, Replicated: true, Replica: 0}},
+		{"nvidia2/vgpu14", collector.DeviceRef{Kind: collector.RefMinor, Minor: 2, Replicated: true, Replica: 14}},
+		{"nvidia1/gi3/vgpu2", collector.DeviceRef{Kind: collector.RefMinor, Minor: 1, HasGI: true, GI: 3, Replicated: true, Replica: 2}},
+		// HAMi's vGPU slices (rm/devices.go: "%v-%v" of the UUID and slice).
+		{testGPU + "-0", collector.DeviceRef{Kind: collector.RefUUID, UUID: testGPU, HAMi: true, Replicated: true, Replica: 0}},
+		{testGPU + "-9", collector.DeviceRef{Kind: collector.RefUUID, UUID: testGPU, HAMi: true, Replicated: true, Replica: 9}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.id, func(t *testing.T) {
@@ -79,6 +87,12 @@ func TestParseDeviceIDMalformed(t *testing.T) {
 		"nvidia0/gi",                       // empty GPU instance
 		"nvidia0/gi1/gi2",                  // two GPU instances
 		"nvidia0/ci1",                      // unknown suffix
+		"nvidia0/vgpu",                     // empty share
+		"nvidia0/vgpux",                    // share not a number
+		"nvidia0/vgpu1/gi2",                // share before the GPU instance
+		"nvidia0/vgpu1/vgpu2",              // two shares
+		"nvidia0/vgpu1::2",                 // a share and a replica
+		"nvidia0/gi1/vgpu2/x",              // one part too many
 		"gpu-" + testGPU[4:],               // prefixes are case-sensitive
 		"amd.com/gpu",                      // unknown form
 		"  " + testGPU,                     // leading space
@@ -103,7 +117,7 @@ func TestParseDeviceIDMalformed(t *testing.T) {
 var deviceIDGrammar = regexp.MustCompile(`^(` +
 	`(GPU|MIG)-[0-9a-fA-F-]+` +
 	`|MIG-GPU-[0-9a-fA-F-]+/[0-9]+/[0-9]+` +
-	`|nvidia[0-9]+(/gi[0-9]+)?` +
+	`|nvidia[0-9]+(/gi[0-9]+)?(/vgpu[0-9]+)?` +
 	`)(::[0-9]+)?$`)
 
 // formatDeviceID writes ref back in its canonical form.
@@ -112,12 +126,18 @@ func formatDeviceID(ref collector.DeviceRef) string {
 	switch ref.Kind {
 	case collector.RefUUID:
 		s = ref.UUID
+		if ref.HAMi {
+			return fmt.Sprintf("%s-%d", s, ref.Replica)
+		}
 	case collector.RefLegacyMIG:
 		s = fmt.Sprintf("MIG-%s/%d/%d", ref.UUID, ref.GI, ref.CI)
-	case collector.RefIndex:
-		s = fmt.Sprintf("nvidia%d", ref.GPU)
+	case collector.RefMinor:
+		s = fmt.Sprintf("nvidia%d", ref.Minor)
 		if ref.HasGI {
 			s += fmt.Sprintf("/gi%d", ref.GI)
+		}
+		if ref.Replicated && strings.Contains(ref.ID, "/vgpu") {
+			return s + fmt.Sprintf("/vgpu%d", ref.Replica)
 		}
 	}
 	if ref.Replicated {
@@ -129,7 +149,7 @@ func formatDeviceID(ref collector.DeviceRef) string {
 func FuzzParseDeviceID(f *testing.F) {
 	for _, seed := range []string{
 		"", testGPU, testGPU + "::3", testMIG, "MIG-" + testGPU + "/1/2", "nvidia0",
-		"nvidia1/gi2::3", "nvidia-0", testGPU + "::+1", "MIG-GPU-/a/0", "nvidia007",
+		"nvidia1/gi2::3", "nvidia1/gi2/vgpu3", "nvidia0/vgpu1", testGPU + "-4", "nvidia-0", testGPU + "::+1", "MIG-GPU-/a/0", "nvidia007",
 	} {
 		f.Add(seed)
 	}

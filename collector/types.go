@@ -18,7 +18,8 @@ const (
 const (
 	// UtilizationSamples is NVML's GPU_UTILIZATION_SAMPLES ring: "a kernel was running".
 	UtilizationSamples = "samples"
-	// UtilizationGPM is GPM's SM activity (Hopper and newer, also per MIG instance).
+	// UtilizationGPM is GPM's GRAPHICS_UTIL, the time an app was active
+	// (Hopper and newer, also per MIG instance).
 	UtilizationGPM = "gpm"
 	// UtilizationNone means no activity source works for the device: time is
 	// observed and allocated, but never called idle or active.
@@ -49,6 +50,19 @@ type Device struct {
 	// name them); they mean something only when ParentUUID is set.
 	GPUInstance     int
 	ComputeInstance int
+	// Minor is the GPU's device minor number (/dev/nvidia<Minor>; the
+	// parent's for a MIG instance), which GKE's device plugin and NVIDIA's
+	// DRA driver name GPUs by; it need not equal GPU. HasMinor is false
+	// when NVML did not say.
+	Minor    int
+	HasMinor bool
+	// GIProfileID and PlacementStart are a MIG instance's GPU instance
+	// profile ID (NVML's, e.g. 19 for 1g.10gb) and the first memory slice
+	// of its placement, which NVIDIA's DRA driver names a dynamic MIG
+	// device by; HasPlacement is false when NVML did not say.
+	GIProfileID    int
+	PlacementStart int
+	HasPlacement   bool
 	// Slices is a MIG instance's share of its GPU's compute, in GPU-instance
 	// slices, out of ParentSlices (7 on A100, H100 and newer); zero when
 	// unknown. They weigh the instance's time in its GPU's capacity counters.
@@ -70,12 +84,26 @@ func (d Device) GPUFraction() float64 {
 type Sample struct {
 	Time  time.Time
 	Value float64 // 0..1
+	// Since, when set, is where the span the sample covers begins: a GPM
+	// sample covers the time since the previous one, and a sample the
+	// reader made for a ring that ran dry (no sample since the previous
+	// read, as NVML's ring does while the GPU is idle) covers the time
+	// since the ring last spoke, with the busy ratio another source
+	// (GPM, GetUtilizationRates) gives. Zero for a ring sample, which
+	// covers one sampling period.
+	Since time.Time
+	// Dry marks a sample made for a ring that ran dry.
+	Dry bool
 }
 
 // Process is one compute process running on a device, by host PID.
 type Process struct {
 	PID             uint32
 	UsedMemoryBytes uint64
+	// MemoryUnknown is set when NVML says the process's memory is not
+	// available (NVML_VALUE_NOT_AVAILABLE): UsedMemoryBytes is 0, not a
+	// figure, and no sum it is part of is known.
+	MemoryUnknown bool
 }
 
 // ProcessSample is one per-process utilization sample: the busy ratio of the
@@ -178,6 +206,26 @@ type Pod struct {
 	ContainerIDs map[string]string
 	// Scheduling is how the scheduler and Kueue rank and queue the pod.
 	Scheduling Scheduling
+	// Sharing is what a GPU-sharing scheduler wrote on the pod about the
+	// GPUs it uses, where the kubelet does not say.
+	Sharing Sharing
+}
+
+// Sharing is what HAMi and KAI Scheduler write on a pod about its GPUs
+// (sharing.go parses it).
+type Sharing struct {
+	// Devices maps a container to the UUIDs of the GPUs HAMi gave it, one
+	// per device (its hami.io/vgpu-devices-allocated annotation); nil for
+	// a pod HAMi did not place.
+	Devices map[string][]string
+	// GPUGroups are the KAI Scheduler GPU groups of the pod: its
+	// runai-gpu-group label, or the runai-gpu-group/<group> labels of a
+	// fraction of several GPUs. A reservation pod and the fraction pods it
+	// holds a GPU for carry the same group.
+	GPUGroups []string
+	// GPUContainer is the container KAI gives a fraction pod's GPU: its
+	// gpu-fraction-container-name annotation, else its first container.
+	GPUContainer string
 }
 
 // Scheduling is what decides which pod a GPU goes to: the pod's priority,
@@ -207,7 +255,10 @@ func (p Pod) Terminal() bool { return p.Phase == "Succeeded" || p.Phase == "Fail
 
 // ProcessInfo is what /proc says of a host PID running on a GPU.
 type ProcessInfo struct {
-	PID         uint32
+	PID uint32
+	// StartTime is when the process started, in clock ticks since boot
+	// (/proc/<pid>/stat field 22): with PID, it tells processes apart.
+	StartTime   uint64
 	PodUID      string // empty when the process is not in a pod's cgroup
 	ContainerID string // 64-hex, empty when unknown
 	// Cmdline is the process's argument vector. It can hold secrets: only a

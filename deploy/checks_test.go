@@ -1,6 +1,7 @@
 package deploy
 
 import (
+	"regexp"
 	"slices"
 	"strconv"
 	"strings"
@@ -10,7 +11,9 @@ import (
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
+	schedulingv1 "k8s.io/api/scheduling/v1"
 	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 )
 
 // expect is what one rendering of the manifests must hold beyond the
@@ -25,6 +28,16 @@ type expect struct {
 	// The VictoriaMetrics operator's: a VMServiceScrape, a VMPodScrape, a VMRule.
 	vmServiceScrape, vmPodScrape, vmRule bool
 	noDRA                                bool // --dra.enabled=false: no resourceslices access
+	// release is the label release on every Prometheus Operator object
+	// (kube-prometheus-stack selects them by it); "" for none.
+	release string
+	// gkeDriver: NVML from the driver folder of GKE's own driver install,
+	// in a privileged container (GKE has no NVIDIA container toolkit).
+	gkeDriver bool
+	// critical is the system-*-critical class the agents run at, with a
+	// ResourceQuota scoped to it (GKE admits them only so); "" for the
+	// default, the manifests' own PriorityClass.
+	critical string
 }
 
 // checkManifest asserts what every gpuxray deployment keeps: the agent's
@@ -52,11 +65,14 @@ func checkManifest(t *testing.T, m *manifest, want expect) {
 		{"hostPID only with process attribution", pod.HostPID == want.hostPID},
 		{"no host network", !pod.HostNetwork},
 		{"no host IPC", !pod.HostIPC},
-		{"system-node-critical", pod.PriorityClassName == "system-node-critical"},
 		{"seccomp RuntimeDefault", pod.SecurityContext != nil && pod.SecurityContext.SeccompProfile != nil && pod.SecurityContext.SeccompProfile.Type == corev1.SeccompProfileTypeRuntimeDefault},
 		{"read-only root filesystem", is(sc.ReadOnlyRootFilesystem, true)},
-		{"no privilege escalation", is(sc.AllowPrivilegeEscalation, false)},
-		{"not privileged", is(sc.Privileged, false)},
+		// GKE's driver install: the GPUs' device nodes need a privileged
+		// container, and the API server refuses privileged with
+		// allowPrivilegeEscalation false.
+		{"no privilege escalation", want.gkeDriver || is(sc.AllowPrivilegeEscalation, false)},
+		{"not privileged (privileged only for GKE's driver)", is(sc.Privileged, want.gkeDriver) && !(want.gkeDriver && is(sc.AllowPrivilegeEscalation, false))},
+		{"LD_LIBRARY_PATH to the driver only with GKE's driver", (envValue(c.Env, "LD_LIBRARY_PATH") == "/usr/local/nvidia/lib64") == want.gkeDriver},
 		{"all capabilities dropped, none added", sc.Capabilities != nil && slices.Equal(sc.Capabilities.Drop, []corev1.Capability{"ALL"}) && len(sc.Capabilities.Add) == 0},
 		{"uid 0 for the kubelet's root-owned socket", sc.RunAsUser != nil && *sc.RunAsUser == 0},
 		{"memory limit", !c.Resources.Limits.Memory().IsZero()},
@@ -65,10 +81,6 @@ func checkManifest(t *testing.T, m *manifest, want expect) {
 		{"readiness on /readyz at the health port", c.ReadinessProbe != nil && c.ReadinessProbe.HTTPGet != nil && c.ReadinessProbe.HTTPGet.Path == "/readyz" && c.ReadinessProbe.HTTPGet.Port.StrVal == "health"},
 		{"probes in plain HTTP", c.LivenessProbe.HTTPGet.Scheme == "" && c.ReadinessProbe.HTTPGet.Scheme == ""},
 		{"NODE_NAME from the downward API", hasEnvFrom(c.Env, "NODE_NAME", "spec.nodeName")},
-		{"GOMEMLIMIT from the memory limit", slices.ContainsFunc(c.Env, func(e corev1.EnvVar) bool {
-			return e.Name == "GOMEMLIMIT" && e.ValueFrom != nil && e.ValueFrom.ResourceFieldRef != nil &&
-				e.ValueFrom.ResourceFieldRef.Resource == "limits.memory" && e.ValueFrom.ResourceFieldRef.Divisor.IsZero()
-		})},
 		{"GPU taint tolerated", slices.ContainsFunc(pod.Tolerations, func(tl corev1.Toleration) bool {
 			return tl.Key == "nvidia.com/gpu" && tl.Operator == corev1.TolerationOpExists && tl.Effect == corev1.TaintEffectNoSchedule
 		})},
@@ -81,6 +93,8 @@ func checkManifest(t *testing.T, m *manifest, want expect) {
 			t.Errorf("DaemonSet: %s: no", ch.what)
 		}
 	}
+	checkPriority(t, m, pod.PriorityClassName, want)
+	checkGoMemLimit(t, c)
 
 	// The health port is the one --web.health-listen-address binds.
 	ports := map[string]int32{}
@@ -97,10 +111,16 @@ func checkManifest(t *testing.T, m *manifest, want expect) {
 		t.Errorf("--web.listen-address=%q, want the metrics port %d", a, ports["metrics"])
 	}
 
-	// The only host path: the kubelet's pod-resources folder, read-only.
+	// The only host paths, read-only: the kubelet's pod-resources folder,
+	// and with GKE's driver install its driver folder where GKE's own
+	// exporters mount it.
 	mounts := map[string]corev1.VolumeMount{}
 	for _, vm := range c.VolumeMounts {
 		mounts[vm.Name] = vm
+	}
+	wantPaths := map[string]string{"/var/lib/kubelet/pod-resources": "/var/lib/kubelet/pod-resources"}
+	if want.gkeDriver {
+		wantPaths["/home/kubernetes/bin/nvidia"] = "/usr/local/nvidia"
 	}
 	hostPaths := 0
 	for _, v := range pod.Volumes {
@@ -109,15 +129,16 @@ func checkManifest(t *testing.T, m *manifest, want expect) {
 		}
 		hostPaths++
 		vm := mounts[v.Name]
-		if v.HostPath.Path != "/var/lib/kubelet/pod-resources" || v.HostPath.Type == nil || *v.HostPath.Type != corev1.HostPathDirectory {
-			t.Errorf("host path %q (%v), want only the pod-resources folder", v.HostPath.Path, v.HostPath.Type)
+		at, ok := wantPaths[v.HostPath.Path]
+		if !ok || v.HostPath.Type == nil || *v.HostPath.Type != corev1.HostPathDirectory {
+			t.Errorf("host path %q (%v), want only %v", v.HostPath.Path, v.HostPath.Type, wantPaths)
 		}
-		if vm.MountPath != v.HostPath.Path || !vm.ReadOnly {
-			t.Errorf("host path %s mounted at %q read-only=%v, want at the same path, read-only", v.HostPath.Path, vm.MountPath, vm.ReadOnly)
+		if vm.MountPath != at || !vm.ReadOnly {
+			t.Errorf("host path %s mounted at %q read-only=%v, want at %s, read-only", v.HostPath.Path, vm.MountPath, vm.ReadOnly, at)
 		}
 	}
-	if hostPaths != 1 {
-		t.Errorf("%d host paths, want the pod-resources folder only", hostPaths)
+	if hostPaths != len(wantPaths) {
+		t.Errorf("%d host paths, want %v", hostPaths, wantPaths)
 	}
 
 	// The ServiceAccount, its ClusterRole and binding agree.
@@ -128,6 +149,8 @@ func checkManifest(t *testing.T, m *manifest, want expect) {
 	role := one[rbacv1.ClusterRole](t, m)
 	read := []string{"get", "list", "watch"}
 	wantRules := []rbacv1.PolicyRule{{APIGroups: []string{""}, Resources: []string{"pods"}, Verbs: read},
+		// The node watch's GET of its own Node (collector/node).
+		{APIGroups: []string{""}, Resources: []string{"nodes"}, Verbs: []string{"get"}},
 		// The pod source's PriorityClass values, for the queue X-ray.
 		{APIGroups: []string{"scheduling.k8s.io"}, Resources: []string{"priorityclasses"}, Verbs: read}}
 	if !want.noDRA {
@@ -184,6 +207,17 @@ func checkManifest(t *testing.T, m *manifest, want expect) {
 			t.Error("the PrometheusRule has no group")
 		}
 	}
+	for _, o := range m.objects {
+		if g := groupOf(o); g != "monitoring.coreos.com" {
+			if l := labelsOf(o)["release"]; l != "" && g != "" {
+				t.Errorf("%T %s has the release label %q, meant for the Prometheus Operator's objects", o, nameOf(o), l)
+			}
+			continue
+		}
+		if l := labelsOf(o)["release"]; l != want.release {
+			t.Errorf("%T %s: label release=%q, want %q", o, nameOf(o), l, want.release)
+		}
+	}
 	checkVMObjects(t, m, want, svc.Labels, ds.Spec.Template.Labels)
 	n := 0
 	for _, cm := range all[corev1.ConfigMap](m) {
@@ -205,7 +239,7 @@ func checkManifest(t *testing.T, m *manifest, want expect) {
 	}
 	for _, o := range m.objects {
 		switch o.(type) {
-		case *corev1.Namespace, *rbacv1.ClusterRole, *rbacv1.ClusterRoleBinding:
+		case *corev1.Namespace, *rbacv1.ClusterRole, *rbacv1.ClusterRoleBinding, *schedulingv1.PriorityClass:
 			continue // cluster-scoped
 		}
 		if ns := namespaceOf(o); ns != want.namespace {
@@ -275,6 +309,135 @@ func namespaceOf(o any) string {
 	type namespaced interface{ GetNamespace() string }
 	if v, ok := o.(namespaced); ok {
 		return v.GetNamespace()
+	}
+	return ""
+}
+
+// maxUserPriority is the highest value a PriorityClass other than the
+// system-* ones may have (k8s.io/api/scheduling/v1's HighestUserDefinablePriority).
+const maxUserPriority = 1_000_000_000
+
+// checkPriority: by default the agents run at a PriorityClass the manifests
+// ship, above ordinary pods and below every system class, that never
+// preempts (a telemetry agent must not evict user pods), installable in any
+// namespace of any cluster. Raised to a system-*-critical class outside
+// kube-system, the manifests hold the ResourceQuota scoped to it that GKE
+// requires ("insufficient quota to match these scopes: [{PriorityClass In
+// [system-node-critical system-cluster-critical]}]"; GKE's own is
+// kube-system's gcp-critical-pods).
+func checkPriority(t *testing.T, m *manifest, class string, want expect) {
+	t.Helper()
+	pcs := all[schedulingv1.PriorityClass](m)
+	quotas := all[corev1.ResourceQuota](m)
+	if want.critical == "" {
+		if len(pcs) != 1 || pcs[0].Name != class {
+			t.Errorf("priorityClassName %q with PriorityClasses %v: want the manifests' own class", class, pcs)
+			return
+		}
+		pc := pcs[0]
+		if pc.Value <= 0 || pc.Value >= maxUserPriority || pc.GlobalDefault || pc.PreemptionPolicy == nil ||
+			*pc.PreemptionPolicy != corev1.PreemptNever || pc.Description == "" {
+			t.Errorf("PriorityClass %s: value %d, globalDefault %v, preemptionPolicy %v: want above 0 and a user value, not the default, never preempting, described",
+				pc.Name, pc.Value, pc.GlobalDefault, pc.PreemptionPolicy)
+		}
+		if len(quotas) != 0 {
+			t.Errorf("%d ResourceQuotas without a critical class", len(quotas))
+		}
+		return
+	}
+	if class != want.critical || len(pcs) != 0 {
+		t.Errorf("priorityClassName %q, PriorityClasses %d: want %s and none of our own", class, len(pcs), want.critical)
+	}
+	if want.namespace == "kube-system" {
+		if len(quotas) != 0 {
+			t.Errorf("a ResourceQuota in kube-system, which GKE's gcp-critical-pods already covers")
+		}
+		return
+	}
+	ok := false
+	for _, q := range quotas {
+		sel := q.Spec.ScopeSelector
+		if sel == nil || len(sel.MatchExpressions) != 1 {
+			continue
+		}
+		e := sel.MatchExpressions[0]
+		pods := q.Spec.Hard[corev1.ResourcePods]
+		ok = ok || e.ScopeName == corev1.ResourceQuotaScopePriorityClass && e.Operator == corev1.ScopeSelectorOpIn &&
+			slices.Contains(e.Values, want.critical) && pods.Value() >= 1_000_000 && q.Namespace == want.namespace
+	}
+	if !ok {
+		t.Errorf("no ResourceQuota in %s scoped to PriorityClass %s with room for the pods: %+v", want.namespace, want.critical, quotas)
+	}
+}
+
+// checkGoMemLimit: GOMEMLIMIT, the Go runtime's soft limit, sits well below
+// the container's hard limit: the rest holds the binary's own mapped pages
+// (≈ 32 MiB when hot, docs/benchmarks.md) and NVML's C allocations, which
+// the runtime does not count, so that the GC works harder before the kernel
+// kills the pod.
+func checkGoMemLimit(t *testing.T, c corev1.Container) {
+	t.Helper()
+	limit := c.Resources.Limits.Memory().Value()
+	var soft int64 = -1
+	for _, e := range c.Env {
+		if e.Name == "GOMEMLIMIT" {
+			if e.ValueFrom != nil {
+				t.Errorf("GOMEMLIMIT from %+v: want a size below the limit, not the limit itself", e.ValueFrom)
+				return
+			}
+			soft = goMemLimitBytes(t, e.Value)
+		}
+	}
+	switch {
+	case soft < 0:
+		t.Error("no GOMEMLIMIT")
+	case limit == 0:
+		t.Error("no memory limit")
+	case soft > limit-32<<20 || float64(soft) > 0.8*float64(limit):
+		t.Errorf("GOMEMLIMIT %d MiB with a limit of %d MiB: want at most 80%% of it and 32 MiB below", soft>>20, limit>>20)
+	}
+}
+
+// goMemLimitBytes parses GOMEMLIMIT as the Go runtime does (runtime/debug:
+// a number of bytes with an optional B, KiB, MiB, GiB or TiB).
+func goMemLimitBytes(t *testing.T, v string) int64 {
+	t.Helper()
+	m := regexp.MustCompile(`^([0-9]+)(B|KiB|MiB|GiB|TiB)?$`).FindStringSubmatch(v)
+	if m == nil {
+		t.Errorf("GOMEMLIMIT=%q is not a size the Go runtime reads", v)
+		return -1
+	}
+	n, _ := strconv.ParseInt(m[1], 10, 64)
+	return n << map[string]int{"": 0, "B": 0, "KiB": 10, "MiB": 20, "GiB": 30, "TiB": 40}[m[2]]
+}
+
+type objectMeta interface {
+	GetName() string
+	GetLabels() map[string]string
+}
+
+type typed interface {
+	GetObjectKind() schema.ObjectKind
+}
+
+func labelsOf(o any) map[string]string {
+	if v, ok := o.(objectMeta); ok {
+		return v.GetLabels()
+	}
+	return nil
+}
+
+func nameOf(o any) string {
+	if v, ok := o.(objectMeta); ok {
+		return v.GetName()
+	}
+	return ""
+}
+
+// groupOf is an object's API group, "" for core objects.
+func groupOf(o any) string {
+	if v, ok := o.(typed); ok {
+		return v.GetObjectKind().GroupVersionKind().Group
 	}
 	return ""
 }

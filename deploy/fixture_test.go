@@ -124,7 +124,7 @@ dashboards: {enabled: true}
 			vr.Groups[1].Rules[0].For != "1h" || vr.Groups[1].Rules[0].Labels["team"] != "platform" || vr.Groups[0].Interval != "1m" {
 			t.Errorf("VMRule groups %+v, want the PrometheusRule's overrides", vr.Groups)
 		}
-		checkManifest(t, m, expect{namespace: "monitoring", rule: true, vmRule: true, dashboards: 2})
+		checkManifest(t, m, expect{namespace: "monitoring", rule: true, vmRule: true, dashboards: 2, release: "kube-prometheus-stack"})
 		r := one[monitoringv1.PrometheusRule](t, m)
 		if r.Labels["release"] != "kube-prometheus-stack" || len(r.Spec.Groups) != 2 {
 			t.Fatalf("PrometheusRule labels %v, %d groups", r.Labels, len(r.Spec.Groups))

@@ -160,7 +160,7 @@ func TestHelmTemplate(t *testing.T) {
 		t.Parallel()
 		values := writeValues(t, strings.Replace(nonDefault, "%RULE%", map[bool]string{true: "true", false: "false"}[rule != ""], 1))
 		m := helmManifest(t, chart, "gpu-monitoring", values)
-		checkManifest(t, m, expect{namespace: "gpu-monitoring", hostPID: true, serviceMonitor: true, rule: rule != "", dashboards: len(dashboards), noDRA: true})
+		checkManifest(t, m, expect{namespace: "gpu-monitoring", hostPID: true, serviceMonitor: true, rule: rule != "", dashboards: len(dashboards), noDRA: true, release: "kube-prometheus-stack"})
 		ds := one[appsv1.DaemonSet](t, m)
 		pod := ds.Spec.Template.Spec
 		c := pod.Containers[0]
@@ -300,17 +300,18 @@ vmRule: {enabled: true, additionalLabels: {team: gpus}}
 	})
 }
 
-// TestHelmREADMEExample renders the README's secured-endpoint values.
-func TestHelmREADMEExample(t *testing.T) {
+// TestHelmSecuredEndpointExample renders docs/install.md's secured-endpoint
+// values.
+func TestHelmSecuredEndpointExample(t *testing.T) {
 	t.Parallel()
-	b, err := os.ReadFile("../README.md")
+	b, err := os.ReadFile(installDocs)
 	if err != nil {
 		t.Fatal(err)
 	}
 	_, rest, ok := strings.Cut(string(b), "```yaml\nweb:\n")
 	example, _, ok2 := strings.Cut(rest, "```")
 	if !ok || !ok2 {
-		t.Fatal("the README has no ```yaml block of web: values")
+		t.Fatal("docs/install.md has no ```yaml block of web: values")
 	}
 	values := "web:\n" + strings.Replace(example, "$2y$10$...", "$2y$10$QOauhQNbBCuQDKes6eFzPeMqBSjb7Mr5DUmpZ/VcEd00UAV/LDeSi", 1)
 	values = strings.Replace(values, "serviceMonitor:\n", "serviceMonitor:\n  enabled: true\n", 1)
@@ -319,11 +320,11 @@ func TestHelmREADMEExample(t *testing.T) {
 	ep := one[monitoringv1.ServiceMonitor](t, m).Spec.Endpoints[0]
 	if ep.Scheme == nil || ep.Scheme.String() != "https" || ep.BasicAuth == nil || ep.BasicAuth.Username.Name != "gpuxray-scrape" ||
 		ep.TLSConfig == nil || ep.TLSConfig.CA.Secret == nil || ep.TLSConfig.CA.Secret.Name != "gpuxray-tls" {
-		t.Errorf("ServiceMonitor endpoint %+v: not the README's https, CA and basic auth", ep)
+		t.Errorf("ServiceMonitor endpoint %+v: not the docs' https, CA and basic auth", ep)
 	}
 	pod := one[appsv1.DaemonSet](t, m).Spec.Template.Spec
 	if !hasSecretVolume(pod, "tls", "gpuxray-tls") || !slices.Contains(pod.Containers[0].Args, "--web.config.file=/etc/gpuxray/web/web-config.yml") {
-		t.Error("the README's web config is not mounted and used")
+		t.Error("the docs' web config is not mounted and used")
 	}
 }
 
@@ -372,6 +373,9 @@ func TestHelmValuesSchema(t *testing.T) {
 		{"bad DRA driver", "agent: {dra: {drivers: [GPU NVIDIA]}}\n", "drivers"},
 		{"no DRA driver", "agent: {dra: {drivers: []}}\n", "drivers"},
 		{"bad DRA UUID attribute", "agent: {dra: {uuidAttribute: the uuid}}\n", "uuidAttribute"},
+		{"GOMEMLIMIT in Kubernetes units", "goMemLimit: 96Mi\n", "goMemLimit"},
+		{"a system priority value", "priorityClass: {value: 2000000000}\n", "value"},
+		{"unknown preemption policy", "priorityClass: {preemptionPolicy: Always}\n", "preemptionPolicy"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

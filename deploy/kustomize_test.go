@@ -35,9 +35,10 @@ func TestKustomizeOverlays(t *testing.T) {
 	}{
 		{"base", expect{namespace: "gpuxray"}},
 		{"overlays/servicemonitor", expect{namespace: "gpuxray", serviceMonitor: true, rule: rule != "", dashboards: len(dashboards)}},
+		{"overlays/kube-prometheus-stack", expect{namespace: "gpuxray", serviceMonitor: true, rule: rule != "", dashboards: len(dashboards), release: "kube-prometheus-stack"}},
 		{"overlays/podmonitor", expect{namespace: "gpuxray", podMonitor: true, rule: rule != "", dashboards: len(dashboards)}},
 		{"overlays/process-attribution", expect{namespace: "gpuxray", hostPID: true, serviceMonitor: true, rule: rule != "", dashboards: len(dashboards)}},
-		{"overlays/victoriametrics", expect{namespace: "gpuxray", vmServiceScrape: true, vmRule: true}},
+		{"overlays/victoriametrics", expect{namespace: "gpuxray", vmServiceScrape: true, vmRule: true, dashboards: len(dashboards)}},
 		{"overlays/dra", expect{namespace: "gpuxray", hostPID: true, serviceMonitor: true, rule: rule != "", dashboards: len(dashboards)}},
 	}
 	for _, tc := range tests {
@@ -113,4 +114,14 @@ func TestKustomizeVMPodScrape(t *testing.T) {
 	m := kustomizeBuild(t, dir)
 	checkManifest(t, m, expect{namespace: "gpuxray", vmPodScrape: true, vmRule: true})
 	checkVMRuleIsTheRuleFile(t, m)
+}
+
+// TestKustomizeReleaseLabel: the kube-prometheus-stack component labels the
+// Prometheus Operator objects of whatever overlay it is added to, PodMonitor
+// included, and nothing else.
+func TestKustomizeReleaseLabel(t *testing.T) {
+	t.Parallel()
+	rule, dashboards := monitoringSources(t, ".")
+	dir := overlayDir(t, "kubernetes/base", nil, []string{"kubernetes/components/podmonitor", "kubernetes/components/monitoring", "kubernetes/components/kube-prometheus-stack"}, "")
+	checkManifest(t, kustomizeBuild(t, dir), expect{namespace: "gpuxray", podMonitor: true, rule: rule != "", dashboards: len(dashboards), release: "kube-prometheus-stack"})
 }

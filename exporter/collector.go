@@ -12,26 +12,10 @@ import (
 	"github.com/gpuxray/gpuxray/collector/workload"
 )
 
-// SnapshotSource gives the latest engine snapshot.
+// SnapshotSource gives the latest engine snapshot, which the collector
+// reads and never modifies.
 type SnapshotSource interface {
 	Snapshot() *agent.Snapshot
-}
-
-// snapshotLender is a SnapshotSource that lends its snapshots: one from
-// AcquireSnapshot stays as it is until its Release, then the source may
-// fill it again (agent.Engine). A scrape holds the snapshot it renders
-// this way, so that the engine's polls allocate none.
-type snapshotLender interface {
-	AcquireSnapshot() *agent.Snapshot
-}
-
-// snapshot returns the snapshot to render, to be released when rendered
-// (Release does nothing on a snapshot that was not lent).
-func (c *Collector) snapshot() *agent.Snapshot {
-	if l, ok := c.src.(snapshotLender); ok {
-		return l.AcquireSnapshot()
-	}
-	return c.src.Snapshot()
 }
 
 // BuildInfo identifies the running binary in gpuxray_build_info.
@@ -98,8 +82,7 @@ func (c *Collector) Describe(ch chan<- *prometheus.Desc) {
 
 // Collect renders the latest snapshot.
 func (c *Collector) Collect(ch chan<- prometheus.Metric) {
-	s := c.snapshot()
-	defer s.Release()
+	s := c.src.Snapshot()
 	// Under the lock: the label cache's slices are reused by the next
 	// scrape. The samples sent keep only labels, which are never modified
 	// once built, and their own values.
@@ -137,7 +120,7 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 			}
 		case kindAllocBase:
 			for j := range s.Allocations {
-				if v, ok := f.alloc(&s.Allocations[j]); ok {
+				if v, ok := f.alloc(s.Allocations[j]); ok {
 					emit(v, allocs[j].base)
 				}
 			}

@@ -152,7 +152,7 @@ func (c *labelCache) update(s *agent.Snapshot, d *descs, extra []string) (devs, 
 	}
 	allocs = c.allocsOf[:0]
 	for i := range s.Allocations {
-		l := &c.alloc(&s.Allocations[i], d, extra).seriesLabels
+		l := &c.alloc(s.Allocations[i], d, extra).seriesLabels
 		l.slot = i
 		allocs = append(allocs, l)
 	}

@@ -149,18 +149,23 @@ func richSnapshot() *agent.Snapshot {
 	dev.HasUnattributedMemory, dev.UnattributedMemoryBytes = true, 4096
 	dev.Present = false
 	s.Devices = append(s.Devices, dev)
-	a := &s.Allocations[0]
+	a := s.Allocations[0]
 	a.WorkloadKind, a.Workload, a.Model = "Deployment", "train", "llama-\xff"
 	a.ExtraLabels = map[string]string{"team": "vision", "cost_center": strings.Repeat("c", 300)}
 	a.Shared, a.Stale = true, true
-	s.Allocations = append(s.Allocations, agent.AllocationSnapshot{
-		UUID: "MIG-1", GPU: 0, Namespace: "ml", Pod: "infer-0", Container: "srv", Resource: "nvidia.com/mig-3g.40gb",
-		Attribution: "process", Live: true, ExtraLabels: map[string]string{"team": "nlp"},
-		Scheduling: collector.Scheduling{PriorityClass: "serving", Priority: -5, HasPriority: true, Queue: "team-a", ClusterQueue: "cq-a"},
-	}, agent.AllocationSnapshot{
-		UUID: uuid0, GPU: 0, Namespace: "ml", Pod: "dra-0", Container: "main", Resource: "gpu.nvidia.com",
+	s.Allocations = append(s.Allocations, &agent.AllocationSnapshot{
+		AllocationInfo: &agent.AllocationInfo{
+			UUID: "MIG-1", GPU: 0, Namespace: "ml", Pod: "infer-0", Container: "srv", Resource: "nvidia.com/mig-3g.40gb",
+			ExtraLabels: map[string]string{"team": "nlp"},
+			Scheduling:  collector.Scheduling{PriorityClass: "serving", Priority: -5, HasPriority: true, Queue: "team-a", ClusterQueue: "cq-a"},
+		},
+		Attribution: "process", Live: true,
+	}, &agent.AllocationSnapshot{
+		AllocationInfo: &agent.AllocationInfo{
+			UUID: uuid0, GPU: 0, Namespace: "ml", Pod: "dra-0", Container: "main", Resource: "gpu.nvidia.com",
+			DRA: collector.DRADevice{ClaimNamespace: "ml", Claim: "dra-0-gpu", Driver: "gpu.nvidia.com", Pool: "node-1", Device: "gpu-0"},
+		},
 		Attribution: "device", Live: true,
-		DRA: collector.DRADevice{ClaimNamespace: "ml", Claim: "dra-0-gpu", Driver: "gpu.nvidia.com", Pool: "node-1", Device: "gpu-0"},
 	})
 	s.Overflowed = 3
 	return s
@@ -191,10 +196,13 @@ type snapshots struct {
 
 func (s *snapshots) Snapshot() *agent.Snapshot { return s.p.Load() }
 
-func churnAlloc(i int) agent.AllocationSnapshot {
-	return agent.AllocationSnapshot{
-		UUID: uuid0, GPU: 0, Namespace: "batch", Pod: fmt.Sprintf("job-%d", i), Container: "main",
-		Resource: "nvidia.com/gpu", Attribution: "device", Live: i%3 != 0, ExtraLabels: map[string]string{"team": "t" + strconv.Itoa(i%7)},
+func churnAlloc(i int) *agent.AllocationSnapshot {
+	return &agent.AllocationSnapshot{
+		AllocationInfo: &agent.AllocationInfo{
+			UUID: uuid0, GPU: 0, Namespace: "batch", Pod: fmt.Sprintf("job-%d", i), Container: "main",
+			Resource: "nvidia.com/gpu", ExtraLabels: map[string]string{"team": "t" + strconv.Itoa(i%7)},
+		},
+		Attribution: "device", Live: i%3 != 0,
 	}
 }
 
@@ -272,6 +280,11 @@ func TestCollectorLabelChange(t *testing.T) {
 			next := *src.Snapshot()
 			next.Devices = slices.Clone(next.Devices)
 			next.Allocations = slices.Clone(next.Allocations)
+			for i, a := range next.Allocations { // shared with the snapshot before
+				rec, info := *a, *a.AllocationInfo
+				rec.AllocationInfo = &info
+				next.Allocations[i] = &rec
+			}
 			tc.change(&next)
 			src.p.Store(&next)
 			got := exposition(t, c, text)

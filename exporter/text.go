@@ -186,8 +186,7 @@ func (c *Collector) appendText(buf []byte, ends []int, om bool) (_ []byte, _ []i
 	if !c.text {
 		return buf, ends, false
 	}
-	s := c.snapshot()
-	defer s.Release()
+	s := c.src.Snapshot()
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.labels.update(s, c.d, c.extra)
@@ -251,7 +250,7 @@ func (c *Collector) appendText(buf []byte, ends []int, om bool) (_ []byte, _ []i
 			}
 		case kindAllocBase:
 			for _, r := range refs {
-				if v, ok := f.alloc(&s.Allocations[r.s.slot]); ok {
+				if v, ok := f.alloc(s.Allocations[r.s.slot]); ok {
 					line(r.s.baseText, v)
 				}
 			}

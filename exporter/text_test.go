@@ -259,17 +259,17 @@ func edgeSnapshot() *agent.Snapshot {
 				Present: true, HasUtilization: true, Utilization: math.Inf(-1),
 			},
 		},
-		Allocations: []agent.AllocationSnapshot{
-			{UUID: "GPU-a", GPU: 0, Namespace: "ml", Pod: "train-0", Container: "main", Resource: "nvidia.com/gpu",
-				Attribution: "device", WorkloadKind: "Job", Workload: "train\\\"x\"", Model: "llama \"3\"\n70b",
-				ExtraLabels: map[string]string{"team": "a\"b\\c\nd", "cost_center": "ü€𝄞"},
-				Live:        true, HasIdleStreak: true, IdleStreak: 42, HasMemory: true, MemoryUsedBytes: 512 << 20},
-			{UUID: "GPU-a", GPU: 0, Namespace: "ml", Pod: "train-1", Container: "main", Resource: "nvidia.com/gpu", Shared: true,
-				Attribution: "process", ExtraLabels: map[string]string{"team": "\xff\xfe"}, Live: true, Stale: true,
-				HasIdleStreak: true, IdleStreak: math.NaN()},
-			{UUID: "MIG-b", GPU: -1, Namespace: "", Pod: "", Container: "", Live: false,
-				ExtraLabels: map[string]string{"team": long}},
-			{UUID: "MIG-b", GPU: 1, Namespace: "z", Pod: "__overflow__", Container: "", Live: true, HasMemory: true},
+		Allocations: []*agent.AllocationSnapshot{
+			{AllocationInfo: &agent.AllocationInfo{UUID: "GPU-a", GPU: 0, Namespace: "ml", Pod: "train-0", Container: "main", Resource: "nvidia.com/gpu",
+				WorkloadKind: "Job", Workload: "train\\\"x\"", Model: "llama \"3\"\n70b",
+				ExtraLabels: map[string]string{"team": "a\"b\\c\nd", "cost_center": "ü€𝄞"}},
+				Attribution: "device", Live: true, HasIdleStreak: true, IdleStreak: 42, HasMemory: true, MemoryUsedBytes: 512 << 20},
+			{AllocationInfo: &agent.AllocationInfo{UUID: "GPU-a", GPU: 0, Namespace: "ml", Pod: "train-1", Container: "main", Resource: "nvidia.com/gpu", Shared: true,
+				ExtraLabels: map[string]string{"team": "\xff\xfe"}},
+				Attribution: "process", Live: true, Stale: true, HasIdleStreak: true, IdleStreak: math.NaN()},
+			{AllocationInfo: &agent.AllocationInfo{UUID: "MIG-b", GPU: -1, Namespace: "", Pod: "", Container: "",
+				ExtraLabels: map[string]string{"team": long}}, Live: false},
+			{AllocationInfo: &agent.AllocationInfo{UUID: "MIG-b", GPU: 1, Namespace: "z", Pod: "__overflow__", Container: ""}, Live: true, HasMemory: true},
 		},
 		Sources: []agent.SourceSnapshot{
 			{Name: "nvml", Up: true, Errors: map[string]uint64{}},
@@ -314,7 +314,8 @@ func TestTextFastPathEdges(t *testing.T) {
 	s := edgeSnapshot()
 	s.Allocations[0].Workload = "other"
 	s.Allocations[0].ExtraLabels = map[string]string{"team": "b"}
-	s.Allocations = append(s.Allocations[:2], agent.AllocationSnapshot{UUID: "GPU-a", GPU: 0, Namespace: "a", Pod: "new", Container: "c", Live: true})
+	s.Allocations = append(s.Allocations[:2], &agent.AllocationSnapshot{
+		AllocationInfo: &agent.AllocationInfo{UUID: "GPU-a", GPU: 0, Namespace: "a", Pod: "new", Container: "c"}, Live: true})
 	s.Devices[0].HasPower, s.Devices[0].HasGPM = false, false
 	s.Devices[1].HasMemory, s.Devices[1].MemoryUsedBytes = true, 7
 	s.Devices[2].Name = "renamed"
@@ -337,9 +338,9 @@ func TestTextFastPathDuplicateFallsBack(t *testing.T) {
 	// same series twice, which Gather reports; the fast path leaves the
 	// scrape to it.
 	long := strings.Repeat("p", 300)
-	s := &agent.Snapshot{Allocations: []agent.AllocationSnapshot{
-		{UUID: "GPU-a", Namespace: "ml", Pod: long + "1", Live: true},
-		{UUID: "GPU-a", Namespace: "ml", Pod: long + "2", Live: true},
+	s := &agent.Snapshot{Allocations: []*agent.AllocationSnapshot{
+		{AllocationInfo: &agent.AllocationInfo{UUID: "GPU-a", Namespace: "ml", Pod: long + "1"}, Live: true},
+		{AllocationInfo: &agent.AllocationInfo{UUID: "GPU-a", Namespace: "ml", Pod: long + "2"}, Live: true},
 	}}
 	compareScrapesFallback(t, exporter.NewCollector(&swappable{s: s}, nil))
 }

@@ -19,7 +19,7 @@ func TestCoveredTime(t *testing.T) {
 	end := time.Date(2026, 12, 2, 10, 0, 0, 0, time.UTC) // a Wednesday
 	n := node{instance: "node-a", gpus: 8, allocated: 6, util: 0, from: end.Add(-21 * time.Minute), to: end, interval: 15 * time.Second,
 		peak: func(time.Time) bool { return true }}
-	api := startTimed(t, func(expr string, at time.Time, step time.Duration) []point { return n.answer(expr, at, step, nil) })
+	api := startTimed(t, func(expr string, at time.Time, step time.Duration) []point { return n.answer(expr, at, step, nil) }, n)
 	c := DefaultConfig()
 	c.End, c.Range, c.Step = end, time.Hour, 5*time.Minute
 	r, err := Build(context.Background(), api, c)
@@ -44,13 +44,11 @@ func TestCoveredTime(t *testing.T) {
 	} else {
 		approx(t, "heatmap Wed 09:00 idle GPUs", *v, 6)
 	}
+	// The timeline spans the data: from the step it begins in.
+	if len(r.Timeline) != 5 || !r.Timeline[0].Start.Equal(end.Add(-25*time.Minute)) {
+		t.Errorf("timeline of %d buckets from %s, want the 5 from %s, where the data is", len(r.Timeline), r.Timeline[0].Start, end.Add(-25*time.Minute))
+	}
 	for _, tp := range r.Timeline {
-		if tp.Start.Before(end.Add(-25 * time.Minute)) {
-			if tp.OwnedGPUs != 0 || tp.Covered != 0 {
-				t.Errorf("timeline %s: %g GPUs owned, %g covered, before any data", tp.Start, tp.OwnedGPUs, tp.Covered)
-			}
-			continue
-		}
 		approx(t, "timeline owned GPUs at "+tp.Start.Format("15:04"), tp.OwnedGPUs, 8)
 		approx(t, "timeline reclaimable GPUs at "+tp.Start.Format("15:04"), tp.ReclaimableGPUs, 8)
 		want := 1.0
@@ -59,7 +57,7 @@ func TestCoveredTime(t *testing.T) {
 		}
 		approx(t, "timeline coverage at "+tp.Start.Format("15:04"), tp.Covered, want)
 	}
-	// The HTML timeline draws no line where there is no data.
+	// The HTML timeline is drawn over the data's span, and says so.
 	var page bytes.Buffer
 	if err := WriteHTML(&page, r); err != nil {
 		t.Fatal(err)
@@ -72,10 +70,14 @@ func TestCoveredTime(t *testing.T) {
 	if len(lines) != 1 {
 		t.Fatalf("owned is drawn as %d lines, want 1 (where the data is): %s", len(lines), owned[1])
 	}
-	if x, _ := strconv.ParseFloat(lines[0][1], 64); x < 500 {
-		t.Errorf("the owned line starts at x=%g, before the data (the last 25 of 60 minutes)", x)
+	if x, _ := strconv.ParseFloat(lines[0][1], 64); x != 40 {
+		t.Errorf("the owned line starts at x=%g, want the chart's left edge (40): the chart spans the data", x)
 	}
-	want := []Missing{{Source: "gpuxray", Instance: "node-a", Start: end.Add(-time.Hour), End: end.Add(-25 * time.Minute)}}
+	if !strings.Contains(page.String(), "drawn over the 25m of the 1h range that hold data") {
+		t.Error("the timeline does not say it is drawn over the 25m of the 1h range that hold data")
+	}
+	// The data begins at the first scrape, 09:39:15, not at 09:35 (the step's start).
+	want := []Missing{{Source: "gpuxray", Instance: "node-a", Start: end.Add(-time.Hour), End: n.from.Add(n.interval)}}
 	if !reflect.DeepEqual(r.Missing, want) {
 		t.Errorf("missing %+v, want %+v", r.Missing, want)
 	}
@@ -89,7 +91,7 @@ func TestRecentDataOnly(t *testing.T) {
 	t.Parallel()
 	now := time.Date(2026, 12, 6, 3, 8, 0, 0, time.UTC) // a Sunday: no peak
 	n := node{instance: "node-a", gpus: 8, allocated: 2, util: 0.5, from: now.Add(-150 * time.Second), to: now, interval: 15 * time.Second}
-	api := startTimed(t, func(expr string, at time.Time, step time.Duration) []point { return n.answer(expr, at, step, nil) })
+	api := startTimed(t, func(expr string, at time.Time, step time.Duration) []point { return n.answer(expr, at, step, nil) }, n)
 	c := DefaultConfig() // 7d at 5m
 	c.Now = func() time.Time { return now }
 	r, err := Build(context.Background(), api, c)
@@ -106,7 +108,7 @@ func TestRecentDataOnly(t *testing.T) {
 	if r.Range.PeakHours != 0 || !strings.HasPrefix(r.Verdict.Sentence, "The range has no peak time; over all hours, reclaimable capacity is 6.0 GPUs") {
 		t.Errorf("%gh of peak, verdict %q; want it over all hours, 6 GPUs reclaimable", r.Range.PeakHours, r.Verdict.Sentence)
 	}
-	want := []Missing{{Source: "gpuxray", Instance: "node-a", Start: now.Add(-7 * 24 * time.Hour), End: now.Add(-5 * time.Minute)}}
+	want := []Missing{{Source: "gpuxray", Instance: "node-a", Start: now.Add(-7 * 24 * time.Hour), End: now.Add(-135 * time.Second)}}
 	if !reflect.DeepEqual(r.Missing, want) {
 		t.Errorf("missing %+v, want %+v", r.Missing, want)
 	}

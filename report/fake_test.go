@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net/http"
 	"net/http/httptest"
+	"regexp"
 	"sort"
 	"strconv"
 	"strings"
@@ -22,12 +23,60 @@ type point struct {
 
 // timedProm answers query_range as Prometheus does: answer gives, for an
 // expression (its range windows spelled [S]) evaluated at t over the step
-// (t-step, t], the series that have a value there.
+// (t-step, t], the series that have a value there. It answers the raw
+// samples of its nodes' agents (the report's range-vector queries for the
+// ends of missing data) as /api/v1/query does.
 type timedProm struct {
 	answer func(expr string, t time.Time, step time.Duration) []point
+	nodes  []node
+}
+
+// rawSelector is the report's query for an agent's raw samples in a window.
+var rawSelector = regexp.MustCompile(`^gpuxray_device_observed_seconds_total\{instance="([^"]*)"\}\[([0-9a-z]+)\]$`)
+
+// rawAnswer writes, as /api/v1/query answers a range-vector selector, the
+// samples each node's agent was scraped at in (at-window, at].
+func rawAnswer(w http.ResponseWriter, r *http.Request, nodes []node) {
+	m := rawSelector.FindStringSubmatch(r.Form.Get("query"))
+	ts, err := strconv.ParseFloat(r.Form.Get("time"), 64)
+	if m == nil || err != nil {
+		http.Error(w, `{"status":"error","errorType":"bad_data","error":"unexpected query"}`, http.StatusBadRequest)
+		return
+	}
+	window, err := model.ParseDuration(m[2])
+	if err != nil {
+		http.Error(w, `{"status":"error","errorType":"bad_data","error":"bad window"}`, http.StatusBadRequest)
+		return
+	}
+	at := time.Unix(0, int64(ts*1e9)).UTC()
+	type series struct {
+		Metric map[string]string `json:"metric"`
+		Values [][2]any          `json:"values"`
+	}
+	out := []series{}
+	for _, n := range nodes {
+		if n.instance != m[1] {
+			continue
+		}
+		s := series{Metric: map[string]string{"__name__": "gpuxray_device_observed_seconds_total", "instance": n.instance}}
+		for _, t := range n.scrapeTimes() {
+			if t.After(at.Add(-time.Duration(window))) && !t.After(at) {
+				s.Values = append(s.Values, [2]any{float64(t.UnixMilli()) / 1000, "1"})
+			}
+		}
+		if len(s.Values) > 0 {
+			out = append(out, s)
+		}
+	}
+	w.Header().Set("Content-Type", "application/json")
+	json.NewEncoder(w).Encode(map[string]any{"status": "success", "data": map[string]any{"resultType": "matrix", "result": out}})
 }
 
 func (f timedProm) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if err := r.ParseForm(); err == nil && r.URL.Path == "/api/v1/query" {
+		rawAnswer(w, r, f.nodes)
+		return
+	}
 	if err := r.ParseForm(); err != nil || r.URL.Path != "/api/v1/query_range" {
 		http.Error(w, "bad request", http.StatusBadRequest)
 		return
@@ -80,6 +129,16 @@ type node struct {
 	interval        time.Duration
 	// peak says whether a time is in the agents' peak window.
 	peak func(time.Time) bool
+}
+
+// scrapeTimes are the times its agent was scraped: every interval after
+// from, to to (what qNodes counts).
+func (n node) scrapeTimes() []time.Time {
+	var out []time.Time
+	for t := n.from.Add(n.interval); !t.After(n.to); t = t.Add(n.interval) {
+		out = append(out, t)
+	}
+	return out
 }
 
 // overlap is how much of the step ending at t the node's data covers.
@@ -155,9 +214,10 @@ func (n node) answer(expr string, t time.Time, step time.Duration, pending func(
 	return nil
 }
 
-func startTimed(t *testing.T, answer func(expr string, at time.Time, step time.Duration) []point) API {
+// startTimed serves answer, and the raw samples of nodes' agents.
+func startTimed(t *testing.T, answer func(expr string, at time.Time, step time.Duration) []point, nodes ...node) API {
 	t.Helper()
-	srv := httptest.NewServer(timedProm{answer: answer})
+	srv := httptest.NewServer(timedProm{answer: answer, nodes: nodes})
 	t.Cleanup(srv.Close)
 	return newAPI(t, srv.URL)
 }

@@ -23,6 +23,10 @@ func WriteHTML(w io.Writer, r *Report) error {
 		Short                              bool
 		Funnel, Heatmap, Wasters, Timeline template.HTML
 		Queue                              template.HTML
+		Value                              template.HTML
+		// AllHours: the range has no peak time, and the rankings are over all hours.
+		AllHours bool
+		Withheld string
 	}{
 		R:        r,
 		Period:   fmt.Sprintf("%s → %s %s", r.Range.Start.In(loc).Format(timeFmt), r.Range.End.In(loc).Format(timeFmt), r.Range.Timezone),
@@ -31,7 +35,10 @@ func WriteHTML(w io.Writer, r *Report) error {
 		Heatmap:  heatmapSVG(r),
 		Wasters:  wastersSVG(r),
 		Timeline: timelineSVG(r, loc),
-		Queue:    queueSVG(r.Queue),
+		Queue:    queueHTML(r.Queue, r.WarningsBySection.Queue),
+		Value:    valueHTML(r, loc),
+		AllHours: r.Ranking == BasisAll,
+		Withheld: withheldSentence(r.HintsWithheld),
 	}
 	return page.Execute(w, d)
 }
@@ -47,7 +54,7 @@ var page = template.Must(template.New("report").Funcs(template.FuncMap{
 		if err != nil {
 			loc = time.UTC
 		}
-		return t.In(loc).Format(timeFmt)
+		return t.In(loc).Format(missingFmt)
 	},
 }).Parse(`<!DOCTYPE html>
 <html lang="en"><head><meta charset="utf-8">
@@ -73,36 +80,31 @@ svg text{font-family:system-ui,sans-serif;fill:#1d2330}
 </style></head><body><main>
 <h1>Do we need more GPUs?</h1>
 <div class="sub">gpuxray capacity report · {{.Period}} · {{hours .R.Range.Hours}} range, {{hours .R.Funnel.All.Hours}} covered by gpuxray data, {{hours .R.Range.PeakHours}} of it peak · {{.R.Prometheus}}</div>
-<div class="card verdict{{if .Short}} short{{end}}" id="verdict"><p>{{.R.Verdict.Sentence}}</p>
+{{range .R.WarningsBySection.Range}}<div class="sub warn range-warning">warning: {{.}}</div>
+{{end}}<div class="card verdict{{if .Short}} short{{end}}" id="verdict"><p>{{.R.Verdict.Sentence}}</p>
 <ol>{{range .R.Verdict.Arithmetic}}<li>{{.}}</li>{{end}}</ol></div>
-<div class="card" id="queue"><h2>The queue: who waited, and what could have run them</h2><p>{{.R.Queue.Sentence}}</p>
 {{.Queue}}
-{{if .R.Queue.Classes}}<table><tr><th>priority class</th><th>priority</th><th>queue</th><th>pending at peak</th><th>pending</th><th>shortfall</th></tr>
-{{range .R.Queue.Classes}}<tr><td>{{dash .PriorityClass}}</td><td class="n">{{printf "%.0f" .Priority}}</td><td>{{dash .Queue}}</td><td class="n">{{gpuh .Peak.PendingGPUHours}}</td><td class="n">{{gpuh .All.PendingGPUHours}}</td><td class="n">{{gpuh .All.ShortfallGPUHours}}</td></tr>
-{{end}}</table>{{end}}
-{{if .R.Queue.TopHolders}}<h2>Idle holders that blocked waiters</h2><table><tr><th>workload</th><th>kind</th><th>priority class</th><th>could have run at peak</th><th>could have run</th><th>idle</th></tr>
-{{range .R.Queue.TopHolders}}<tr><td>{{.ID}}</td><td>{{dash .Kind}}</td><td>{{dash .PriorityClass}}</td><td class="n">{{gpuh (.Blocked "peak")}}</td><td class="n">{{gpuh (.Blocked "all")}}</td><td class="n">{{gpuh .IdleGPUHours}}</td></tr>
-{{end}}</table>{{end}}</div>
 <div class="grid">
 <div class="card"><h2>Where the GPU time went</h2>{{.Funnel}}</div>
-<div class="card"><h2>Top wasters: idle GPU-hours at peak</h2>{{.Wasters}}</div>
+<div class="card"><h2>Top wasters: idle GPU-hours {{if .AllHours}}over all hours (the range has no peak time){{else}}at peak{{end}}</h2>{{.Wasters}}</div>
 </div>
 <div class="card"><h2>Idle allocated GPUs by hour and weekday ({{.R.Heatmap.Timezone}})</h2>{{.Heatmap}}</div>
 <div class="card"><h2>Pending demand and reclaimable capacity</h2>{{.Timeline}}</div>
-<div class="card"><h2>Top workloads</h2><table>
+<div class="card"><h2>Top workloads{{if .AllHours}}, by idle GPU-hours over all hours (the range has no peak time){{end}}</h2><table>
 <tr><th>workload</th><th>kind</th><th>model</th><th>idle at peak</th><th>idle</th><th>efficiency</th><th>longest idle streak</th></tr>
 {{range .R.TopWorkloads}}<tr><td>{{.ID}}</td><td>{{dash .Kind}}</td><td>{{dash .Model}}</td><td class="n">{{gpuh .PeakIdle}}</td><td class="n">{{gpuh .Idle}}</td><td class="n">{{pct .Efficiency}}</td><td class="n">{{dur .LongestIdleStreakSeconds}}</td></tr>
 {{end}}</table></div>
-<div class="card"><h2>Top models</h2><table>
+<div class="card"><h2>Top models{{if .AllHours}}, by idle GPU-hours over all hours{{end}}</h2><table>
 <tr><th>model</th><th>workloads</th><th>idle at peak</th><th>idle</th><th>efficiency</th><th>longest idle streak</th></tr>
 {{range .R.TopModels}}<tr><td>{{.Model}}</td><td class="n">{{.Workloads}}</td><td class="n">{{gpuh .PeakIdle}}</td><td class="n">{{gpuh .Idle}}</td><td class="n">{{pct .Efficiency}}</td><td class="n">{{dur .LongestIdleStreakSeconds}}</td></tr>
 {{end}}</table></div>
-{{if .R.Hints}}<div class="card"><h2>Right-sizing</h2><table><tr><th>workload</th><th>hint</th><th></th></tr>
-{{range .R.Hints}}<tr><td>{{.Namespace}}/{{dash .Name}}</td><td>{{.Hint}}</td><td>{{.Message}}</td></tr>
-{{end}}</table></div>{{end}}
-{{if or .R.Missing .R.Warnings}}<div class="card warn"><h2>Partial data</h2><ul>
+{{.Value}}
+{{if or .R.Hints .Withheld}}<div class="card" id="hints"><h2>Right-sizing</h2>{{if .R.Hints}}<table><tr><th>workload</th><th>hint</th><th></th><th>frees</th></tr>
+{{range .R.Hints}}<tr><td>{{.Namespace}}/{{dash .Name}}</td><td>{{.Hint}}</td><td>{{.Message}}</td><td class="n">{{gpuh .FreesGPUHours}}</td></tr>
+{{end}}</table>{{end}}{{with .Withheld}}<p class="warn">{{.}}</p>{{end}}</div>{{end}}
+{{if or .R.Missing .R.WarningsBySection.Data}}<div class="card warn" id="partial"><h2>Partial data</h2><ul>
 {{$tz := .R.Range.Timezone}}{{range .R.Missing}}<li>{{.Source}} {{.Instance}}: no data {{when .Start $tz}} → {{when .End $tz}}</li>{{end}}
-{{range .R.Warnings}}<li>{{.}}</li>{{end}}</ul></div>{{end}}
+{{range .R.WarningsBySection.Data}}<li>{{.}}</li>{{end}}</ul></div>{{end}}
 </main></body></html>
 `))
 
@@ -136,9 +138,13 @@ func funnelSVG(r *Report) template.HTML {
 	return template.HTML(b.String())
 }
 
-// heatColor maps 0..1 onto white → amber → red.
+// heatColor maps 0..1 onto white → amber → red; anything else (NaN, which
+// no comparison clamps) onto the nearest end.
 func heatColor(x float64) string {
-	x = math.Max(0, math.Min(1, x))
+	if !(x > 0) {
+		x = 0
+	}
+	x = math.Min(1, x)
 	stops := [][3]float64{{250, 250, 252}, {245, 180, 60}, {200, 40, 60}}
 	seg := x * 2
 	i := int(math.Min(seg, 1))
@@ -150,25 +156,33 @@ func heatColor(x float64) string {
 	return fmt.Sprintf("rgb(%.0f,%.0f,%.0f)", c[0], c[1], c[2])
 }
 
-// heatmapSVG draws idle allocated GPUs by weekday (Monday first) and hour.
+// heatmapSVG draws idle allocated GPUs by weekday (Monday first) and hour:
+// every weekday when the data spans a week or more, else only the weekdays
+// it touches.
 func heatmapSVG(r *Report) template.HTML {
 	const cell, left, top = 36.0, 44.0, 20.0
 	hi := 0.0
-	for _, day := range r.Heatmap.IdleAllocatedGPUs {
-		for _, v := range day {
+	var rows []int // weekdays drawn, Monday first
+	for row := 0; row < 7; row++ {
+		d := (row + 1) % 7
+		has := false
+		for _, v := range r.Heatmap.IdleAllocatedGPUs[d] {
 			if v != nil {
+				has = true
 				hi = math.Max(hi, *v)
 			}
 		}
+		if has || dataSpan(r) >= 7*24*time.Hour {
+			rows = append(rows, d)
+		}
 	}
 	var b strings.Builder
-	fmt.Fprintf(&b, `<svg id="heatmap" viewBox="0 0 %g %g" role="img" aria-label="idle GPUs by hour and weekday">`, left+24*cell+10, top+7*cell+34)
+	fmt.Fprintf(&b, `<svg id="heatmap" viewBox="0 0 %g %g" role="img" aria-label="idle GPUs by hour and weekday">`, left+24*cell+10, top+float64(len(rows))*cell+34)
 	for h := 0; h < 24; h += 2 {
 		fmt.Fprintf(&b, `<text x="%g" y="%g" font-size="11" text-anchor="middle">%02d</text>`, left+float64(h)*cell+cell/2, top-6, h)
 	}
 	days := []string{"Sun", "Mon", "Tue", "Wed", "Thu", "Fri", "Sat"}
-	for row := 0; row < 7; row++ {
-		d := (row + 1) % 7
+	for row, d := range rows {
 		y := top + float64(row)*cell
 		fmt.Fprintf(&b, `<text x="0" y="%g" font-size="12">%s</text>`, y+cell*0.62, days[d])
 		for h := 0; h < 24; h++ {
@@ -185,7 +199,7 @@ func heatmapSVG(r *Report) template.HTML {
 			}
 		}
 	}
-	ly := top + 7*cell + 14
+	ly := top + float64(len(rows))*cell + 14
 	for i := 0; i <= 10; i++ {
 		fmt.Fprintf(&b, `<rect x="%g" y="%g" width="20" height="10" fill="%s"/>`, left+float64(i)*20, ly, heatColor(float64(i)/10))
 	}
@@ -200,27 +214,43 @@ func wastersSVG(r *Report) template.HTML {
 	n := len(r.TopWorkloads)
 	hi := 0.0
 	for _, x := range r.TopWorkloads {
-		hi = math.Max(hi, x.PeakIdle)
+		hi = math.Max(hi, x.idleOn(r.Ranking))
 	}
 	var b strings.Builder
 	fmt.Fprintf(&b, `<svg id="wasters" viewBox="0 0 %g %g" role="img" aria-label="top wasters">`, w, math.Max(1, float64(n))*(barH+gap))
 	for i, x := range r.TopWorkloads {
 		y := float64(i) * (barH + gap)
-		bw := (w - left - 70) * ratio(x.PeakIdle, hi)
+		v := x.idleOn(r.Ranking)
+		bw := (w - left - 70) * ratio(v, hi)
 		label := x.ID()
 		if len(label) > 28 {
 			label = label[:27] + "…"
 		}
 		fmt.Fprintf(&b, `<text x="0" y="%g" font-size="12">%s</text>`, y+barH*0.7, esc(label))
 		fmt.Fprintf(&b, `<rect class="bar" x="%g" y="%g" width="%g" height="%g" rx="3" fill="#d1495b"/>`, left, y, math.Max(bw, 1), barH)
-		fmt.Fprintf(&b, `<text x="%g" y="%g" font-size="11">%s</text>`, left+math.Max(bw, 1)+5, y+barH*0.7, gpuHours(x.PeakIdle))
+		fmt.Fprintf(&b, `<text x="%g" y="%g" font-size="11">%s</text>`, left+math.Max(bw, 1)+5, y+barH*0.7, gpuHours(v))
 	}
 	b.WriteString(`</svg>`)
 	return template.HTML(b.String())
 }
 
-// timelineSVG draws pending GPUs against reclaimable GPUs over the range,
-// peak time shaded.
+// dataSpan is the time from the timeline's first bucket to the end of its
+// last: the span of the data (the timeline covers no more).
+func dataSpan(r *Report) time.Duration {
+	tl := r.Timeline
+	if len(tl) == 0 {
+		return 0
+	}
+	bucket := time.Duration(r.Range.StepSeconds * float64(time.Second))
+	if len(tl) > 1 {
+		bucket = tl[1].Start.Sub(tl[0].Start)
+	}
+	return tl[len(tl)-1].Start.Add(bucket).Sub(tl[0].Start)
+}
+
+// timelineSVG draws pending GPUs against reclaimable GPUs over the span of
+// the data (the timeline's), peak time shaded, and says when that is less
+// than the range.
 func timelineSVG(r *Report, loc *time.Location) template.HTML {
 	const w, h, left, bottom, top = 1000.0, 240.0, 40.0, 24.0, 24.0
 	tl := r.Timeline
@@ -275,41 +305,8 @@ func timelineSVG(r *Report, loc *time.Location) template.HTML {
 		pending = `<tspan fill="#8a5a00">pending demand unknown (no kube-state-metrics series)</tspan>`
 	}
 	fmt.Fprintf(&b, `<text x="%g" y="14" font-size="12" text-anchor="end">%s  <tspan fill="#2e9d5b">━ reclaimable</tspan>  <tspan fill="#a0a7b4">━ owned</tspan>  (shaded: peak)</text>`, w-10, pending)
-	b.WriteString(`</svg>`)
-	return template.HTML(b.String())
-}
-
-// queueSVG draws where the waiting went, all hours and at peak: one
-// stacked bar each, in the order the parts are served.
-func queueSVG(q Queue) template.HTML {
-	if !q.Available || q.All.PendingGPUHours == 0 {
-		return ""
-	}
-	const w, barH, gap, left = 720.0, 26.0, 10.0, 90.0
-	var b strings.Builder
-	rows := []struct {
-		name string
-		f    QueueFigures
-	}{{"all hours", q.All}, {"at peak", q.Peak}}
-	legendY := 2 * (barH + gap)
-	fmt.Fprintf(&b, `<svg id="queue-chart" viewBox="0 0 %g %g" role="img" aria-label="where the waiting went">`, w, legendY+20*float64(len(queueRows)-1)+4)
-	for i, row := range rows {
-		y := float64(i) * (barH + gap)
-		fmt.Fprintf(&b, `<text x="0" y="%g" font-size="13">%s</text>`, y+barH*0.65, row.name)
-		x := left
-		for _, part := range queueRows[1:] {
-			bw := (w - left - 10) * ratio(part.of(row.f), row.f.PendingGPUHours)
-			if bw <= 0 {
-				continue
-			}
-			fmt.Fprintf(&b, `<rect x="%g" y="%g" width="%g" height="%g" fill="%s"><title>%s: %s</title></rect>`, x, y, bw, barH, part.color, esc(part.name), gpuHours(part.of(row.f)))
-			x += bw
-		}
-	}
-	for i, part := range queueRows[1:] {
-		y := legendY + 20*float64(i)
-		fmt.Fprintf(&b, `<rect x="%g" y="%g" width="12" height="12" fill="%s"/><text x="%g" y="%g" font-size="12">%s · %s at peak</text>`,
-			left, y, part.color, left+18, y+10, esc(part.name), gpuHours(part.of(q.Peak)))
+	if span, rng := dataSpan(r), time.Duration(r.Range.Hours*float64(time.Hour)); n > 0 && span < rng {
+		fmt.Fprintf(&b, `<text id="span" x="%g" y="14" font-size="12" fill="#5b6475">drawn over the %s of the %s range that hold data</text>`, left, humanDuration(span.Hours()), humanDuration(rng.Hours()))
 	}
 	b.WriteString(`</svg>`)
 	return template.HTML(b.String())

@@ -35,6 +35,14 @@ type fakeProm struct {
 }
 
 func (f *fakeProm) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if err := r.ParseForm(); err == nil && r.URL.Path == "/api/v1/query" {
+		// node-b's agent was last scraped at 09:47:30, first again at 12:03:15.
+		rawAnswer(w, r, []node{
+			{instance: "node-b", from: f.gap[0].Add(-25*time.Hour - 30*time.Second), to: f.gap[0].Add(-12*time.Minute - 30*time.Second), interval: time.Minute},
+			{instance: "node-b", from: f.gap[1].Add(3*time.Minute + 15*time.Second - time.Minute), to: f.gap[1].Add(24 * time.Hour), interval: time.Minute},
+		})
+		return
+	}
 	if err := r.ParseForm(); err != nil || r.URL.Path != "/api/v1/query_range" {
 		http.Error(w, "bad request", http.StatusBadRequest)
 		return
@@ -121,11 +129,19 @@ func TestBuildSplitsAndFindsGaps(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if f.refused == 0 || f.answered < 5*25 {
+	// The report's 18 (pending twice), the queue's, its waiters' gauges
+	// again at each step's end, and the work figures' (value.go).
+	queries := 18 + len(queueQueries) + len(valueJobs(c, &valueInput{}))
+	for _, qq := range queueQueries {
+		if qq.edge {
+			queries++
+		}
+	}
+	if f.refused == 0 || f.answered < 5*queries {
 		t.Errorf("refused %d, answered %d: want the 48-point queries split into chunks of at most 10", f.refused, f.answered)
 	}
-	if last != [2]int{25 * 48, 25 * 48} {
-		t.Errorf("progress ended at %v, want every step of the 25 queries", last)
+	if last != [2]int{queries * 48, queries * 48} {
+		t.Errorf("progress ended at %v, want every step of the %d queries", last, queries)
 	}
 	if !r.Range.End.Equal(end) || !r.Range.Start.Equal(end.Add(-48*time.Hour)) {
 		t.Errorf("range %s to %s, want the 48 hours to %s", r.Range.Start, r.Range.End, end)
@@ -134,7 +150,9 @@ func TestBuildSplitsAndFindsGaps(t *testing.T) {
 	approx(t, "allocated GPU-hours", r.Funnel.All.Allocated, 6*48)
 	approx(t, "peak hours", r.Range.PeakHours, 24)
 	approx(t, "peak owned GPU-hours", r.Funnel.Peak.Owned, 8*24)
-	want := []Missing{{Source: "gpuxray", Instance: "node-b", Start: end.Add(-14 * time.Hour), End: end.Add(-12 * time.Hour)}}
+	// The span runs from the last sample before it to the first after, not
+	// from step boundary to step boundary.
+	want := []Missing{{Source: "gpuxray", Instance: "node-b", Start: end.Add(-14*time.Hour - 12*time.Minute - 30*time.Second), End: end.Add(-12*time.Hour + 3*time.Minute + 15*time.Second)}}
 	if !reflect.DeepEqual(r.Missing, want) {
 		t.Errorf("missing %+v, want %+v", r.Missing, want)
 	}
@@ -145,7 +163,7 @@ func TestBuildSplitsAndFindsGaps(t *testing.T) {
 	if err := WriteText(&text, r); err != nil {
 		t.Fatal(err)
 	}
-	if !strings.Contains(text.String(), "gpuxray node-b: no data Tue 2026-12-01 10:00 → Tue 2026-12-01 12:00") {
+	if !strings.Contains(text.String(), "gpuxray node-b: no data Tue 2026-12-01 09:47:30 → Tue 2026-12-01 12:03:15") {
 		t.Errorf("text report does not say what is missing:\n%s", text.String())
 	}
 }

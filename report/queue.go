@@ -6,11 +6,14 @@ import (
 	"math"
 	"slices"
 	"strings"
+	"time"
+
+	"github.com/prometheus/common/model"
 )
 
 // The queue X-ray's queries (docs/report.md, "The queue"). Every one keeps
 // `cluster`: a pod waits for the GPUs of its own cluster, so the matching
-// is done per cluster and summed.
+// is done per cluster.
 const (
 	// qPendingRequests is the GPUs each unscheduled Pending pod requests
 	// (nvidia.com/gpu), as the rules'
@@ -31,42 +34,96 @@ const (
 	// through its unallocated claims (a pod with both has two series, one
 	// without container); qPending sums it.
 	qQueuePodsBase = `(` + qPendingRequests + ` or ` + qPendingClaims + `)`
-	qQueueLabels   = `max by (cluster, namespace, pod, queue) (label_replace(kube_pod_labels, "queue", "$1", "label_kueue_x_k8s_io_queue_name", "(.*)"))`
-	qQueueInfo     = `max by (cluster, namespace, pod, priority_class) (kube_pod_info)`
-	// qQueuePods is pending GPUs by priority class (kube_pod_info) and
-	// Kueue LocalQueue (kube_pod_labels); a pod either series lacks keeps
-	// what the other says, so the total is qPending's.
-	qQueuePods = `sum by (cluster, priority_class, queue) ((` + qQueuePodsBase + ` * on (cluster, namespace, pod) group_left (priority_class, queue) max by (cluster, namespace, pod, priority_class, queue) ((` +
-		qQueueInfo + ` * on (cluster, namespace, pod) group_left (queue) ` + qQueueLabels + `) or on (cluster, namespace, pod) ` + qQueueInfo + ` or on (cluster, namespace, pod) ` + qQueueLabels +
-		`)) or on (cluster, namespace, pod, container) ` + qQueuePodsBase + `)`
-	// qQueueClasses is each PriorityClass's value.
-	qQueueClasses = `max by (cluster, priority_class) (gpuxray_priority_class_value)`
-	// qQueueHolders is the idle time in each step of whole GPUs not in MIG
-	// mode (a MIG slice cannot take a pod that asks for nvidia.com/gpu),
-	// credited to the highest-ranked of each GPU's holders, by its
-	// workload, class and ClusterQueue. A class the agents do not know
-	// ranks 0, as no class does. topk picks the holder by its class's
-	// value; 0 * … + 1 keeps its labels and drops the value, which must
-	// not scale the idle time.
-	qQueueHolder   = `max by (cluster, job, instance, uuid, namespace, workload_kind, workload, priority_class, cluster_queue) (max_over_time(gpuxray_allocation_info[S]))`
-	qQueueWholeGPU = ` * on (cluster, job, instance, uuid) group_left () max by (cluster, job, instance, uuid) (gpuxray_device_info{parent_uuid="", mig_mode!="enabled"})`
-	qQueueHolders  = `sum by (cluster, namespace, workload_kind, workload, priority_class, cluster_queue) (sum by (cluster, job, instance, uuid) (increase(gpuxray_device_allocated_idle_seconds_total[S]))` + qQueueWholeGPU +
+	// qWaitPods is each waiting pod's GPUs; the qWait* queries below are
+	// what kube-state-metrics says of those pods: its priority class, its
+	// Kueue LocalQueue (kube_pod_labels with the queue-name label
+	// allowed), the GPU product its node selector asks for (GFD's
+	// nvidia.com/gpu.product through the opt-in kube_pod_nodeselectors)
+	// and its creation time.
+	qWaitPods     = `sum by (cluster, namespace, pod) ` + qQueuePodsBase
+	qWaitIfPod    = ` and on (cluster, namespace, pod) ` + qWaitPods
+	qWaitClass    = `max by (cluster, namespace, pod, priority_class) (kube_pod_info)` + qWaitIfPod
+	qWaitQueue    = `max by (cluster, namespace, pod, queue) (label_replace(kube_pod_labels, "queue", "$1", "label_kueue_x_k8s_io_queue_name", "(.+)"))` + qWaitIfPod
+	qWaitSelector = `max by (cluster, namespace, pod, gpu_type) (label_replace(kube_pod_nodeselectors, "gpu_type", "$1", "nodeselector_nvidia_com_gpu_product", "(.+)"))` + qWaitIfPod
+	qWaitCreated  = `max by (cluster, namespace, pod) (kube_pod_created)` + qWaitIfPod
+	// qWorkloads is the GPUs of each pod set of each Kueue Workload that
+	// has no quota (status.resourceRequests, which Kueue fills for
+	// workloads not admitted), from deploy/kube-state-metrics/kueue.yaml:
+	// a suspended Job has no pods, so this is its demand. A workload a
+	// Pod owns (Kueue's pod integration) is left out: its gated pods are
+	// Pending pods, counted above. The qWorkload* queries are the rest of
+	// what the configuration says of them.
+	qWorkloads        = `sum by (cluster, namespace, workload, podset) (max by (cluster, namespace, workload, podset) (kube_customresource_kueue_workload_pending_gpus) unless on (cluster, namespace, workload) kube_customresource_kueue_workload_owner_info{owner_kind="Pod"})`
+	qWorkloadIf       = ` and on (cluster, namespace, workload) ` + qWorkloads
+	qWorkloadInfo     = `max by (cluster, namespace, workload, queue, priority_class) (kube_customresource_kueue_workload_info)` + qWorkloadIf
+	qWorkloadPriority = `max by (cluster, namespace, workload) (kube_customresource_kueue_workload_priority)` + qWorkloadIf
+	qWorkloadPodSets  = `max by (cluster, namespace, workload, podset, gpu_type) (kube_customresource_kueue_workload_podset_pods)` + qWorkloadIf
+	qWorkloadCreated  = `max by (cluster, namespace, workload) (kube_customresource_kueue_workload_created)` + qWorkloadIf
+	qKueueLocalQueues = `max by (cluster, namespace, local_queue, cluster_queue) (kube_customresource_kueue_localqueue_info)`
+	qQueueClasses     = `max by (cluster, priority_class) (gpuxray_priority_class_value)`
+	qQueueWholeGPU    = ` * on (cluster, job, instance, uuid) group_left (name) max by (cluster, job, instance, uuid, name) (gpuxray_device_info{parent_uuid="", mig_mode!="enabled"})`
+	qQueueHolder      = `max by (cluster, job, instance, uuid, namespace, workload_kind, workload, priority_class, cluster_queue) (max_over_time(gpuxray_allocation_info[S]))`
+	// qQueueHolders is the idle time in each step of whole GPUs not in
+	// MIG mode (a MIG slice cannot take a pod that asks for
+	// nvidia.com/gpu), by node (job, instance) and GPU product, credited
+	// to the highest-ranked of each GPU's holders, by its workload, class
+	// and ClusterQueue. A class the agents do not know ranks 0, as no
+	// class does. topk picks the holder by its class's value; 0 * … + 1
+	// keeps its labels and drops the value, which must not scale the idle
+	// time.
+	qQueueHolders = `sum by (cluster, job, instance, name, namespace, workload_kind, workload, priority_class, cluster_queue) (sum by (cluster, job, instance, uuid) (increase(gpuxray_device_allocated_idle_seconds_total[S]))` + qQueueWholeGPU +
 		` * on (cluster, job, instance, uuid) group_left (namespace, workload_kind, workload, priority_class, cluster_queue) (0 * topk by (cluster, job, instance, uuid) (1, ` +
 		qQueueHolder + ` * on (cluster, priority_class) group_left () max by (cluster, priority_class) (max_over_time(gpuxray_priority_class_value[S])) or ` + qQueueHolder + ` * 0) + 1))`
-	// qQueueFree is the free time of whole GPUs not in MIG mode: held by
-	// nobody and not busy with work outside Kubernetes.
-	qQueueFree = `sum by (cluster) (clamp_min(sum by (cluster, job, instance, uuid) (increase(gpuxray_device_unallocated_seconds_total[S])) - sum by (cluster, job, instance, uuid) (increase(gpuxray_device_unallocated_active_seconds_total[S])), 0)` + qQueueWholeGPU + `)`
+	// qQueueFree is the free time of whole GPUs not in MIG mode, by node
+	// and product: held by nobody and not busy with work outside
+	// Kubernetes.
+	qQueueFree = `sum by (cluster, job, instance, name) (clamp_min(sum by (cluster, job, instance, uuid) (increase(gpuxray_device_unallocated_seconds_total[S])) - sum by (cluster, job, instance, uuid) (increase(gpuxray_device_unallocated_active_seconds_total[S])), 0)` + qQueueWholeGPU + `)`
 	// Kueue's ClusterQueues (max by flavor: several Kueue replicas may
-	// report one queue).
+	// report one queue). kueue_cluster_queue_resource_pending has no
+	// flavor: pending workloads are not assigned to flavors yet.
 	qKueueUsage       = `sum by (cluster, cohort, cluster_queue) (max by (cluster, cohort, cluster_queue, flavor) (kueue_cluster_queue_resource_usage{resource="nvidia.com/gpu"}))`
 	qKueueNominal     = `sum by (cluster, cohort, cluster_queue) (max by (cluster, cohort, cluster_queue, flavor) (kueue_cluster_queue_nominal_quota{resource="nvidia.com/gpu"}))`
 	qKueuePending     = `sum by (cluster, cluster_queue) (max by (cluster, cluster_queue, status) (kueue_pending_workloads))`
 	qKueuePendingGPUs = `max by (cluster, cluster_queue) (kueue_cluster_queue_resource_pending{resource="nvidia.com/gpu"})`
 )
 
-// Queue is the queue X-ray: who waited for GPUs, at what priority and in
-// which queue, and what could have run them. docs/report.md defines every
-// figure.
+// queueQuery is one query of the queue X-ray: its expression, whether it
+// is a gauge (read at each step's middle) and where its series go.
+type queueQuery struct {
+	expr string
+	// gauge is read at each step's middle; edge also at its end, for the
+	// step in which kube-state-metrics' data begins (atEdges); signed
+	// keeps negative values (a PriorityClass's).
+	gauge, edge, signed bool
+	dst                 func(*queueInput) *[]series
+}
+
+// queueQueries are the queue X-ray's queries, in the order Build runs
+// them.
+var queueQueries = []queueQuery{
+	{expr: qWaitPods, gauge: true, edge: true, dst: func(q *queueInput) *[]series { return &q.pods }},
+	{expr: qWaitClass, gauge: true, edge: true, dst: func(q *queueInput) *[]series { return &q.podClass }},
+	{expr: qWaitQueue, gauge: true, edge: true, dst: func(q *queueInput) *[]series { return &q.podQueue }},
+	{expr: qWaitSelector, gauge: true, edge: true, dst: func(q *queueInput) *[]series { return &q.podType }},
+	{expr: qWaitCreated, gauge: true, edge: true, dst: func(q *queueInput) *[]series { return &q.podCreated }},
+	{expr: qWorkloads, gauge: true, edge: true, dst: func(q *queueInput) *[]series { return &q.workloads }},
+	{expr: qWorkloadInfo, gauge: true, edge: true, dst: func(q *queueInput) *[]series { return &q.wlInfo }},
+	{expr: qWorkloadPriority, gauge: true, edge: true, signed: true, dst: func(q *queueInput) *[]series { return &q.wlPriority }},
+	{expr: qWorkloadPodSets, gauge: true, edge: true, dst: func(q *queueInput) *[]series { return &q.wlPodSets }},
+	{expr: qWorkloadCreated, gauge: true, edge: true, dst: func(q *queueInput) *[]series { return &q.wlCreated }},
+	{expr: qKueueLocalQueues, gauge: true, dst: func(q *queueInput) *[]series { return &q.localQueues }},
+	{expr: qQueueClasses, gauge: true, signed: true, dst: func(q *queueInput) *[]series { return &q.classes }},
+	{expr: qQueueHolders, dst: func(q *queueInput) *[]series { return &q.holders }},
+	{expr: qQueueFree, dst: func(q *queueInput) *[]series { return &q.free }},
+	{expr: qKueueUsage, gauge: true, dst: func(q *queueInput) *[]series { return &q.kueueUsage }},
+	{expr: qKueueNominal, gauge: true, dst: func(q *queueInput) *[]series { return &q.kueueNominal }},
+	{expr: qKueuePending, gauge: true, dst: func(q *queueInput) *[]series { return &q.kueuePending }},
+	{expr: qKueuePendingGPUs, gauge: true, dst: func(q *queueInput) *[]series { return &q.kueuePendingGPUs }},
+}
+
+// Queue is the queue X-ray: who waited for GPUs, at what priority, in
+// which queue and for which GPU type, how long, and what could have run
+// them. docs/report.md defines every figure.
 type Queue struct {
 	// Available is false when no kube-state-metrics series were found:
 	// who waited is unknown.
@@ -74,19 +131,32 @@ type Queue struct {
 	// PrioritiesKnown is whether the agents export PriorityClass values
 	// (gpuxray_priority_class_value); without them every pod ranks 0.
 	PrioritiesKnown bool `json:"priorities_known"`
-	// Kueue is whether Kueue's ClusterQueue series were found.
-	Kueue bool `json:"kueue"`
+	// Kueue is whether Kueue's ClusterQueue series were found;
+	// KueueWorkloads whether the per-Workload series of
+	// deploy/kube-state-metrics/kueue.yaml were.
+	Kueue          bool `json:"kueue"`
+	KueueWorkloads bool `json:"kueue_workloads"`
 	// Basis is BasisPeak, or BasisAll when the range has no peak time:
 	// what Kind and Sentence are judged on.
 	Basis string `json:"basis"`
-	// Kind is QueueScheduling, QueueIdle, QueueCapacity, QueueNone or
-	// QueueUnknown; Sentence says it, Knobs are what to look at.
+	// Kind is QueueScheduling, QueueIdle, QueueFragmentation,
+	// QueueCapacity, QueueNone or QueueUnknown; Sentence says it, Knobs
+	// are what to look at.
 	Kind     string   `json:"kind"`
 	Sentence string   `json:"sentence"`
 	Knobs    []string `json:"knobs"`
 	// All and Peak are the figures over all covered time and at peak.
 	All  QueueFigures `json:"all"`
 	Peak QueueFigures `json:"peak"`
+	// GPUTypes are the figures by the GPU type waiters selected, and the
+	// idle GPUs of each type: every type that waited or idled.
+	GPUTypes []QueueGPUType `json:"gpu_types"`
+	// Wait is how long waiters waited, all of them; PeakWait those that
+	// waited during peak time.
+	Wait     QueueWait `json:"wait"`
+	PeakWait QueueWait `json:"peak_wait"`
+	// SLO is each --slo.wait target, judged.
+	SLO []QueueSLO `json:"slo"`
 	// Classes are the figures by priority class and queue, most pending
 	// GPU-hours at peak first.
 	Classes []QueueClass `json:"classes"`
@@ -95,7 +165,15 @@ type Queue struct {
 	TopHolders []QueueHolder `json:"top_holders"`
 	// ClusterQueues are Kueue's queues, by cluster.
 	ClusterQueues []ClusterQueueUse `json:"cluster_queues"`
+
+	// types is, by GPU type, each step's pending GPUs, the part of them no
+	// idle GPU of their type could hold (shortfall and other type), and
+	// that type's idle and free GPUs: what the verdict is judged on.
+	types map[string]*typeSteps
 }
+
+// typeSteps is one GPU type's figures at each step, in GPUs.
+type typeSteps struct{ pending, short, idle []float64 }
 
 // Kinds of queue.
 const (
@@ -105,7 +183,10 @@ const (
 	// QueueIdle: most of it could have run only on idle GPUs held by work
 	// of equal or higher priority: idle allocation to cull.
 	QueueIdle = "idle"
-	// QueueCapacity: most of it found no idle GPU at all.
+	// QueueFragmentation: most of it could have run on idle GPUs of its
+	// type, but not on one node: fragmentation to undo.
+	QueueFragmentation = "fragmentation"
+	// QueueCapacity: most of it found no idle GPU of its type at all.
 	QueueCapacity = "capacity"
 	// QueueNone: nothing waited.
 	QueueNone = "none"
@@ -123,7 +204,8 @@ type QueueFigures struct {
 	// FreeGPUHours could have run on whole GPUs nobody held.
 	FreeGPUHours float64 `json:"free_gpu_hours"`
 	// QuotaGPUHours on idle GPUs a Kueue ClusterQueue held on borrowed
-	// quota (reclaimable by quota).
+	// quota, or on free GPUs while Kueue held the workload back
+	// (suspended): reclaimable by quota.
 	QuotaGPUHours float64 `json:"quota_gpu_hours"`
 	// PreemptionGPUHours on idle GPUs held by work of lower priority
 	// (reclaimable by preemption).
@@ -131,20 +213,39 @@ type QueueFigures struct {
 	// OutrankedGPUHours only on idle GPUs held by work of equal or higher
 	// priority: neither the scheduler nor Kueue takes those back.
 	OutrankedGPUHours float64 `json:"outranked_gpu_hours"`
+	// FragmentedGPUHours could have run on the idle and free GPUs of its
+	// type the cluster had, but no one node had enough of them.
+	FragmentedGPUHours float64 `json:"fragmented_gpu_hours"`
+	// OtherTypeGPUHours could have run only on idle or free GPUs of
+	// another type than the one it selected.
+	OtherTypeGPUHours float64 `json:"other_type_gpu_hours"`
 	// ShortfallGPUHours no idle GPU could have served: true capacity
 	// shortfall.
 	ShortfallGPUHours float64 `json:"shortfall_gpu_hours"`
+	// heldBack is the part of QuotaGPUHours on free GPUs, which Kueue held
+	// the waiting back from.
+	heldBack float64
 }
 
 // ReclaimableGPUHours is the waiting that idle GPUs held by lower-priority
 // or borrowing work could have run.
 func (f QueueFigures) ReclaimableGPUHours() float64 { return f.QuotaGPUHours + f.PreemptionGPUHours }
 
+// OnOneNodeGPUHours is the waiting that free or idle GPUs of its type on
+// one node could have run, whoever held them: what reclaiming them all
+// would have done for it.
+func (f QueueFigures) OnOneNodeGPUHours() float64 {
+	return f.FreeGPUHours + f.QuotaGPUHours + f.PreemptionGPUHours + f.OutrankedGPUHours
+}
+
 func (f *QueueFigures) add(w float64, c [numQueueParts]float64) {
 	f.FreeGPUHours += c[partFree] * w
-	f.QuotaGPUHours += c[partQuota] * w
+	f.QuotaGPUHours += (c[partQuota] + c[partHeldBack]) * w
+	f.heldBack += c[partHeldBack] * w
 	f.PreemptionGPUHours += c[partPreemption] * w
 	f.OutrankedGPUHours += c[partOutranked] * w
+	f.FragmentedGPUHours += c[partFragmented] * w
+	f.OtherTypeGPUHours += c[partOtherType] * w
 	f.ShortfallGPUHours += c[partShortfall] * w
 	for _, v := range c {
 		f.PendingGPUHours += v * w
@@ -153,15 +254,34 @@ func (f *QueueFigures) add(w float64, c [numQueueParts]float64) {
 
 // QueueClass is the waiting of one priority class in one Kueue LocalQueue
 // ("" for pods no queue names, or a kube-state-metrics that does not
-// export the queue-name label).
+// export the queue-name label) and the ClusterQueue it feeds ("" where
+// unknown).
 type QueueClass struct {
 	PriorityClass string `json:"priority_class"`
 	// Priority is the class's value (0 for no class or one the agents do
-	// not know).
-	Priority float64      `json:"priority"`
-	Queue    string       `json:"queue"`
-	All      QueueFigures `json:"all"`
-	Peak     QueueFigures `json:"peak"`
+	// not know); a Kueue workload's own priority where it says one.
+	Priority     float64      `json:"priority"`
+	Queue        string       `json:"queue"`
+	ClusterQueue string       `json:"cluster_queue"`
+	All          QueueFigures `json:"all"`
+	Peak         QueueFigures `json:"peak"`
+	Wait         QueueWait    `json:"wait"`
+	PeakWait     QueueWait    `json:"peak_wait"`
+}
+
+// QueueGPUType is the waiting of the waiters that selected one GPU type
+// (GPUType, the GFD label value, or "any" for those that selected none),
+// and the idle and free GPUs of that type.
+type QueueGPUType struct {
+	GPUType string       `json:"gpu_type"`
+	All     QueueFigures `json:"all"`
+	Peak    QueueFigures `json:"peak"`
+	// IdleGPUHours is the GPU time of this type's whole GPUs (not in MIG
+	// mode) free or held idle; Peak* at peak. 0 for "any".
+	IdleGPUHours     float64   `json:"idle_gpu_hours"`
+	PeakIdleGPUHours float64   `json:"peak_idle_gpu_hours"`
+	Wait             QueueWait `json:"wait"`
+	PeakWait         QueueWait `json:"peak_wait"`
 }
 
 // QueueHolder is a workload whose idle GPUs waiters could have used.
@@ -218,230 +338,131 @@ type ClusterQueueUse struct {
 	// PendingGPUs the mean GPUs they asked for, -1 where this Kueue does
 	// not say (kueue_cluster_queue_resource_pending, Kueue 0.18 and
 	// newer). Workloads whose pods Kueue has not created (a suspended Job)
-	// are not pending pods: they are here, not in the matching.
+	// are in the matching too, from the per-Workload series or, without
+	// them, as the part of PendingGPUs no waiting pod explains.
 	PendingWorkloads float64 `json:"pending_workloads"`
 	PendingGPUs      float64 `json:"pending_gpus"`
-}
-
-// The parts the waiting of a step is split into, in the order they are
-// served.
-const (
-	partFree = iota
-	partQuota
-	partPreemption
-	partOutranked
-	partShortfall
-	numQueueParts
-)
-
-// queueWaiter is the GPUs one priority class of one queue waits for at a
-// step, and its rank (the class's value).
-type queueWaiter struct {
-	key  int // index of its QueueClass
-	rank float64
-	gpus float64
-}
-
-// queueIdle is the idle GPUs one holder workload held at a step.
-type queueIdle struct {
-	key  int // index of its QueueHolder
-	rank float64
-	cq   string
-	gpus float64
-}
-
-// queueStep is one cluster at one step: who waits, and the supply that
-// could have run them, in GPUs.
-type queueStep struct {
-	waiters  []queueWaiter
-	free     float64
-	idle     []queueIdle
-	borrowed map[string]float64 // ClusterQueue → GPUs used beyond its nominal quota
-}
-
-// queueMatch is how a step's waiting was served: per waiter (as
-// queueStep.waiters) its GPUs by part; per idle holder (as queueStep.idle)
-// its GPUs that waiters used, by part, and the part of its idle GPUs that
-// was on borrowed quota.
-type queueMatch struct {
-	waiter        [][numQueueParts]float64
-	idle          [][numQueueParts]float64
-	borrowedShare []float64
-}
-
-// match serves a step's waiting, each idle GPU at most one waiting GPU
-// (docs/report.md, "The queue"):
-//
-//  1. Free GPUs, which any waiter can take: lowest-ranked waiters first,
-//     since the higher ones can take more of what follows.
-//  2. Idle GPUs held on borrowed quota (at most what each ClusterQueue
-//     borrows, the rest of its idle GPUs going to step 3), which Kueue
-//     gives back to any queue of the cohort: lowest-ranked first again.
-//  3. Idle GPUs held by work of lower priority than the waiter: highest-
-//     ranked waiters first, each from the highest-ranked holders below it,
-//     which fewer waiters can take.
-//  4. Idle GPUs left, held by work of equal or higher priority: outranked.
-//  5. The rest: shortfall.
-//
-// This serves the most waiting GPUs by steps 1-3 that any assignment could
-// (the waiters' reach is nested by rank). A pool shared by several holders
-// is drawn from each in proportion to its idle GPUs.
-func match(s queueStep) queueMatch {
-	m := queueMatch{waiter: make([][numQueueParts]float64, len(s.waiters)), idle: make([][numQueueParts]float64, len(s.idle)), borrowedShare: make([]float64, len(s.idle))}
-	need := make([]float64, len(s.waiters))
-	for i, w := range s.waiters {
-		need[i] = max(0, w.gpus)
-	}
-	up := make([]int, len(s.waiters)) // waiters by rank, lowest first
-	for i := range up {
-		up[i] = i
-	}
-	slices.SortStableFunc(up, func(a, b int) int { return cmp.Compare(s.waiters[a].rank, s.waiters[b].rank) })
-
-	// The quota pool: each ClusterQueue's idle GPUs, at most its borrowing.
-	byCQ := map[string]float64{}
-	for _, h := range s.idle {
-		if h.cq != "" {
-			byCQ[h.cq] += max(0, h.gpus)
-		}
-	}
-	rest := make([]float64, len(s.idle)) // what step 3 may take from each holder
-	quota := make([]float64, len(s.idle))
-	var quotaTotal float64
-	for i, h := range s.idle {
-		g := max(0, h.gpus)
-		rest[i] = g
-		if h.cq == "" || byCQ[h.cq] <= 0 {
-			continue
-		}
-		b := min(byCQ[h.cq], max(0, s.borrowed[h.cq]))
-		quota[i] = g * b / byCQ[h.cq]
-		rest[i] = g - quota[i]
-		quotaTotal += quota[i]
-		m.borrowedShare[i] = quota[i]
-	}
-
-	// 1 and 2: universal supplies, lowest-ranked waiters first.
-	universal := func(part int, supply float64) float64 {
-		used := 0.0
-		for _, i := range up {
-			t := min(need[i], supply-used)
-			if t <= 0 {
-				continue
-			}
-			m.waiter[i][part] += t
-			need[i] -= t
-			used += t
-		}
-		return used
-	}
-	universal(partFree, max(0, s.free))
-	if used := universal(partQuota, quotaTotal); used > 0 {
-		for i := range s.idle {
-			m.idle[i][partQuota] = quota[i] * used / quotaTotal
-		}
-	}
-
-	// Pools of the rest by holder rank, highest first.
-	type pool struct {
-		rank    float64
-		holders []int
-		left    float64
-	}
-	var pools []*pool
-	for i, h := range s.idle {
-		j := slices.IndexFunc(pools, func(p *pool) bool { return p.rank == h.rank })
-		if j < 0 {
-			pools = append(pools, &pool{rank: h.rank})
-			j = len(pools) - 1
-		}
-		pools[j].holders = append(pools[j].holders, i)
-		pools[j].left += rest[i]
-	}
-	slices.SortFunc(pools, func(a, b *pool) int { return cmp.Compare(b.rank, a.rank) })
-	take := func(i int, p *pool, part int) {
-		t := min(need[i], p.left)
-		if t <= 0 {
-			return
-		}
-		m.waiter[i][part] += t
-		need[i] -= t
-		// Drawn from the pool's holders in proportion to what each has left.
-		for _, h := range p.holders {
-			m.idle[h][part] += t * rest[h] / p.left
-			rest[h] -= t * rest[h] / p.left
-		}
-		p.left -= t
-	}
-	// 3: highest-ranked waiters first, from the highest pool below each.
-	for k := len(up) - 1; k >= 0; k-- {
-		i := up[k]
-		for _, p := range pools {
-			if p.rank < s.waiters[i].rank {
-				take(i, p, partPreemption)
-			}
-		}
-	}
-	// 4: what is idle still, whoever holds it.
-	for _, i := range up {
-		for _, p := range pools {
-			take(i, p, partOutranked)
-		}
-	}
-	for i := range need {
-		m.waiter[i][partShortfall] = need[i]
-	}
-	return m
 }
 
 // cqKey is a ClusterQueue of a cluster.
 type cqKey struct{ cluster, cq string }
 
-// queueInput is what the queue X-ray reads, on the grid.
+// queueInput is what the queue X-ray reads, on the grid (queueQueries).
 type queueInput struct {
-	pods, classes, holders, free           []series
-	kueueUsage, kueueNominal, kueuePending []series
-	kueuePendingGPUs                       []series
+	pods, podClass, podQueue, podType, podCreated       []series
+	workloads, wlInfo, wlPriority, wlPodSets, wlCreated []series
+	localQueues, classes, holders, free                 []series
+	kueueUsage, kueueNominal, kueuePending              []series
+	kueuePendingGPUs                                    []series
+}
+
+// queueConfig is what the queue X-ray takes from the report's Config.
+type queueConfig struct {
+	top       int
+	slo       map[string]time.Duration
+	available bool
+}
+
+// seriesIndex finds a labelled thing's series in a query's answer: by key,
+// the indexes of its series.
+type seriesIndex map[string][]int
+
+func indexBy(ss []series, key func(model.Metric) string) seriesIndex {
+	x := seriesIndex{}
+	for i, s := range ss {
+		k := key(s.labels)
+		x[k] = append(x[k], i)
+	}
+	return x
+}
+
+// at returns the series of k with a value at step i, else its first; -1
+// when k has none.
+func (x seriesIndex) at(ss []series, k string, i int) int {
+	ids := x[k]
+	for _, j := range ids {
+		if !math.IsNaN(ss[j].vals[i]) {
+			return j
+		}
+	}
+	if len(ids) > 0 {
+		return ids[0]
+	}
+	return -1
+}
+
+// firstValue is a series' first value, NaN for none: a value that never
+// changes (a creation time, a priority) read at whatever step has it.
+func firstValue(s series) float64 {
+	for _, v := range s.vals {
+		if !math.IsNaN(v) {
+			return v
+		}
+	}
+	return math.NaN()
+}
+
+func key3(m model.Metric, a, b, c model.LabelName) string {
+	return string(m[a]) + "\x00" + string(m[b]) + "\x00" + string(m[c])
 }
 
 // computeQueue builds the queue X-ray from in, each step weighted by its
 // covered hours (and by its share of peak for the peak figures), as the
-// Demand section is.
-func computeQueue(in input, qi queueInput, peak []float64, top int, available bool) Queue {
+// Demand section is. Its cost is linear in the answers' points: each
+// series is indexed once, each step reads the series of its own cluster.
+func computeQueue(in input, qi queueInput, peak []float64, qc queueConfig) Queue {
 	g := in.g
-	q := Queue{Available: available, PrioritiesKnown: len(qi.classes) > 0, Kueue: len(qi.kueueUsage)+len(qi.kueueNominal) > 0,
-		Classes: []QueueClass{}, TopHolders: []QueueHolder{}, ClusterQueues: []ClusterQueueUse{}, Knobs: []string{}}
+	q := Queue{Available: qc.available, PrioritiesKnown: len(qi.classes) > 0, Kueue: len(qi.kueueUsage)+len(qi.kueueNominal) > 0,
+		KueueWorkloads: len(qi.workloads)+len(qi.localQueues) > 0,
+		Classes:        []QueueClass{}, GPUTypes: []QueueGPUType{}, TopHolders: []QueueHolder{}, ClusterQueues: []ClusterQueueUse{}, Knobs: []string{},
+		types: map[string]*typeSteps{}}
 
 	// The class values of each cluster at each step.
 	type ckey struct{ cluster, class string }
-	values := map[ckey][]float64{}
+	values := map[ckey]series{}
 	for _, s := range qi.classes {
-		k := ckey{string(s.labels["cluster"]), string(s.labels["priority_class"])}
-		values[k] = s.vals
+		values[ckey{string(s.labels["cluster"]), string(s.labels["priority_class"])}] = s
 	}
+	firstRank := map[ckey]float64{}
 	rank := func(cluster, class string, i int) float64 {
-		if v, ok := values[ckey{cluster, class}]; ok && !math.IsNaN(v[i]) {
-			return v[i]
+		k := ckey{cluster, class}
+		s, ok := values[k]
+		if !ok {
+			return 0
+		}
+		if v := s.vals[i]; !math.IsNaN(v) {
+			return v
 		}
 		// The class's value at another step: a class's value never changes.
-		if v, ok := values[ckey{cluster, class}]; ok {
-			for _, x := range v {
-				if !math.IsNaN(x) {
-					return x
-				}
+		v, ok := firstRank[k]
+		if !ok {
+			v = firstValue(s)
+			if math.IsNaN(v) {
+				v = 0
 			}
+			firstRank[k] = v
 		}
-		return 0
+		return v
 	}
-	classIdx := map[[2]string]int{}
-	classOf := func(class, queue string) int {
-		k := [2]string{class, queue}
+	classIdx := map[[3]string]int{}
+	classOf := func(class, queue, cq string) int {
+		k := [3]string{class, queue, cq}
 		if i, ok := classIdx[k]; ok {
 			return i
 		}
 		classIdx[k] = len(q.Classes)
-		q.Classes = append(q.Classes, QueueClass{PriorityClass: class, Queue: queue})
+		q.Classes = append(q.Classes, QueueClass{PriorityClass: class, Queue: queue, ClusterQueue: cq})
 		return len(q.Classes) - 1
+	}
+	typeIdx := map[string]int{}
+	typeOf := func(name string) int {
+		if i, ok := typeIdx[name]; ok {
+			return i
+		}
+		typeIdx[name] = len(q.GPUTypes)
+		q.GPUTypes = append(q.GPUTypes, QueueGPUType{GPUType: name})
+		q.types[name] = &typeSteps{pending: make([]float64, g.n), short: make([]float64, g.n), idle: make([]float64, g.n)}
+		return len(q.GPUTypes) - 1
 	}
 	type hkey struct{ ns, kind, name, class, cq string }
 	holderIdx := map[hkey]int{}
@@ -454,29 +475,83 @@ func computeQueue(in input, qi queueInput, peak []float64, top int, available bo
 		holders = append(holders, QueueHolder{Namespace: k.ns, Kind: k.kind, Name: k.name, PriorityClass: k.class, ClusterQueue: k.cq})
 		return len(holders) - 1
 	}
-	borrowedAt := func(cluster string, i int) map[string]float64 {
-		use, nom := map[string]float64{}, map[string]float64{}
-		for _, s := range qi.kueueUsage {
-			if string(s.labels["cluster"]) == cluster && !math.IsNaN(s.vals[i]) {
-				use[string(s.labels["cluster_queue"])] += s.vals[i]
-			}
-		}
-		for _, s := range qi.kueueNominal {
-			if string(s.labels["cluster"]) == cluster && !math.IsNaN(s.vals[i]) {
-				nom[string(s.labels["cluster_queue"])] += s.vals[i]
-			}
-		}
-		out := map[string]float64{}
-		for cq, u := range use {
-			out[cq] = max(0, u-nom[cq])
-		}
-		return out
+
+	// Indexes, each built once.
+	podKey := func(m model.Metric) string { return key3(m, "cluster", "namespace", "pod") }
+	wlKey := func(m model.Metric) string { return key3(m, "cluster", "namespace", "workload") }
+	podClass, podQueue, podType, podCreated := indexBy(qi.podClass, podKey), indexBy(qi.podQueue, podKey), indexBy(qi.podType, podKey), indexBy(qi.podCreated, podKey)
+	wlInfo, wlPriority, wlCreated := indexBy(qi.wlInfo, wlKey), indexBy(qi.wlPriority, wlKey), indexBy(qi.wlCreated, wlKey)
+	wlPodSets := indexBy(qi.wlPodSets, func(m model.Metric) string { return wlKey(m) + "\x00" + string(m["podset"]) })
+	// LocalQueue → ClusterQueue, by cluster and namespace.
+	lqs := map[string]string{}
+	for _, s := range qi.localQueues {
+		lqs[key3(s.labels, "cluster", "namespace", "local_queue")] = string(s.labels["cluster_queue"])
 	}
-	clusters := map[string]bool{}
-	for _, ss := range [][]series{qi.pods, qi.holders, qi.free} {
-		for _, s := range ss {
-			clusters[string(s.labels["cluster"])] = true
+	clusterQueueOf := func(cluster, ns, queue string) (string, bool) {
+		if queue == "" {
+			return "", true
 		}
+		cq, ok := lqs[cluster+"\x00"+ns+"\x00"+queue]
+		return cq, ok
+	}
+	// Each cluster's series.
+	type clusterSeries struct {
+		pods, holders, free, pendingGPUs []int
+		// usage and nominal are each ClusterQueue's series.
+		usage, nominal map[string][]int
+		workloads      map[string][]int
+		wlOrder        []string
+	}
+	clusters := map[string]*clusterSeries{}
+	cs := func(m model.Metric) *clusterSeries {
+		c := string(m["cluster"])
+		if clusters[c] == nil {
+			clusters[c] = &clusterSeries{workloads: map[string][]int{}, usage: map[string][]int{}, nominal: map[string][]int{}}
+		}
+		return clusters[c]
+	}
+	products := map[string]string{}
+	product := func(name string) string {
+		p, ok := products[name]
+		if !ok {
+			p = productOf(name)
+			products[name] = p
+		}
+		return p
+	}
+	for i, s := range qi.pods {
+		c := cs(s.labels)
+		c.pods = append(c.pods, i)
+	}
+	for i, s := range qi.workloads {
+		c := cs(s.labels)
+		k := wlKey(s.labels)
+		if c.workloads[k] == nil {
+			c.wlOrder = append(c.wlOrder, k)
+		}
+		c.workloads[k] = append(c.workloads[k], i)
+	}
+	for i, s := range qi.holders {
+		c := cs(s.labels)
+		c.holders = append(c.holders, i)
+	}
+	for i, s := range qi.free {
+		c := cs(s.labels)
+		c.free = append(c.free, i)
+	}
+	for i, s := range qi.kueuePendingGPUs {
+		c := cs(s.labels)
+		c.pendingGPUs = append(c.pendingGPUs, i)
+	}
+	for i, s := range qi.kueueUsage {
+		c := cs(s.labels)
+		cq := string(s.labels["cluster_queue"])
+		c.usage[cq] = append(c.usage[cq], i)
+	}
+	for i, s := range qi.kueueNominal {
+		c := cs(s.labels)
+		cq := string(s.labels["cluster_queue"])
+		c.nominal[cq] = append(c.nominal[cq], i)
 	}
 	names := make([]string, 0, len(clusters))
 	for c := range clusters {
@@ -484,47 +559,245 @@ func computeQueue(in input, qi queueInput, peak []float64, top int, available bo
 	}
 	slices.Sort(names)
 
+	spans := map[string]*waitSpan{}
+	seen := func(id string, i, class int, gpuType string, created func() float64) {
+		sp := spans[id]
+		if sp == nil {
+			sp = &waitSpan{first: i, created: created()}
+			spans[id] = sp
+		}
+		sp.last, sp.class, sp.gpuType = i, class, gpuType
+		typeOf(gpuType)
+		sp.peak = sp.peak || peak[i] > 0
+	}
+
 	cqIdle := map[cqKey][2][2]float64{} // [all, peak][idle, borrowed idle]
+	// Per step, reused: the step's GPU types (global index → local) and
+	// nodes by job, instance and product.
+	local := map[int]int{}
+	var globalOf []int
+	type nodeKey struct{ job, instance, product string }
+	nodes := map[nodeKey]int{}
 	for i := 0; i < g.n; i++ {
 		cov := in.covered[i]
-		if cov <= 0 {
-			continue
-		}
 		wAll, wPeak := cov/3600, peak[i]*cov/3600
-		q.All.Hours += wAll
-		q.Peak.Hours += wPeak
+		if cov > 0 {
+			q.All.Hours += wAll
+			q.Peak.Hours += wPeak
+		}
 		for _, cluster := range names {
-			st := queueStep{borrowed: borrowedAt(cluster, i)}
-			for _, s := range qi.pods {
-				if string(s.labels["cluster"]) != cluster || math.IsNaN(s.vals[i]) || s.vals[i] <= 0 {
+			c := clusters[cluster]
+			clear(local)
+			globalOf = globalOf[:0]
+			localType := func(name string) int {
+				if name == GPUTypeAny {
+					return anyType
+				}
+				gt := typeOf(name)
+				if l, ok := local[gt]; ok {
+					return l
+				}
+				local[gt] = len(globalOf)
+				globalOf = append(globalOf, gt)
+				return len(globalOf) - 1
+			}
+			st := queueStep{}
+			explained := map[string]float64{} // ClusterQueue → GPUs its waiting pods and workloads account for
+			var unmapped float64              // GPUs of waiters whose LocalQueue names no known ClusterQueue
+
+			// The waiting pods.
+			for _, j := range c.pods {
+				s := qi.pods[j]
+				v := s.vals[i]
+				if math.IsNaN(v) || v <= 0 {
 					continue
 				}
-				class := string(s.labels["priority_class"])
-				st.waiters = append(st.waiters, queueWaiter{key: classOf(class, string(s.labels["queue"])), rank: rank(cluster, class, i), gpus: s.vals[i]})
-			}
-			for _, s := range qi.free {
-				if string(s.labels["cluster"]) == cluster && !math.IsNaN(s.vals[i]) {
-					st.free += s.vals[i] / cov
+				k := podKey(s.labels)
+				ns := string(s.labels["namespace"])
+				class, queue, product := "", "", GPUTypeAny
+				if m := podClass.at(qi.podClass, k, i); m >= 0 {
+					class = string(qi.podClass[m].labels["priority_class"])
+				}
+				if m := podQueue.at(qi.podQueue, k, i); m >= 0 {
+					queue = string(qi.podQueue[m].labels["queue"])
+				}
+				if m := podType.at(qi.podType, k, i); m >= 0 {
+					product = selectedProduct(string(qi.podType[m].labels["gpu_type"]))
+				}
+				cq, ok := clusterQueueOf(cluster, ns, queue)
+				if !ok {
+					unmapped += v
+				} else if cq != "" {
+					explained[cq] += v
+				}
+				key := classOf(class, queue, cq)
+				seen("p\x00"+k, i, key, product, func() float64 {
+					if m := podCreated.at(qi.podCreated, k, i); m >= 0 {
+						return firstValue(qi.podCreated[m])
+					}
+					return math.NaN()
+				})
+				if cov > 0 {
+					st.waiters = append(st.waiters, queueWaiter{key: key, gtype: localType(product), rank: rank(cluster, class, i), pods: []podSet{{gpus: v, count: 1}}})
 				}
 			}
-			for _, s := range qi.holders {
-				if string(s.labels["cluster"]) != cluster || math.IsNaN(s.vals[i]) || s.vals[i] <= 0 {
+			// Suspended Kueue workloads: each pod set of count pods, all
+			// of them at once.
+			for _, k := range c.wlOrder {
+				var w queueWaiter
+				var gpus float64
+				product := ""
+				for _, j := range c.workloads[k] {
+					s := qi.workloads[j]
+					v := s.vals[i]
+					if math.IsNaN(v) || v <= 0 {
+						continue
+					}
+					count, pt := 1.0, ""
+					if m := wlPodSets.at(qi.wlPodSets, k+"\x00"+string(s.labels["podset"]), i); m >= 0 {
+						if n := qi.wlPodSets[m].vals[i]; !math.IsNaN(n) && n >= 1 {
+							count = math.Round(n)
+						} else if n := firstValue(qi.wlPodSets[m]); !math.IsNaN(n) && n >= 1 {
+							count = math.Round(n)
+						}
+						pt = string(qi.wlPodSets[m].labels["gpu_type"])
+					}
+					if product == "" && pt != "" {
+						product = pt
+					}
+					w.pods = append(w.pods, podSet{gpus: v / count, count: count})
+					gpus += v
+				}
+				if gpus <= 0 {
+					continue
+				}
+				product = selectedProduct(product)
+				s := qi.workloads[c.workloads[k][0]]
+				ns := string(s.labels["namespace"])
+				class, queue := "", ""
+				if m := wlInfo.at(qi.wlInfo, k, i); m >= 0 {
+					class, queue = string(qi.wlInfo[m].labels["priority_class"]), string(qi.wlInfo[m].labels["queue"])
+				}
+				cq, ok := clusterQueueOf(cluster, ns, queue)
+				if !ok {
+					unmapped += gpus
+				} else if cq != "" {
+					explained[cq] += gpus
+				}
+				w.key = classOf(class, queue, cq)
+				w.rank = rank(cluster, class, i)
+				if m := wlPriority.at(qi.wlPriority, k, i); m >= 0 {
+					if p := firstValue(qi.wlPriority[m]); !math.IsNaN(p) {
+						w.rank = p
+					}
+				}
+				w.gang, w.kueue = true, true
+				seen("w\x00"+k, i, w.key, product, func() float64 {
+					if m := wlCreated.at(qi.wlCreated, k, i); m >= 0 {
+						return firstValue(qi.wlCreated[m])
+					}
+					return math.NaN()
+				})
+				if cov > 0 {
+					w.gtype = localType(product)
+					st.waiters = append(st.waiters, w)
+				}
+			}
+			if cov <= 0 {
+				continue
+			}
+			// What Kueue says its ClusterQueues wait for beyond what the
+			// pods and workloads above explain: suspended workloads
+			// without per-workload series. Waiters whose ClusterQueue is
+			// unknown are taken off all queues in proportion.
+			type rem struct {
+				cq   string
+				gpus float64
+			}
+			var rems []rem
+			var remAll float64
+			for _, j := range c.pendingGPUs {
+				s := qi.kueuePendingGPUs[j]
+				v := s.vals[i]
+				cq := string(s.labels["cluster_queue"])
+				if math.IsNaN(v) || v-explained[cq] <= capEps {
+					continue
+				}
+				rems = append(rems, rem{cq, v - explained[cq]})
+				remAll += v - explained[cq]
+			}
+			for _, r := range rems {
+				gpus := r.gpus * max(0, remAll-unmapped) / remAll
+				if gpus > capEps {
+					st.waiters = append(st.waiters, queueWaiter{key: classOf("", "", r.cq), gtype: anyType, pods: []podSet{{gpus: 1, count: gpus}}, kueue: true})
+				}
+			}
+
+			// The supply: free GPUs and idle holders, by node and type.
+			clear(nodes)
+			nodeOf := func(m model.Metric) int {
+				k := nodeKey{string(m["job"]), string(m["instance"]), product(string(m["name"]))}
+				if n, ok := nodes[k]; ok {
+					return n
+				}
+				nodes[k] = len(st.nodes)
+				st.nodes = append(st.nodes, queueNode{gtype: localType(k.product)})
+				return len(st.nodes) - 1
+			}
+			for _, j := range c.free {
+				s := qi.free[j]
+				if v := s.vals[i]; !math.IsNaN(v) && v > 0 {
+					st.nodes[nodeOf(s.labels)].free += v / cov
+				}
+			}
+			for _, j := range c.holders {
+				s := qi.holders[j]
+				v := s.vals[i]
+				if math.IsNaN(v) || v <= 0 {
 					continue
 				}
 				class, cq := string(s.labels["priority_class"]), string(s.labels["cluster_queue"])
 				k := hkey{string(s.labels["namespace"]), string(s.labels["workload_kind"]), string(s.labels["workload"]), class, cq}
-				st.idle = append(st.idle, queueIdle{key: holderOf(k), rank: rank(cluster, class, i), cq: cq, gpus: s.vals[i] / cov})
+				st.idle = append(st.idle, queueIdle{key: holderOf(k), node: nodeOf(s.labels), rank: rank(cluster, class, i), cq: cq, gpus: v / cov})
 			}
+			st.borrowed = borrowedAt(qi, st.idle, c.usage, c.nominal, i)
+			st.types = len(globalOf)
+			if len(st.waiters) == 0 && len(st.nodes) == 0 {
+				continue
+			}
+
 			m := match(st)
 			for j, w := range st.waiters {
-				c := &q.Classes[w.key]
-				c.Priority = w.rank
-				c.All.add(wAll, m.waiter[j])
-				c.Peak.add(wPeak, m.waiter[j])
+				cl := &q.Classes[w.key]
+				cl.Priority = w.rank
+				cl.All.add(wAll, m.waiter[j])
+				cl.Peak.add(wPeak, m.waiter[j])
 				q.All.add(wAll, m.waiter[j])
 				q.Peak.add(wPeak, m.waiter[j])
+				name := GPUTypeAny
+				if w.gtype != anyType {
+					name = q.GPUTypes[globalOf[w.gtype]].GPUType
+				}
+				t := &q.GPUTypes[typeOf(name)]
+				t.All.add(wAll, m.waiter[j])
+				t.Peak.add(wPeak, m.waiter[j])
+				ts := q.types[name]
+				for _, v := range m.waiter[j] {
+					ts.pending[i] += v
+				}
+				ts.short[i] += m.waiter[j][partShortfall] + m.waiter[j][partOtherType]
+			}
+			for _, nd := range st.nodes {
+				t := &q.GPUTypes[globalOf[nd.gtype]]
+				t.IdleGPUHours += nd.free * wAll
+				t.PeakIdleGPUHours += nd.free * wPeak
+				q.types[t.GPUType].idle[i] += nd.free
 			}
 			for j, h := range st.idle {
+				t := &q.GPUTypes[globalOf[st.nodes[h.node].gtype]]
+				t.IdleGPUHours += h.gpus * wAll
+				t.PeakIdleGPUHours += h.gpus * wPeak
+				q.types[t.GPUType].idle[i] += h.gpus
 				x := &holders[h.key]
 				x.Priority = h.rank
 				x.IdleGPUHours += h.gpus * wAll
@@ -552,15 +825,25 @@ func computeQueue(in input, qi queueInput, peak []float64, top int, available bo
 	if q.Peak.Hours == 0 {
 		q.Basis = BasisAll
 	}
-	basis := func(c QueueClass) QueueFigures {
+	basis := func(f QueueFigures, all QueueFigures) QueueFigures {
 		if q.Basis == BasisAll {
-			return c.All
+			return all
 		}
-		return c.Peak
+		return f
 	}
+	ws := make([]waitSpan, 0, len(spans))
+	for _, sp := range spans {
+		ws = append(ws, *sp)
+	}
+	setWaits(&q, ws, g, qc.slo)
 	slices.SortStableFunc(q.Classes, func(a, b QueueClass) int {
-		return cmp.Or(cmp.Compare(basis(b).PendingGPUHours, basis(a).PendingGPUHours), cmp.Compare(b.All.PendingGPUHours, a.All.PendingGPUHours),
-			cmp.Compare(b.Priority, a.Priority), cmp.Compare(a.PriorityClass, b.PriorityClass), cmp.Compare(a.Queue, b.Queue))
+		return cmp.Or(cmp.Compare(basis(b.Peak, b.All).PendingGPUHours, basis(a.Peak, a.All).PendingGPUHours), cmp.Compare(b.All.PendingGPUHours, a.All.PendingGPUHours),
+			cmp.Compare(b.Priority, a.Priority), cmp.Compare(a.PriorityClass, b.PriorityClass), cmp.Compare(a.Queue, b.Queue), cmp.Compare(a.ClusterQueue, b.ClusterQueue))
+	})
+	// Types: most waiting first, then most idle; "any" among them.
+	slices.SortStableFunc(q.GPUTypes, func(a, b QueueGPUType) int {
+		return cmp.Or(cmp.Compare(basis(b.Peak, b.All).PendingGPUHours, basis(a.Peak, a.All).PendingGPUHours), cmp.Compare(b.All.PendingGPUHours, a.All.PendingGPUHours),
+			cmp.Compare(b.IdleGPUHours, a.IdleGPUHours), cmp.Compare(a.GPUType, b.GPUType))
 	})
 	for _, h := range holders {
 		if h.QuotaGPUHours+h.PreemptionGPUHours+h.OutrankedGPUHours > 0 {
@@ -570,12 +853,56 @@ func computeQueue(in input, qi queueInput, peak []float64, top int, available bo
 	slices.SortStableFunc(q.TopHolders, func(a, b QueueHolder) int {
 		return cmp.Or(cmp.Compare(b.Blocked(q.Basis), a.Blocked(q.Basis)), cmp.Compare(b.Blocked(BasisAll), a.Blocked(BasisAll)), cmp.Compare(a.ID(), b.ID()))
 	})
-	if len(q.TopHolders) > top {
-		q.TopHolders = q.TopHolders[:top]
+	if len(q.TopHolders) > qc.top {
+		q.TopHolders = q.TopHolders[:qc.top]
 	}
 	q.ClusterQueues = clusterQueues(in, qi, peak, cqIdle)
 	q.Kind, q.Sentence, q.Knobs = queueVerdict(q)
 	return q
+}
+
+// productOf is the GPU type of a device named name: its GFD product label,
+// "unknown" for a device without a name.
+func productOf(name string) string {
+	if p := GPUProduct(name); p != "" {
+		return p
+	}
+	return "unknown"
+}
+
+// borrowedAt is, at step i, the GPUs each ClusterQueue of an idle holder
+// uses beyond its nominal quota, from the cluster's usage and nominal
+// series by ClusterQueue: only the holders' queues are read, so a step
+// costs its holders, not every queue Kueue reports.
+func borrowedAt(qi queueInput, idle []queueIdle, usage, nominal map[string][]int, i int) map[string]float64 {
+	if len(usage) == 0 {
+		return nil
+	}
+	var out map[string]float64
+	for _, h := range idle {
+		if h.cq == "" {
+			continue
+		}
+		if _, done := out[h.cq]; done {
+			continue
+		}
+		var use, nom float64
+		for _, j := range usage[h.cq] {
+			if v := qi.kueueUsage[j].vals[i]; !math.IsNaN(v) {
+				use += v
+			}
+		}
+		for _, j := range nominal[h.cq] {
+			if v := qi.kueueNominal[j].vals[i]; !math.IsNaN(v) {
+				nom += v
+			}
+		}
+		if out == nil {
+			out = map[string]float64{}
+		}
+		out[h.cq] = max(0, use-nom)
+	}
+	return out
 }
 
 // clusterQueues folds Kueue's series into one ClusterQueueUse per queue.
@@ -612,16 +939,25 @@ func clusterQueues(in input, qi queueInput, peak []float64, idle map[cqKey][2][2
 	mean(qi.kueueNominal, func(u *ClusterQueueUse) *float64 { return &u.NominalGPUs })
 	mean(qi.kueuePending, func(u *ClusterQueueUse) *float64 { return &u.PendingWorkloads })
 	mean(qi.kueuePendingGPUs, func(u *ClusterQueueUse) *float64 { return &u.PendingGPUs })
+	// Each queue's nominal series, found once: a lookup per usage series
+	// and step would cost their product (issue #31: 50,000 series ran for
+	// CPU-minutes).
+	nominal := map[key][]int{}
+	for j, n := range qi.kueueNominal {
+		k := key{string(n.labels["cluster"]), string(n.labels["cluster_queue"])}
+		nominal[k] = append(nominal[k], j)
+	}
 	for _, s := range qi.kueueUsage {
 		u := get(s)
+		noms := nominal[key{string(s.labels["cluster"]), string(s.labels["cluster_queue"])}]
 		for i, v := range s.vals {
 			c := in.covered[i]
 			if c <= 0 || math.IsNaN(v) {
 				continue
 			}
 			nom := 0.0
-			for _, n := range qi.kueueNominal {
-				if n.labels["cluster"] == s.labels["cluster"] && n.labels["cluster_queue"] == s.labels["cluster_queue"] && !math.IsNaN(n.vals[i]) {
+			for _, j := range noms {
+				if n := qi.kueueNominal[j]; !math.IsNaN(n.vals[i]) {
 					nom += n.vals[i]
 				}
 			}
@@ -649,7 +985,7 @@ func clusterQueues(in input, qi queueInput, peak []float64, idle map[cqKey][2][2
 
 // queueVerdict judges the waiting on the queue's basis: most of it
 // schedulable (free GPUs, quota or preemption), held idle by work that
-// outranks it, or short of any idle GPU.
+// outranks it, fragmented over nodes, or short of any idle GPU of its type.
 func queueVerdict(q Queue) (kind, sentence string, knobs []string) {
 	f, at := q.Peak, " at peak"
 	if q.Basis == BasisAll {
@@ -668,12 +1004,17 @@ func queueVerdict(q Queue) (kind, sentence string, knobs []string) {
 	// placement problem.
 	named := func(x float64) bool { return x > 0 && ratio(x, f.PendingGPUHours) >= 0.005 }
 	sched := f.FreeGPUHours + f.ReclaimableGPUHours()
+	capa := f.ShortfallGPUHours + f.OtherTypeGPUHours
 	var parts []string
 	if named(f.PreemptionGPUHours) {
 		parts = append(parts, p(f.PreemptionGPUHours)+" by preemption")
 	}
-	if named(f.QuotaGPUHours) {
-		parts = append(parts, p(f.QuotaGPUHours)+" by reclaiming borrowed quota")
+	borrowed := f.QuotaGPUHours - f.heldBack
+	if named(borrowed) {
+		parts = append(parts, p(borrowed)+" by reclaiming borrowed quota")
+	}
+	if named(f.heldBack) {
+		parts = append(parts, p(f.heldBack)+" on free GPUs Kueue's quota held it back from")
 	}
 	if named(f.FreeGPUHours) {
 		parts = append(parts, p(f.FreeGPUHours)+" on GPUs nobody held")
@@ -687,27 +1028,45 @@ func queueVerdict(q Queue) (kind, sentence string, knobs []string) {
 		knobs = append(knobs, "priority classes and preemption: the waiters' PriorityClass preemptionPolicy, Kueue's withinClusterQueue preemption")
 	}
 	if named(f.QuotaGPUHours) {
-		knobs = append(knobs, "Kueue quotas and borrowing: nominalQuota, borrowingLimit, reclaimWithinCohort")
+		knobs = append(knobs, "Kueue quotas and borrowing: nominalQuota, borrowingLimit, reclaimWithinCohort, and the workloads Kueue held back while GPUs were free")
 	}
 	if named(f.FreeGPUHours) {
-		knobs = append(knobs, "placement: the waiters' node selectors, affinities and tolerations, and GPUs fragmented across nodes")
+		knobs = append(knobs, "placement: the waiters' node selectors, affinities and tolerations")
 	}
 	if named(f.OutrankedGPUHours) {
 		knobs = append(knobs, "idle-notebook culling and idle timeouts for the holders that outrank the waiters")
 	}
+	if named(f.FragmentedGPUHours) {
+		knobs = append(knobs, "defragmenting: bin-packing (the scheduler's MostAllocated scoring), gang and topology-aware placement, draining nodes of small GPU pods")
+	}
+	if named(f.OtherTypeGPUHours) {
+		knobs = append(knobs, "GPU types: let waiters take the idle type (their nvidia.com/gpu.product node selectors, Kueue ResourceFlavors), or buy the type they wait for")
+	}
 	switch {
-	case sched >= f.OutrankedGPUHours && sched >= f.ShortfallGPUHours:
+	case sched >= f.OutrankedGPUHours && sched >= f.FragmentedGPUHours && sched >= capa:
 		kind = QueueScheduling
-		sentence = fmt.Sprintf("%s of the waiting%s could have run on idle GPUs held by lower-priority or borrowing work, or on free ones%s: a scheduling problem, not a capacity one.", p(sched), at, how)
-		if !named(f.FreeGPUHours) {
-			sentence = fmt.Sprintf("%s of the waiting%s could have run on idle GPUs held by lower-priority or borrowing work%s: a scheduling problem, not a capacity one.", p(sched), at, how)
+		// Most of it held back by Kueue while GPUs were free: say so, it
+		// is Kueue's quota to fix.
+		problem := "a scheduling problem"
+		if f.heldBack > f.FreeGPUHours+f.PreemptionGPUHours+borrowed {
+			problem = "a quota problem (Kueue held it back while GPUs were free)"
 		}
-	case f.OutrankedGPUHours >= f.ShortfallGPUHours:
+		sentence = fmt.Sprintf("%s of the waiting%s could have run on idle GPUs held by lower-priority or borrowing work, or on free ones%s: %s, not a capacity one.", p(sched), at, how, problem)
+		if !named(f.FreeGPUHours) && !named(f.heldBack) {
+			sentence = fmt.Sprintf("%s of the waiting%s could have run on idle GPUs held by lower-priority or borrowing work%s: %s, not a capacity one.", p(sched), at, how, problem)
+		}
+	case f.OutrankedGPUHours >= f.FragmentedGPUHours && f.OutrankedGPUHours >= capa:
 		kind = QueueIdle
 		sentence = fmt.Sprintf("%s of the waiting%s could have run only on idle GPUs held by work of equal or higher priority, which neither preemption nor quota takes back: idle allocation, not capacity.", p(f.OutrankedGPUHours), at)
+	case f.FragmentedGPUHours >= capa:
+		kind = QueueFragmentation
+		sentence = fmt.Sprintf("%s of the waiting%s could have run on the free and idle GPUs of its type, but no one node had enough of them: fragmentation, neither scheduling nor capacity.", p(f.FragmentedGPUHours), at)
 	default:
 		kind = QueueCapacity
-		sentence = fmt.Sprintf("%s of the waiting%s found no idle GPU that could have run it: a capacity problem, not a scheduling one", p(f.ShortfallGPUHours), at)
+		sentence = fmt.Sprintf("%s of the waiting%s found no idle GPU of its type that could have run it: a capacity problem, not a scheduling one", p(capa), at)
+		if named(f.OtherTypeGPUHours) {
+			sentence += fmt.Sprintf(" (%s only on idle GPUs of another type)", p(f.OtherTypeGPUHours))
+		}
 		if named(sched) {
 			sentence += fmt.Sprintf("; %s could have run on idle GPUs held by lower-priority or borrowing work, or on free ones%s", p(sched), how)
 		}

@@ -10,7 +10,8 @@ import (
 
 // parts names a match's parts as a map, for readable failures.
 func parts(p [numQueueParts]float64) map[string]float64 {
-	return map[string]float64{"free": p[partFree], "quota": p[partQuota], "preemption": p[partPreemption], "outranked": p[partOutranked], "shortfall": p[partShortfall]}
+	return map[string]float64{"free": p[partFree], "quota": p[partQuota], "preemption": p[partPreemption], "outranked": p[partOutranked],
+		"fragmented": p[partFragmented], "other type": p[partOtherType], "shortfall": p[partShortfall], "held back": p[partHeldBack]}
 }
 
 func sameParts(got, want [numQueueParts]float64) bool {
@@ -22,11 +23,24 @@ func sameParts(got, want [numQueueParts]float64) bool {
 	return true
 }
 
+// ones is n one-GPU pods of no type, at rank r, in class key.
+func ones(key int, r, n float64) queueWaiter {
+	return queueWaiter{key: key, gtype: anyType, rank: r, pods: []podSet{{gpus: 1, count: n}}}
+}
+
+// pod is one pod of g GPUs of type t at rank r.
+func pod(key, t int, r, g float64) queueWaiter {
+	return queueWaiter{key: key, gtype: t, rank: r, pods: []podSet{{gpus: g, count: 1}}}
+}
+
 // TestMatch: each step's waiting is served in the documented order,
-// never an idle GPU twice, and each case names what it checks.
+// each pod on one node of its type, never an idle GPU twice, and each
+// case names what it checks.
 func TestMatch(t *testing.T) {
 	t.Parallel()
 	type w = [numQueueParts]float64
+	const h100, a100 = 0, 1
+	one := []queueNode{{gtype: h100}}
 	for _, tt := range []struct {
 		name       string
 		step       queueStep
@@ -36,8 +50,8 @@ func TestMatch(t *testing.T) {
 	}{
 		{
 			name: "training waits while notebooks idle: preemption",
-			step: queueStep{
-				waiters: []queueWaiter{{key: 0, rank: 100000, gpus: 4}},
+			step: queueStep{types: 1, nodes: one,
+				waiters: []queueWaiter{ones(0, 100000, 4)},
 				idle:    []queueIdle{{key: 0, rank: 10, gpus: 3}, {key: 1, rank: 100000, gpus: 2}},
 			},
 			// 3 from the notebooks; the job of its own class does not yield.
@@ -46,9 +60,8 @@ func TestMatch(t *testing.T) {
 		},
 		{
 			name: "free GPUs go to the waiter that cannot preempt",
-			step: queueStep{
-				waiters: []queueWaiter{{key: 0, rank: 1000, gpus: 1}, {key: 1, rank: 10, gpus: 1}},
-				free:    1,
+			step: queueStep{types: 1, nodes: []queueNode{{gtype: h100, free: 1}},
+				waiters: []queueWaiter{ones(0, 1000, 1), ones(1, 10, 1)},
 				idle:    []queueIdle{{key: 0, rank: 100, gpus: 1}},
 			},
 			// Had the high waiter taken the free GPU, the low one could
@@ -58,8 +71,8 @@ func TestMatch(t *testing.T) {
 		},
 		{
 			name: "equal priority does not preempt",
-			step: queueStep{
-				waiters: []queueWaiter{{key: 0, rank: 10, gpus: 2}},
+			step: queueStep{types: 1, nodes: one,
+				waiters: []queueWaiter{ones(0, 10, 2)},
 				idle:    []queueIdle{{key: 0, rank: 10, gpus: 1}},
 			},
 			waiters: []w{{partOutranked: 1, partShortfall: 1}},
@@ -67,8 +80,8 @@ func TestMatch(t *testing.T) {
 		},
 		{
 			name: "borrowed quota first, the rest of the queue's idle GPUs by priority",
-			step: queueStep{
-				waiters:  []queueWaiter{{key: 0, rank: 0, gpus: 3}, {key: 1, rank: 500, gpus: 2}},
+			step: queueStep{types: 1, nodes: one,
+				waiters:  []queueWaiter{ones(0, 0, 3), ones(1, 500, 2)},
 				idle:     []queueIdle{{key: 0, rank: 100, cq: "inference", gpus: 3}},
 				borrowed: map[string]float64{"inference": 2},
 			},
@@ -81,8 +94,8 @@ func TestMatch(t *testing.T) {
 		},
 		{
 			name: "a pool shared by two holders is drawn in proportion",
-			step: queueStep{
-				waiters: []queueWaiter{{key: 0, rank: 1000, gpus: 1.5}},
+			step: queueStep{types: 1, nodes: one,
+				waiters: []queueWaiter{ones(0, 1000, 1.5)},
 				idle:    []queueIdle{{key: 0, rank: 10, gpus: 1}, {key: 1, rank: 10, gpus: 2}},
 			},
 			waiters: []w{{partPreemption: 1.5}},
@@ -90,8 +103,8 @@ func TestMatch(t *testing.T) {
 		},
 		{
 			name: "higher classes take the holders just below them",
-			step: queueStep{
-				waiters: []queueWaiter{{key: 0, rank: 1000, gpus: 1}, {key: 1, rank: 100, gpus: 1}},
+			step: queueStep{types: 1, nodes: one,
+				waiters: []queueWaiter{ones(0, 1000, 1), ones(1, 100, 1)},
 				idle:    []queueIdle{{key: 0, rank: 500, gpus: 1}, {key: 1, rank: 10, gpus: 1}},
 			},
 			waiters: []w{{partPreemption: 1}, {partPreemption: 1}},
@@ -99,8 +112,91 @@ func TestMatch(t *testing.T) {
 		},
 		{
 			name:    "nothing idle: shortfall",
-			step:    queueStep{waiters: []queueWaiter{{key: 0, rank: 5, gpus: 2}}},
+			step:    queueStep{types: 1, nodes: one, waiters: []queueWaiter{ones(0, 5, 2)}},
 			waiters: []w{{partShortfall: 2}},
+		},
+		{
+			name: "a 4-GPU pod and two idle GPUs on each of two nodes: fragmented",
+			step: queueStep{types: 1, nodes: []queueNode{{gtype: h100, free: 2}, {gtype: h100, free: 1}},
+				waiters: []queueWaiter{pod(0, h100, 0, 4)},
+				idle:    []queueIdle{{key: 0, node: 1, rank: 0, gpus: 1}},
+			},
+			waiters: []w{{partFragmented: 4}},
+			idle:    []w{{}},
+		},
+		{
+			name: "the same 4 idle GPUs on one node run it",
+			step: queueStep{types: 1, nodes: []queueNode{{gtype: h100, free: 2}, {gtype: h100}},
+				waiters: []queueWaiter{pod(0, h100, 100, 4)},
+				idle:    []queueIdle{{key: 0, node: 0, rank: 10, gpus: 2}},
+			},
+			waiters: []w{{partFree: 2, partPreemption: 2}},
+			idle:    []w{{partPreemption: 2}},
+		},
+		{
+			name: "an H100 waiter next to free A100s: other type",
+			step: queueStep{types: 2, nodes: []queueNode{{gtype: a100, free: 8}},
+				waiters: []queueWaiter{pod(0, h100, 0, 2)},
+			},
+			waiters: []w{{partOtherType: 2}},
+		},
+		{
+			name: "a waiter of any type takes the A100s",
+			step: queueStep{types: 2, nodes: []queueNode{{gtype: a100, free: 8}},
+				waiters: []queueWaiter{pod(0, anyType, 0, 2)},
+			},
+			waiters: []w{{partFree: 2}},
+		},
+		{
+			name: "too few GPUs of its type anywhere: shortfall, though one node had some",
+			step: queueStep{types: 1, nodes: []queueNode{{gtype: h100}},
+				waiters: []queueWaiter{pod(0, h100, 1000, 4)},
+				idle:    []queueIdle{{key: 0, node: 0, rank: 100, gpus: 2}},
+			},
+			waiters: []w{{partShortfall: 4}},
+			idle:    []w{{}},
+		},
+		{
+			name: "a node short of a GPU for half the step holds a pod half the step",
+			step: queueStep{types: 1, nodes: []queueNode{{gtype: h100, free: 3.5}},
+				waiters: []queueWaiter{pod(0, h100, 0, 4)},
+			},
+			waiters: []w{{partFree: 2, partShortfall: 2}},
+		},
+		{
+			name: "the larger pod first, each on the tightest node",
+			step: queueStep{types: 1, nodes: []queueNode{{gtype: h100, free: 2}, {gtype: h100, free: 8}},
+				waiters: []queueWaiter{pod(0, h100, 0, 2), pod(1, h100, 0, 8)},
+			},
+			waiters: []w{{partFree: 2}, {partFree: 8}},
+		},
+		{
+			name: "a gang runs all at once or not at all",
+			step: queueStep{types: 1, nodes: []queueNode{{gtype: h100, free: 4}, {gtype: h100, free: 3}},
+				waiters: []queueWaiter{{key: 0, gtype: h100, pods: []podSet{{gpus: 4, count: 2}}, gang: true}},
+			},
+			waiters: []w{{partShortfall: 8}},
+		},
+		{
+			name: "a gang that fits two nodes",
+			step: queueStep{types: 1, nodes: []queueNode{{gtype: h100, free: 4}, {gtype: h100, free: 4}},
+				waiters: []queueWaiter{{key: 0, gtype: h100, pods: []podSet{{gpus: 4, count: 2}}, gang: true}},
+			},
+			waiters: []w{{partFree: 8}},
+		},
+		{
+			name: "a workload Kueue held back while GPUs were free waits on quota",
+			step: queueStep{types: 1, nodes: []queueNode{{gtype: h100, free: 8}},
+				waiters: []queueWaiter{{key: 0, gtype: h100, pods: []podSet{{gpus: 4, count: 2}}, gang: true, kueue: true}},
+			},
+			waiters: []w{{partHeldBack: 8}},
+		},
+		{
+			name: "typed waiters before those of any type",
+			step: queueStep{types: 2, nodes: []queueNode{{gtype: h100, free: 1}, {gtype: a100, free: 1}},
+				waiters: []queueWaiter{pod(0, anyType, 0, 1), pod(1, h100, 0, 1)},
+			},
+			waiters: []w{{partFree: 1}, {partFree: 1}},
 		},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
@@ -124,63 +220,121 @@ func TestMatch(t *testing.T) {
 	}
 }
 
-// TestMatchIsMaximal: on random steps, free, quota and preemption together
-// serve as many waiting GPUs as a maximum flow through the same reach
-// (anyone takes free and borrowed GPUs; a waiter takes idle GPUs of lower
-// rank), no idle GPU serves twice, and every waiting GPU is in one part.
+// TestMatchIsMaximal: on random steps of one-GPU pods on one node, free,
+// quota and preemption together serve as many waiting GPUs as a maximum
+// flow through the same reach (anyone takes free and borrowed GPUs; a
+// waiter takes idle GPUs of lower rank), no idle GPU serves twice, and
+// every waiting GPU is in one part.
 func TestMatchIsMaximal(t *testing.T) {
 	t.Parallel()
 	r := rand.New(rand.NewPCG(1, 16))
 	for n := 0; n < 2000; n++ {
-		var s queueStep
+		s := queueStep{types: 1, nodes: []queueNode{{gtype: 0, free: float64(r.IntN(3))}}}
 		ranks := []float64{0, 10, 100, 1000}
 		for k := range 1 + r.IntN(4) {
-			s.waiters = append(s.waiters, queueWaiter{key: k, rank: ranks[r.IntN(4)], gpus: float64(r.IntN(5))})
+			s.waiters = append(s.waiters, ones(k, ranks[r.IntN(4)], float64(r.IntN(5))))
 		}
-		s.free = float64(r.IntN(3))
 		cqs := []string{"", "", "a", "b"}
 		s.borrowed = map[string]float64{"a": float64(r.IntN(3)), "b": float64(r.IntN(2))}
 		for k := range r.IntN(5) {
 			s.idle = append(s.idle, queueIdle{key: k, rank: ranks[r.IntN(4)], cq: cqs[r.IntN(4)], gpus: float64(r.IntN(4))})
 		}
 		m := match(s)
-		var served, given float64
-		for i, w := range s.waiters {
-			sum := 0.0
-			for _, v := range m.waiter[i] {
-				if v < -1e-9 {
-					t.Fatalf("step %d: a negative part %v", n, parts(m.waiter[i]))
-				}
-				sum += v
-			}
-			if math.Abs(sum-w.gpus) > 1e-9 {
-				t.Fatalf("step %d: waiter %d's parts add up to %g, want %g", n, i, sum, w.gpus)
-			}
-			served += m.waiter[i][partFree] + m.waiter[i][partQuota] + m.waiter[i][partPreemption]
-		}
-		for i, h := range s.idle {
-			g := m.idle[i][partQuota] + m.idle[i][partPreemption] + m.idle[i][partOutranked]
-			if g > h.gpus+1e-9 {
-				t.Fatalf("step %d: holder %d gave %g of its %g idle GPUs", n, i, g, h.gpus)
-			}
-			given += g
-		}
-		var fromIdle float64
-		for i := range s.waiters {
-			fromIdle += m.waiter[i][partQuota] + m.waiter[i][partPreemption] + m.waiter[i][partOutranked]
-		}
-		if math.Abs(fromIdle-given) > 1e-9 {
-			t.Fatalf("step %d: waiters took %g idle GPUs, holders gave %g", n, fromIdle, given)
-		}
+		served := checkMatch(t, n, s, m)
 		if want := maxFlow(s); math.Abs(served-want) > 1e-9 {
 			t.Fatalf("step %d: %+v served %g by free, quota and preemption, a maximum flow serves %g", n, s, served, want)
 		}
 	}
 }
 
+// checkMatch fails when a match's parts do not add up to each waiter's
+// GPUs, a part is negative, or holders gave more than they had or than
+// waiters took; it returns the GPUs served by free, quota and preemption.
+func checkMatch(t *testing.T, n int, s queueStep, m queueMatch) float64 {
+	t.Helper()
+	var served, given, fromIdle float64
+	for i, w := range s.waiters {
+		sum := 0.0
+		for _, v := range m.waiter[i] {
+			if v < -1e-9 {
+				t.Fatalf("step %d: a negative part %v", n, parts(m.waiter[i]))
+			}
+			sum += v
+		}
+		if math.Abs(sum-w.gpus()) > 1e-6 {
+			t.Fatalf("step %d: waiter %d's parts %v add up to %g, want %g", n, i, parts(m.waiter[i]), sum, w.gpus())
+		}
+		served += m.waiter[i][partFree] + m.waiter[i][partQuota] + m.waiter[i][partPreemption]
+		fromIdle += m.waiter[i][partQuota] + m.waiter[i][partPreemption] + m.waiter[i][partOutranked]
+	}
+	for i, h := range s.idle {
+		g := m.idle[i][partQuota] + m.idle[i][partPreemption] + m.idle[i][partOutranked]
+		if g > h.gpus+1e-6 {
+			t.Fatalf("step %d: holder %d gave %g of its %g idle GPUs", n, i, g, h.gpus)
+		}
+		given += g
+	}
+	if math.Abs(fromIdle-given) > 1e-6 {
+		t.Fatalf("step %d: waiters took %g idle GPUs, holders gave %g", n, fromIdle, given)
+	}
+	return served
+}
+
+// TestMatchShapes: on random steps of pods of 1 to 8 GPUs, gangs, two GPU
+// types and several nodes, the parts add up, no holder gives more than it
+// had, and what nodes gave and what the leftovers drew stays within what
+// each type had.
+func TestMatchShapes(t *testing.T) {
+	t.Parallel()
+	r := rand.New(rand.NewPCG(2, 28))
+	for n := 0; n < 3000; n++ {
+		s := queueStep{types: 2, borrowed: map[string]float64{"a": float64(r.IntN(4))}}
+		supply := [2]float64{}
+		for range 1 + r.IntN(5) {
+			nd := queueNode{gtype: r.IntN(2), free: float64(r.IntN(5)) * 0.5}
+			supply[nd.gtype] += nd.free
+			s.nodes = append(s.nodes, nd)
+		}
+		for k := range r.IntN(6) {
+			h := queueIdle{key: k, node: r.IntN(len(s.nodes)), rank: float64(r.IntN(3) * 100), cq: []string{"", "a"}[r.IntN(2)], gpus: float64(r.IntN(9)) * 0.5}
+			supply[s.nodes[h.node].gtype] += h.gpus
+			s.idle = append(s.idle, h)
+		}
+		for k := range r.IntN(6) {
+			w := queueWaiter{key: k, gtype: r.IntN(3) - 1, rank: float64(r.IntN(3) * 100), gang: r.IntN(4) == 0}
+			for range 1 + r.IntN(2) {
+				w.pods = append(w.pods, podSet{gpus: float64(1 + r.IntN(8)), count: float64(1 + r.IntN(3))})
+			}
+			s.waiters = append(s.waiters, w)
+		}
+		m := match(s)
+		checkMatch(t, n, s, m)
+		var used float64
+		for i := range s.waiters {
+			for _, p := range []int{partFree, partQuota, partPreemption, partOutranked, partFragmented, partOtherType} {
+				used += m.waiter[i][p]
+			}
+		}
+		if used > supply[0]+supply[1]+1e-6 {
+			t.Fatalf("step %d: waiters used %g GPUs of %g", n, used, supply[0]+supply[1])
+		}
+		for i, w := range s.waiters {
+			if w.gang {
+				whole := m.waiter[i][partShortfall]
+				if whole > 1e-9 && math.Abs(whole-w.gpus()) > 1e-6 {
+					t.Fatalf("step %d: gang %d ran in part: %v", n, i, parts(m.waiter[i]))
+				}
+			}
+			if w.gtype == anyType && m.waiter[i][partOtherType] > 0 {
+				t.Fatalf("step %d: waiter %d of any type got another type: %v", n, i, parts(m.waiter[i]))
+			}
+		}
+	}
+}
+
 // maxFlow is the most waiting GPUs free GPUs, borrowed quota and lower-
-// ranked idle GPUs can serve in step s, by augmenting paths on a small
-// graph: source → waiter → supply → sink.
+// ranked idle GPUs can serve in step s (one node), by augmenting paths on
+// a small graph: source → waiter → supply → sink.
 func maxFlow(s queueStep) float64 {
 	// Supplies: free GPUs and each holder's part on borrowed quota, which
 	// any waiter reaches; each holder's other part, which the waiters that
@@ -196,7 +350,7 @@ func maxFlow(s queueStep) float64 {
 		reach func(w queueWaiter) bool
 	}
 	all := func(queueWaiter) bool { return true }
-	sup := []supply{{cap: s.free, reach: all}}
+	sup := []supply{{cap: s.nodes[0].free, reach: all}}
 	for _, h := range s.idle {
 		q := 0.0
 		if h.cq != "" && byCQ[h.cq] > 0 {
@@ -214,7 +368,7 @@ func maxFlow(s queueStep) float64 {
 	}
 	sink := n - 1
 	for i, w := range s.waiters {
-		capm[0][1+i] = w.gpus
+		capm[0][1+i] = w.gpus()
 		for j, sp := range sup {
 			if sp.reach(w) {
 				capm[1+i][1+nw+j] = math.Inf(1)
@@ -270,13 +424,19 @@ func TestQueueVerdictAndRendering(t *testing.T) {
 		sentence string
 	}{
 		{sched, QueueScheduling, "82% of the waiting at peak could have run on idle GPUs held by lower-priority or borrowing work (82% by preemption): a scheduling problem, not a capacity one."},
-		{capa, QueueCapacity, "90% of the waiting at peak found no idle GPU that could have run it: a capacity problem, not a scheduling one; 10% could have run"},
+		{capa, QueueCapacity, "90% of the waiting at peak found no idle GPU of its type that could have run it: a capacity problem, not a scheduling one; 10% could have run"},
 		{QueueFigures{Hours: 10, PendingGPUHours: 50, OutrankedGPUHours: 40, ShortfallGPUHours: 10}, QueueIdle, "80% of the waiting at peak could have run only on idle GPUs held by work of equal or higher priority"},
 		{QueueFigures{Hours: 10}, QueueNone, "Nothing waited for GPUs at peak."},
 		// Free GPU time under 0.5% of the waiting (pods ending and starting)
 		// is neither named nor a knob.
 		{QueueFigures{Hours: 10, PendingGPUHours: 50, FreeGPUHours: 0.2, PreemptionGPUHours: 40.8, ShortfallGPUHours: 9}, QueueScheduling, "82% of the waiting at peak could have run on idle GPUs held by lower-priority or borrowing work (82% by preemption): a scheduling problem, not a capacity one. Look at priority classes and preemption."},
-		{QueueFigures{Hours: 10, PendingGPUHours: 50, FreeGPUHours: 0.2, ShortfallGPUHours: 49.8}, QueueCapacity, "100% of the waiting at peak found no idle GPU that could have run it: a capacity problem, not a scheduling one."},
+		{QueueFigures{Hours: 10, PendingGPUHours: 50, FreeGPUHours: 0.2, ShortfallGPUHours: 49.8}, QueueCapacity, "100% of the waiting at peak found no idle GPU of its type that could have run it: a capacity problem, not a scheduling one."},
+		// Idle GPUs of the type scattered over nodes: fragmentation, with
+		// its knob.
+		{QueueFigures{Hours: 10, PendingGPUHours: 40, FragmentedGPUHours: 30, ShortfallGPUHours: 10}, QueueFragmentation, "75% of the waiting at peak could have run on the free and idle GPUs of its type, but no one node had enough of them: fragmentation, neither scheduling nor capacity. Look at defragmenting."},
+		// Waiting for H100s next to idle A100s: capacity of its type, and
+		// the GPU-type knob.
+		{QueueFigures{Hours: 10, PendingGPUHours: 40, OtherTypeGPUHours: 40}, QueueCapacity, "100% of the waiting at peak found no idle GPU of its type that could have run it: a capacity problem, not a scheduling one (100% only on idle GPUs of another type). Look at GPU types."},
 	} {
 		q := Queue{Available: true, PrioritiesKnown: true, Basis: BasisPeak, All: c.f, Peak: c.f}
 		kind, sentence, _ := queueVerdict(q)

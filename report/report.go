@@ -5,7 +5,9 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"reflect"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -39,13 +41,27 @@ type Config struct {
 	Top int
 	// Quantile of per-step shortfall at peak that decides the verdict.
 	Quantile float64
-	Hints    HintConfig
-	// Timeout bounds each query.
+	// SLOWait is the target p95 wait by priority class ("*": every
+	// class without one of its own): --slo.wait.
+	SLOWait map[string]time.Duration
+	Hints   HintConfig
+	// Prices are the GPU types' prices (--price, --price.file, --currency);
+	// without any, the report has no money figures.
+	Prices PriceSheet
+	// Timeout bounds each query: the server is asked to give up a tenth
+	// earlier, and a query it does not answer at all is tried once more,
+	// halved, before the report gives up.
 	Timeout time.Duration
 	// MaxPoints is the most steps one range query asks for (Prometheus
 	// refuses more than 11,000); smaller chunks are tried when the server
-	// refuses or times out.
+	// refuses, times out, or answers more than MaxAnswerBytes.
 	MaxPoints int
+	// MaxAnswerBytes bounds each answer's body; the caller's HTTP client
+	// applies it (LimitAnswers), Build names it in errors.
+	MaxAnswerBytes int64
+	// MaxSeries is the most series one query may return: the report holds
+	// each on the whole grid.
+	MaxSeries int
 	// Concurrency is how many queries run at once.
 	Concurrency int
 	// Progress, when set, is called as query steps complete.
@@ -57,15 +73,17 @@ type Config struct {
 // DefaultConfig is a week at a 5-minute resolution.
 func DefaultConfig() Config {
 	return Config{
-		Range:       7 * 24 * time.Hour,
-		Step:        5 * time.Minute,
-		Location:    time.UTC,
-		Top:         10,
-		Quantile:    0.95,
-		Hints:       HintConfig{ActivityThreshold: 0.2, MemoryBound: 0.5, Headroom: 1.1},
-		Timeout:     2 * time.Minute,
-		MaxPoints:   10000,
-		Concurrency: 4,
+		Range:          7 * 24 * time.Hour,
+		Step:           5 * time.Minute,
+		Location:       time.UTC,
+		Top:            10,
+		Quantile:       0.95,
+		Hints:          HintConfig{ActivityThreshold: 0.2, MemoryBound: 0.5, Headroom: 1.1, MinHours: 1, MinShare: 0.05},
+		Timeout:        2 * time.Minute,
+		MaxPoints:      10000,
+		MaxAnswerBytes: 32 << 20,
+		MaxSeries:      50000,
+		Concurrency:    4,
 	}
 }
 
@@ -86,14 +104,24 @@ func (c Config) Validate() error {
 		return fmt.Errorf("timeout %s must be positive", c.Timeout)
 	case c.MaxPoints < 1 || c.MaxPoints > 11000:
 		return fmt.Errorf("max points %d must be from 1 to 11000", c.MaxPoints)
+	case c.MaxAnswerBytes < 1<<10:
+		return fmt.Errorf("max answer bytes %d must be at least 1024", c.MaxAnswerBytes)
+	case c.MaxSeries < 1:
+		return fmt.Errorf("max series %d must be at least 1", c.MaxSeries)
 	case c.Location == nil:
 		return errors.New("no time zone")
+	case badSLO(c.SLOWait) != "":
+		return errors.New(badSLO(c.SLOWait))
 	case !(c.Hints.ActivityThreshold > 0 && c.Hints.ActivityThreshold <= 1):
 		return fmt.Errorf("activity threshold %g must be in (0, 1]", c.Hints.ActivityThreshold)
 	case !(c.Hints.MemoryBound > 0 && c.Hints.MemoryBound <= 1):
 		return fmt.Errorf("memory-bound share %g must be in (0, 1]", c.Hints.MemoryBound)
 	case c.Hints.Headroom < 1:
 		return fmt.Errorf("headroom %g must be at least 1", c.Hints.Headroom)
+	case !(c.Hints.MinHours >= 0 && c.Hints.MinHours <= 24*366):
+		return fmt.Errorf("hints' minimum time %gh must be from 0 to a year", c.Hints.MinHours)
+	case !(c.Hints.MinShare >= 0 && c.Hints.MinShare <= 1):
+		return fmt.Errorf("hints' minimum share %g must be in [0, 1]", c.Hints.MinShare)
 	}
 	return nil
 }
@@ -108,16 +136,60 @@ type Report struct {
 		All  Funnel `json:"all"`
 		Peak Funnel `json:"peak"`
 	} `json:"funnel"`
-	Verdict      Verdict         `json:"verdict"`
-	Demand       Demand          `json:"demand"`
-	Queue        Queue           `json:"queue"`
-	TopWorkloads []Workload      `json:"top_workloads"`
-	TopModels    []Model         `json:"top_models"`
-	Hints        []Hint          `json:"hints"`
-	Heatmap      Heatmap         `json:"heatmap"`
-	Timeline     []TimelinePoint `json:"timeline"`
-	Missing      []Missing       `json:"missing"`
-	Warnings     []string        `json:"warnings"`
+	Verdict      Verdict    `json:"verdict"`
+	Demand       Demand     `json:"demand"`
+	Queue        Queue      `json:"queue"`
+	TopWorkloads []Workload `json:"top_workloads"`
+	TopModels    []Model    `json:"top_models"`
+	// Ranking is what the top workloads and models are ranked by: idle
+	// GPU-hours at peak (BasisPeak), or over all hours (BasisAll) when the
+	// range has no peak time.
+	Ranking       string          `json:"ranking"`
+	Hints         []Hint          `json:"hints"`
+	HintsWithheld HintsWithheld   `json:"hints_withheld"`
+	Heatmap       Heatmap         `json:"heatmap"`
+	Timeline      []TimelinePoint `json:"timeline"`
+	Missing       []Missing       `json:"missing"`
+	// Warnings are every warning; WarningsBySection the same, by the part
+	// of the report each concerns.
+	Warnings          []string          `json:"warnings"`
+	WarningsBySection WarningsBySection `json:"warnings_by_section"`
+	// Cost is the funnel in currency, Money the prices, levers and
+	// shortfall (nil without prices); Forecast the buy date (value.go).
+	Cost     *Cost    `json:"cost"`
+	Money    *Money   `json:"money"`
+	Forecast Forecast `json:"forecast"`
+}
+
+// WarningsBySection are the report's warnings by the part each concerns.
+type WarningsBySection struct {
+	// Range: the range and its peak time (a --peak.schedule that disagrees).
+	Range []string `json:"range"`
+	// Queue: the queue X-ray (no PriorityClass values).
+	Queue []string `json:"queue"`
+	// Data: the data read (a step under two scrapes, values refused,
+	// Prometheus' own warnings); the missing spans sit beside them.
+	Data []string `json:"data"`
+}
+
+// Sections of the warnings.
+const (
+	sectionRange = "range"
+	sectionQueue = "queue"
+	sectionData  = "data"
+)
+
+// warn adds a warning to Warnings and to its section.
+func (r *Report) warn(section, w string) {
+	r.Warnings = append(r.Warnings, w)
+	switch section {
+	case sectionRange:
+		r.WarningsBySection.Range = append(r.WarningsBySection.Range, w)
+	case sectionQueue:
+		r.WarningsBySection.Queue = append(r.WarningsBySection.Queue, w)
+	default:
+		r.WarningsBySection.Data = append(r.WarningsBySection.Data, w)
+	}
 }
 
 // Range is the time the report covers.
@@ -201,7 +273,8 @@ const qCovered = `max(sum by (cluster, job, instance, uuid) (increase(gpuxray_de
 // has no name (MIG instances), with name "".
 const qWLGPU = `max by (` + wl + `, shared, name) ((max_over_time(gpuxray_allocation_info[S]) * on (cluster, job, instance, uuid) group_left (name) max by (cluster, job, instance, uuid, name) (gpuxray_device_info{parent_uuid=""})) or max_over_time(gpuxray_allocation_info[S]))`
 
-// Build reads the range from Prometheus and computes the report.
+// Build reads the range from Prometheus and computes the report. It
+// returns ctx's error as soon as ctx is done, whatever it was doing.
 func Build(ctx context.Context, api API, c Config) (*Report, error) {
 	if err := c.Validate(); err != nil {
 		return nil, err
@@ -221,6 +294,8 @@ func Build(ctx context.Context, api API, c Config) (*Report, error) {
 	type job struct {
 		expr   string
 		offset time.Duration
+		// signed: its values may be negative (a PriorityClass's value).
+		signed bool
 		out    []series
 	}
 	S := model.Duration(c.Step).String()
@@ -228,34 +303,63 @@ func Build(ctx context.Context, api API, c Config) (*Report, error) {
 		{expr: qWLAllocated}, {expr: qWLActive}, {expr: qWLIdle}, {expr: qWLStreak}, {expr: qWLMemory}, {expr: qWLMemoryTotal},
 		// A gauge is read at the middle of each step.
 		{expr: qPending, offset: -c.Step / 2}, {expr: qKSM}, {expr: qCovered}, {expr: qWLGPU},
-		// The queue X-ray (queue.go).
-		{expr: qQueuePods, offset: -c.Step / 2}, {expr: qQueueClasses, offset: -c.Step / 2}, {expr: qQueueHolders}, {expr: qQueueFree},
-		{expr: qKueueUsage, offset: -c.Step / 2}, {expr: qKueueNominal, offset: -c.Step / 2}, {expr: qKueuePending, offset: -c.Step / 2}, {expr: qKueuePendingGPUs, offset: -c.Step / 2}}
-	q := &querier{api: api, timeout: c.Timeout, maxPoints: c.MaxPoints, g: g, progress: c.Progress, total: len(jobs) * g.n}
+		// Pending demand at each step's end too, for the steps in which
+		// kube-state-metrics' data begins (atEdges).
+		{expr: qPending}}
+	// The queue X-ray (queue.go), from jobs[queueFirst] on, then its
+	// waiters' gauges at each step's end (atEdges) from jobs[edgeFirst].
+	queueFirst := len(jobs)
+	for _, qq := range queueQueries {
+		j := &job{expr: qq.expr, signed: qq.signed}
+		if qq.gauge {
+			j.offset = -c.Step / 2
+		}
+		jobs = append(jobs, j)
+	}
+	edgeFirst := len(jobs)
+	for _, qq := range queueQueries {
+		if qq.edge {
+			jobs = append(jobs, &job{expr: qq.expr, signed: qq.signed})
+		}
+	}
+	// The work and money figures' queries (value.go).
+	var vi valueInput
+	valueJobs := valueJobs(c, &vi)
+	q := &querier{api: api, base: c.Prometheus, timeout: c.Timeout, maxPoints: c.MaxPoints, maxSeries: c.MaxSeries, maxAnswerBytes: c.MaxAnswerBytes,
+		g: g, progress: c.Progress, total: (len(jobs) + len(valueJobs)) * g.n}
 	// The first query alone: an unreachable server is one error, not one per query.
 	eg, ectx := errgroup.WithContext(ctx)
 	eg.SetLimit(max(1, c.Concurrency))
 	var err error
-	if jobs[0].out, err = q.queryRange(ctx, strings.ReplaceAll(jobs[0].expr, "[S]", "["+S+"]"), 0); err != nil {
+	if jobs[0].out, err = q.queryRange(ctx, strings.ReplaceAll(jobs[0].expr, "[S]", "["+S+"]"), 0, false); err != nil {
 		return nil, err
 	}
 	for _, j := range jobs[1:] {
 		eg.Go(func() error {
 			var err error
-			j.out, err = q.queryRange(ectx, strings.ReplaceAll(j.expr, "[S]", "["+S+"]"), j.offset)
+			j.out, err = q.queryRange(ectx, strings.ReplaceAll(j.expr, "[S]", "["+S+"]"), j.offset, j.signed)
 			return err
 		})
 	}
+	startValue(ectx, eg, q, valueJobs)
 	if err := eg.Wait(); err != nil {
 		return nil, err
 	}
+	ksmBegins := begins(jobs[14].out, g.n)
 	in := input{g: g, loc: c.Location, nodes: jobs[0].out,
 		observed: byWindow(jobs[1].out, g.n), allocated: byWindow(jobs[2].out, g.n), active: byWindow(jobs[3].out, g.n),
 		idle: byWindow(jobs[4].out, g.n), unallocated: byWindow(jobs[5].out, g.n), unallocatedActive: byWindow(jobs[6].out, g.n),
 		wlAllocated: jobs[7].out, wlActive: jobs[8].out, wlIdle: jobs[9].out, wlStreak: jobs[10].out, wlMemory: jobs[11].out, wlMemoryTotal: jobs[12].out,
-		pending: jobs[13].out, ksm: jobs[14].out, covered: coveredSeconds(jobs[15].out, byWindow(jobs[1].out, g.n), g), wlGPU: jobs[16].out,
-		queue: queueInput{pods: jobs[17].out, classes: jobs[18].out, holders: jobs[19].out, free: jobs[20].out,
-			kueueUsage: jobs[21].out, kueueNominal: jobs[22].out, kueuePending: jobs[23].out, kueuePendingGPUs: jobs[24].out}}
+		pending: atEdges(jobs[13].out, jobs[17].out, ksmBegins), ksm: jobs[14].out, covered: coveredSeconds(jobs[15].out, byWindow(jobs[1].out, g.n), g), wlGPU: jobs[16].out, value: vi}
+	e := edgeFirst
+	for k, qq := range queueQueries {
+		out := jobs[queueFirst+k].out
+		if qq.edge {
+			out = atEdges(out, jobs[e].out, ksmBegins)
+			e++
+		}
+		*qq.dst(&in.queue) = out
+	}
 	if len(in.nodes) == 0 {
 		return nil, fmt.Errorf("%w (%s to %s): is the agent scraped by this Prometheus, and is the range right?", ErrNoData,
 			g.start.Format(time.RFC3339), end.Format(time.RFC3339))
@@ -264,11 +368,113 @@ func Build(ctx context.Context, api API, c Config) (*Report, error) {
 		return nil, fmt.Errorf("%w (%s to %s): the agents' series hold too few samples for a rate over a %s step; wait for more scrapes or take a longer --step", ErrNoData,
 			g.start.Format(time.RFC3339), end.Format(time.RFC3339), c.Step)
 	}
-	r := compute(in, c)
+	// Computed aside, so that a signal ends the report at once however
+	// long the computing takes.
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	done := make(chan *Report, 1)
+	go func() { done <- compute(in, c) }()
+	var r *Report
+	select {
+	case r = <-done:
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+	if err := refineMissing(ctx, q, r); err != nil {
+		return nil, err
+	}
 	r.GeneratedAt = now().UTC()
 	r.Prometheus = c.Prometheus
-	r.Warnings = append(r.Warnings, q.warnings...)
+	for _, w := range q.allWarnings() {
+		r.warn(sectionData, w)
+	}
+	if n := finite(reflect.ValueOf(r)); n > 0 {
+		r.warn(sectionData, fmt.Sprintf("%d figures came out not finite and were set to 0: a bug; please report it with this report's JSON", n))
+	}
 	return r, nil
+}
+
+// begins marks the steps in which kube-state-metrics' data begins: it has
+// samples in the step (qKSM) and none in the step before. The range's first
+// step is not one: its data may well have begun before the range.
+func begins(ksm []series, n int) []bool {
+	has := make([]bool, n)
+	for _, s := range ksm {
+		for i, v := range s.vals {
+			has[i] = has[i] || !math.IsNaN(v) && v > 0
+		}
+	}
+	out := make([]bool, n)
+	for i := 1; i < n; i++ {
+		out[i] = has[i] && !has[i-1]
+	}
+	return out
+}
+
+// atEdges is a gauge read at each step's middle (mid), but at the step's
+// end (end) where edge marks the step: a source whose data begins within a
+// step has nothing to say at its middle when its first scrape came after
+// it, and a step the agents' data covers would read as nothing waiting.
+func atEdges(mid, end []series, edge []bool) []series {
+	if !slices.Contains(edge, true) {
+		return mid
+	}
+	idx := map[model.Fingerprint]int{}
+	var out []series
+	put := func(s series, atEnd bool) {
+		fp := s.labels.Fingerprint()
+		j, ok := idx[fp]
+		if !ok {
+			x := series{labels: s.labels, vals: make([]float64, len(edge))}
+			for i := range x.vals {
+				x.vals[i] = math.NaN()
+			}
+			j, idx[fp] = len(out), len(out)
+			out = append(out, x)
+		}
+		for i, v := range s.vals {
+			if edge[i] == atEnd {
+				out[j].vals[i] = v
+			}
+		}
+	}
+	for _, s := range mid {
+		put(s, false)
+	}
+	for _, s := range end {
+		put(s, true)
+	}
+	sortSeries(out)
+	return out
+}
+
+// finite sets every float of v that is not finite to 0 and counts them: a
+// last guard so that the JSON report can always be written.
+func finite(v reflect.Value) int {
+	n := 0
+	switch v.Kind() {
+	case reflect.Pointer, reflect.Interface:
+		if !v.IsNil() {
+			n += finite(v.Elem())
+		}
+	case reflect.Struct:
+		for i := range v.NumField() {
+			if v.Type().Field(i).IsExported() {
+				n += finite(v.Field(i))
+			}
+		}
+	case reflect.Slice, reflect.Array:
+		for i := range v.Len() {
+			n += finite(v.Index(i))
+		}
+	case reflect.Float64:
+		if f := v.Float(); (math.IsNaN(f) || math.IsInf(f, 0)) && v.CanSet() {
+			v.SetFloat(0)
+			n++
+		}
+	}
+	return n
 }
 
 // windowed is a cluster sum split by window, per step, in seconds.
@@ -304,6 +510,7 @@ type input struct {
 	covered []float64
 	wlGPU   []series
 	queue   queueInput
+	value   valueInput
 }
 
 // coveredSeconds is, per step, the time the agents' data covers: what
@@ -368,7 +575,7 @@ func compute(in input, c Config) *Report {
 		}
 	}
 	if mismatch > 0 {
-		r.Warnings = append(r.Warnings, fmt.Sprintf("the agents' peak window disagrees with --peak.schedule %q in %d of %d steps (first at %s); the report follows the agents' window label",
+		r.warn(sectionRange, fmt.Sprintf("the agents' peak window disagrees with --peak.schedule %q in %d of %d steps (first at %s); the report follows the agents' window label",
 			c.PeakSchedule, mismatch, g.n, firstMismatch.In(c.Location).Format("Mon 2006-01-02 15:04 MST")))
 	}
 
@@ -407,19 +614,22 @@ func compute(in input, c Config) *Report {
 		steps[i] = DemandStep{Hours: cov / 3600, Peak: peak[i], Pending: pending[i],
 			IdleAllocated: perCovered(in.idle.all(i), cov), Unallocated: perCovered(in.unallocated.all(i), cov), UnallocatedActive: perCovered(in.unallocatedActive.all(i), cov)}
 	}
-	r.Demand = SetAgainst(steps, c.Quantile, len(in.ksm) > 0)
-	r.Verdict = Decide(r.Demand)
-	r.Queue = computeQueue(in, in.queue, peak, c.Top, len(in.ksm) > 0)
-	r.Verdict.Queue = r.Queue.Sentence
+	r.Queue = computeQueue(in, in.queue, peak, queueConfig{top: c.Top, slo: c.SLOWait, available: len(in.ksm) > 0})
+	r.Demand, r.Verdict = judge(steps, r.Queue, c.Quantile, len(in.ksm) > 0)
 	if !r.Queue.PrioritiesKnown && r.Queue.All.PendingGPUHours > 0 {
-		r.Warnings = append(r.Warnings, "no gpuxray_priority_class_value series (agents before the queue X-ray, or RBAC that denies them priorityclasses): every pod ranks 0, so no waiter could preempt a holder")
+		r.warn(sectionQueue, "no gpuxray_priority_class_value series (agents before the queue X-ray, or RBAC that denies them priorityclasses): every pod ranks 0, so no waiter could preempt a holder")
 	}
 
-	// Workloads and models.
+	// Workloads and models, ranked at peak or, when the range has none,
+	// over all hours as the verdict is.
 	ws := workloads(in)
-	r.TopWorkloads = TopByPeakIdle(ws, c.Top)
-	r.TopModels = Models(ws, c.Top)
-	r.Hints = Hints(TopByPeakIdle(ws, len(ws)), c.Hints)
+	ws, c.Hints = withValue(ws, in, c, peak)
+	r.Ranking = r.Demand.Basis
+	r.TopWorkloads = TopBy(ws, c.Top, r.Ranking)
+	r.TopModels = ModelsBy(ws, c.Top, r.Ranking)
+	r.Hints, r.HintsWithheld = WithholdHints(TopBy(ws, len(ws), r.Ranking), c.Hints.Over(f.All.Hours))
+	addMoney(r, in, c, ws)
+	r.Forecast = forecast(g, peak, in.covered, demandByType(r, in, steps), c.Quantile)
 
 	// The heatmap and the timeline.
 	var idleSum, covSum [7][24]float64
@@ -440,16 +650,28 @@ func compute(in input, c Config) *Report {
 			}
 		}
 	}
-	per := max(1, g.n/500)
+	// The timeline spans the data, not the range: a few minutes of a week
+	// are drawn as minutes, in buckets of their own steps.
+	first, last := -1, -1
+	for i, c := range in.covered {
+		if c > 0 {
+			last = i
+			if first < 0 {
+				first = i
+			}
+		}
+	}
+	span := last - first + 1
+	per := max(1, span/500)
 	for per > 1 && time.Hour%(g.step*time.Duration(per)) != 0 && (g.step*time.Duration(per))%time.Hour != 0 {
 		per++
 	}
-	for i := 0; i < g.n; i += per {
-		r.Timeline = append(r.Timeline, timelinePoint(in, steps, i, min(i+per, g.n)))
+	for i := first; first >= 0 && i <= last; i += per {
+		r.Timeline = append(r.Timeline, timelinePoint(in, steps, i, min(i+per, last+1)))
 	}
 
 	if w := stepWarning(in.nodes, g); w != "" {
-		r.Warnings = append(r.Warnings, w)
+		r.warn(sectionData, w)
 	}
 
 	// What is missing.
@@ -457,13 +679,20 @@ func compute(in input, c Config) *Report {
 	if r.Missing == nil {
 		r.Missing = []Missing{}
 	}
-	if r.Warnings == nil {
-		r.Warnings = []string{}
-	}
 	if r.Hints == nil {
 		r.Hints = []Hint{}
 	}
+	r.Warnings = nonNil(r.Warnings)
+	ws2 := &r.WarningsBySection
+	ws2.Range, ws2.Queue, ws2.Data = nonNil(ws2.Range), nonNil(ws2.Queue), nonNil(ws2.Data)
 	return r
+}
+
+func nonNil(s []string) []string {
+	if s == nil {
+		return []string{}
+	}
+	return s
 }
 
 // stepWarning says when the step is under twice the scrape interval seen
@@ -544,6 +773,65 @@ func sumSeries(ss []series, n int) []float64 {
 		}
 	}
 	return out
+}
+
+// maxRefined is how many missing spans are given their data's real times:
+// each costs two small queries.
+const maxRefined = 64
+
+// refineMissing moves each missing span's ends from step boundaries to the
+// real times of the data around it: its last sample before the span and
+// its first after. A span Prometheus cannot say this of keeps its step
+// boundaries, and a warning says so; after a query it does not answer at
+// all, the rest do too. Only ctx ending is an error.
+func refineMissing(ctx context.Context, q *querier, r *Report) error {
+	kept := max(0, len(r.Missing)-maxRefined)
+	var why error
+	for i := range r.Missing[:len(r.Missing)-kept] {
+		m := &r.Missing[i]
+		var sel string
+		switch m.Source {
+		case "gpuxray":
+			sel = fmt.Sprintf("gpuxray_device_observed_seconds_total{instance=%s}", strconv.Quote(m.Instance))
+		case "kube-state-metrics":
+			sel = fmt.Sprintf(`kube_pod_status_phase{instance=%s, phase="Pending"}`, strconv.Quote(m.Instance))
+		default:
+			continue
+		}
+		if errors.Is(why, errNoAnswer) {
+			kept++
+			continue
+		}
+		start, end := m.Start, m.End
+		var err error
+		if !m.Start.Equal(q.g.start) {
+			// The last sample of the step before the span.
+			start, err = q.sampleTime(ctx, sel, m.Start, false)
+		}
+		if err == nil && !m.End.Equal(q.g.at(q.g.n-1)) {
+			// The first sample of the step after it.
+			end, err = q.sampleTime(ctx, sel, m.End.Add(q.g.step), true)
+		}
+		if err != nil {
+			if ctx.Err() != nil {
+				return ctx.Err()
+			}
+			kept++
+			why = err
+			continue
+		}
+		m.Start, m.End = start, end
+	}
+	if kept > 0 {
+		w := fmt.Sprintf("%d of the %d spans without data %s given to the %s step", kept, len(r.Missing), plural(kept, "is", "are"), model.Duration(q.g.step))
+		if why != nil {
+			w += fmt.Sprintf(": Prometheus did not say when their data stopped and began (%v)", why)
+		} else {
+			w += fmt.Sprintf(": only the first %d are given to the second", maxRefined)
+		}
+		r.warn(sectionData, w)
+	}
+	return nil
 }
 
 // missing lists, per instance seen in the range, the spans it has no data.
@@ -645,6 +933,7 @@ func workloads(in input) []Workload {
 		for i := range alloc[k] {
 			if a := alloc[k][i]; a >= g.step.Seconds()/2 {
 				w.PeakActivity = max(w.PeakActivity, act[k][i]/a)
+				w.ActivityHours += in.covered[i] / 3600
 			}
 		}
 		w.finish()

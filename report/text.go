@@ -19,6 +19,28 @@ func WriteJSON(w io.Writer, r *Report) error {
 
 const timeFmt = "Mon 2006-01-02 15:04"
 
+// missingFmt is to the second: a span without data ends at its data's
+// first sample, which a minute would misplace.
+const missingFmt = "Mon 2006-01-02 15:04:05"
+
+// rankedOn says what the top workloads and models are ranked by.
+func rankedOn(basis string) string {
+	if basis == BasisAll {
+		return " (the range has no peak time: over all hours)"
+	}
+	return " AT PEAK"
+}
+
+// withheldSentence says why some workloads have no right-sizing hint; ""
+// when none was withheld.
+func withheldSentence(h HintsWithheld) string {
+	if h.Workloads == 0 {
+		return ""
+	}
+	return fmt.Sprintf("%d %s withheld for lack of data: a hint needs %s of a workload's activity (the larger of --hints.min-time and --hints.min-share of the time covered); the longest so far is %s",
+		h.Workloads, plural(h.Workloads, "hint", "hints"), humanDuration(h.MinHours), humanDuration(h.LongestHours))
+}
+
 // WriteText writes the report for a terminal.
 func WriteText(w io.Writer, r *Report) error {
 	loc, err := time.LoadLocation(r.Range.Timezone)
@@ -29,7 +51,11 @@ func WriteText(w io.Writer, r *Report) error {
 	fmt.Fprintf(&b, "gpuxray capacity report: %s → %s %s (%s range, %s covered by gpuxray data, %s of it peak)\n",
 		r.Range.Start.In(loc).Format(timeFmt), r.Range.End.In(loc).Format(timeFmt), r.Range.Timezone,
 		humanDuration(r.Range.Hours), humanDuration(r.Funnel.All.Hours), humanDuration(r.Range.PeakHours))
-	fmt.Fprintf(&b, "from %s\n\n", r.Prometheus)
+	fmt.Fprintf(&b, "from %s\n", r.Prometheus)
+	for _, w := range r.WarningsBySection.Range {
+		fmt.Fprintf(&b, "  warning: %s\n", w)
+	}
+	b.WriteString("\n")
 
 	fmt.Fprintf(&b, "VERDICT  %s\n", r.Verdict.Sentence)
 	for _, l := range r.Verdict.Arithmetic {
@@ -37,6 +63,9 @@ func WriteText(w io.Writer, r *Report) error {
 	}
 
 	writeQueueText(&b, r.Queue)
+	for _, w := range r.WarningsBySection.Queue {
+		fmt.Fprintf(&b, "  warning: %s\n", w)
+	}
 
 	b.WriteString("\nGPU TIME\n")
 	tw := tabwriter.NewWriter(&b, 0, 0, 2, ' ', tabwriter.AlignRight)
@@ -53,7 +82,7 @@ func WriteText(w io.Writer, r *Report) error {
 	tw.Flush()
 	fmt.Fprintf(&b, "  efficiency (active / allocated): %.0f%% over all hours, %.0f%% at peak\n", 100*a.Efficiency(), 100*p.Efficiency())
 
-	b.WriteString("\nTOP WORKLOADS BY IDLE GPU-HOURS AT PEAK\n")
+	fmt.Fprintf(&b, "\nTOP WORKLOADS BY IDLE GPU-HOURS%s\n", rankedOn(r.Ranking))
 	tw = tabwriter.NewWriter(&b, 0, 0, 2, ' ', 0)
 	fmt.Fprintf(tw, "  workload\tkind\tmodel\tidle at peak\tidle\tefficiency\tlongest idle streak\n")
 	for _, x := range r.TopWorkloads {
@@ -61,7 +90,7 @@ func WriteText(w io.Writer, r *Report) error {
 	}
 	tw.Flush()
 
-	b.WriteString("\nTOP MODELS BY IDLE GPU-HOURS AT PEAK\n")
+	fmt.Fprintf(&b, "\nTOP MODELS BY IDLE GPU-HOURS%s\n", rankedOn(r.Ranking))
 	tw = tabwriter.NewWriter(&b, 0, 0, 2, ' ', 0)
 	fmt.Fprintf(tw, "  model\tworkloads\tidle at peak\tidle\tefficiency\tlongest idle streak\n")
 	for _, x := range r.TopModels {
@@ -69,23 +98,46 @@ func WriteText(w io.Writer, r *Report) error {
 	}
 	tw.Flush()
 
-	if len(r.Hints) > 0 {
+	if len(r.Hints) > 0 || r.HintsWithheld.Workloads > 0 {
 		b.WriteString("\nRIGHT-SIZING\n")
 		for _, h := range r.Hints {
-			fmt.Fprintf(&b, "  %s/%s: %s\n", h.Namespace, dash(h.Name), h.Message)
+			fmt.Fprintf(&b, "  %s/%s: %s%s\n", h.Namespace, dash(h.Name), h.Message, hintSuffix(h, r.currency()))
+		}
+		if s := withheldSentence(r.HintsWithheld); s != "" {
+			fmt.Fprintf(&b, "  %s\n", s)
 		}
 	}
-	if len(r.Missing) > 0 || len(r.Warnings) > 0 {
+	writeValueText(&b, r, loc)
+	if len(r.Missing) > 0 || len(r.WarningsBySection.Data) > 0 {
 		b.WriteString("\nPARTIAL DATA\n")
 		for _, m := range r.Missing {
-			fmt.Fprintf(&b, "  %s %s: no data %s → %s\n", m.Source, m.Instance, m.Start.In(loc).Format(timeFmt), m.End.In(loc).Format(timeFmt))
+			fmt.Fprintf(&b, "  %s %s: no data %s → %s\n", m.Source, m.Instance, m.Start.In(loc).Format(missingFmt), m.End.In(loc).Format(missingFmt))
 		}
-		for _, w := range r.Warnings {
+		for _, w := range r.WarningsBySection.Data {
 			fmt.Fprintf(&b, "  %s\n", w)
 		}
 	}
-	_, err = io.WriteString(w, b.String())
+	_, err = io.WriteString(w, terminalSafe(b.String()))
 	return err
+}
+
+// terminalSafe drops from s what a terminal would act on rather than show:
+// control characters but newline (C0, DEL, C1: ESC and BEL retitle, clear
+// or fake lines) and the bidirectional formatting characters that reorder
+// a line. Label values come from Prometheus, which stores whatever a
+// scraped target sent.
+func terminalSafe(s string) string {
+	return strings.Map(func(r rune) rune {
+		switch {
+		case r == '\n':
+			return r
+		case r < 0x20, r >= 0x7f && r < 0xa0,
+			r == 0x061c, r == 0x200e, r == 0x200f, r >= 0x202a && r <= 0x202e, r >= 0x2066 && r <= 0x2069,
+			r == 0x2028, r == 0x2029:
+			return -1
+		}
+		return r
+	}, s)
 }
 
 func dash(s string) string {
@@ -155,52 +207,4 @@ func humanDuration(hours float64) string {
 		}
 	}
 	return b.String()
-}
-
-// writeQueueText writes the queue X-ray: who waited, and what could have
-// run the waiting (docs/report.md).
-func writeQueueText(b *strings.Builder, q Queue) {
-	b.WriteString("\nQUEUE  " + q.Sentence + "\n")
-	if !q.Available || q.All.PendingGPUHours == 0 {
-		return
-	}
-	tw := tabwriter.NewWriter(b, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintf(tw, "\tall hours\tat peak\t\n")
-	for _, row := range queueRows {
-		fmt.Fprintf(tw, "  %s\t%s\t%s\t\n", row.name, gpuHours(row.of(q.All)), gpuHours(row.of(q.Peak)))
-	}
-	tw.Flush()
-	if len(q.Classes) > 0 {
-		tw = tabwriter.NewWriter(b, 0, 0, 2, ' ', 0)
-		fmt.Fprintf(tw, "  priority class\tpriority\tqueue\tpending at peak\tpending\tshortfall\n")
-		for _, c := range q.Classes {
-			fmt.Fprintf(tw, "  %s\t%.0f\t%s\t%s\t%s\t%s\n", dash(c.PriorityClass), c.Priority, dash(c.Queue),
-				gpuHours(c.Peak.PendingGPUHours), gpuHours(c.All.PendingGPUHours), gpuHours(c.All.ShortfallGPUHours))
-		}
-		tw.Flush()
-	}
-	if len(q.TopHolders) > 0 {
-		b.WriteString("  idle holders that blocked waiters:\n")
-		tw = tabwriter.NewWriter(b, 0, 0, 2, ' ', 0)
-		fmt.Fprintf(tw, "  workload\tkind\tpriority class\tcould have run at peak\tcould have run\tidle\n")
-		for _, h := range q.TopHolders {
-			fmt.Fprintf(tw, "  %s\t%s\t%s\t%s\t%s\t%s\n", h.ID(), dash(h.Kind), dash(h.PriorityClass),
-				gpuHours(h.Blocked(BasisPeak)), gpuHours(h.Blocked(BasisAll)), gpuHours(h.IdleGPUHours))
-		}
-		tw.Flush()
-	}
-}
-
-// queueRows are the parts the waiting is split into, in the order they are
-// served, as the text and HTML reports name them.
-var queueRows = []struct {
-	name, color string
-	of          func(QueueFigures) float64
-}{
-	{"pending", "", func(f QueueFigures) float64 { return f.PendingGPUHours }},
-	{"on free GPUs", "#2e9d5b", func(f QueueFigures) float64 { return f.FreeGPUHours }},
-	{"by reclaiming borrowed quota", "#3b82c4", func(f QueueFigures) float64 { return f.QuotaGPUHours }},
-	{"by preempting lower priority", "#6c5ce7", func(f QueueFigures) float64 { return f.PreemptionGPUHours }},
-	{"only on idle GPUs of higher priority", "#e9a23b", func(f QueueFigures) float64 { return f.OutrankedGPUHours }},
-	{"on no idle GPU (capacity shortfall)", "#d1495b", func(f QueueFigures) float64 { return f.ShortfallGPUHours }},
 }

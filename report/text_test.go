@@ -118,3 +118,32 @@ func TestTimelineDemandUnknown(t *testing.T) {
 		}
 	}
 }
+
+// TestTextTerminalEscapes: a workload and model named with terminal
+// escapes in Prometheus (ESC, BEL, a bidi override) are printed without
+// them, while the report's own newlines stay. Before, the text report wrote
+// them raw to whoever's terminal ran it.
+func TestTextTerminalEscapes(t *testing.T) {
+	end := time.Date(2026, 12, 2, 10, 0, 0, 0, time.UTC)
+	r := &Report{Range: Range{Start: end.Add(-time.Hour), End: end, Hours: 1, Timezone: "UTC"}}
+	r.TopWorkloads = []Workload{{Namespace: "ml\x1b[2J", Kind: "Job", Name: "train\x1b]0;pwned\x07", Model: "llama\u202e-3\u009b"}}
+	r.TopModels = []Model{{Model: "bert\x1b[31m\r"}}
+	var b bytes.Buffer
+	if err := WriteText(&b, r); err != nil {
+		t.Fatal(err)
+	}
+	out := b.String()
+	for _, bad := range []string{"\x1b", "\x07", "\u202e", "\u009b", "\r"} {
+		if strings.Contains(out, bad) {
+			t.Errorf("the text report carries %q", bad)
+		}
+	}
+	for _, want := range []string{"ml[2J/train]0;pwned", "llama-3", "bert[31m"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("the text report lacks %q:\n%s", want, out)
+		}
+	}
+	if strings.Count(out, "\n") < 5 {
+		t.Errorf("the report's own lines are gone:\n%s", out)
+	}
+}

@@ -1,6 +1,7 @@
 package report
 
 import (
+	"cmp"
 	"fmt"
 	"math"
 	"slices"
@@ -52,6 +53,20 @@ type DemandStep struct {
 	// IdleAllocated is GPUs allocated and idle; Unallocated GPUs held by
 	// nobody; UnallocatedActive the busy part of those.
 	IdleAllocated, Unallocated, UnallocatedActive float64
+	// Short, when Matched, is the part of Pending the queue X-ray found no
+	// free or idle GPU of its type for (its shortfall and other type):
+	// what a GPU of the right type, not a better placement, would have
+	// run. Without it a step's shortfall is Pending less Reclaimable.
+	Short   float64
+	Matched bool
+}
+
+// shortfall is the step's pending GPUs no reclaimable GPU could take.
+func (s DemandStep) shortfall() float64 {
+	if s.Matched {
+		return min(max(0, s.Short), max(0, s.Pending))
+	}
+	return max(0, s.Pending-s.Reclaimable())
 }
 
 // Reclaimable is the capacity that could take work at the step: idle
@@ -103,8 +118,11 @@ type Demand struct {
 	// Quantile is the share of peak steps ShortfallGPUs is taken at.
 	Quantile float64 `json:"quantile"`
 	// ShortfallGPUs is that quantile of pending less reclaimable GPUs over
-	// the steps that are mostly peak.
+	// the steps that are mostly peak (where the queue X-ray matched the
+	// waiting, of the waiting no free or idle GPU of its type could hold).
 	ShortfallGPUs float64 `json:"shortfall_gpus"`
+	// matched is whether the steps' shortfall came from the queue X-ray.
+	matched bool
 }
 
 // SetAgainst computes Demand from steps, each weighted by its covered
@@ -140,10 +158,12 @@ func against(steps []DemandStep, q float64, available bool, share func(DemandSte
 		d.UnallocatedGPUHours += s.Unallocated * w
 		d.UnallocatedActiveGPUHours += s.UnallocatedActive * w
 		d.ReclaimableGPUHours += r * w
-		d.CoveredGPUHours += min(s.Pending, r) * w
-		d.ShortfallGPUHours += max(0, s.Pending-r) * w
+		sf := s.shortfall()
+		d.matched = d.matched || s.Matched
+		d.CoveredGPUHours += (max(0, s.Pending) - sf) * w
+		d.ShortfallGPUHours += sf * w
 		if sh >= 0.5 {
-			short = append(short, max(0, s.Pending-r))
+			short = append(short, sf)
 			d.MaxPendingGPUs = max(d.MaxPendingGPUs, s.Pending)
 		}
 	}
@@ -192,6 +212,27 @@ type Verdict struct {
 	// Queue is the queue X-ray's sentence: whether the waiting came from
 	// scheduling or from capacity, and what to look at (Queue.Sentence).
 	Queue string `json:"queue_sentence"`
+	// GPUTypes is the verdict by GPU type, where the queue X-ray could
+	// match waiters to GPUs: one entry per type that waited or idled,
+	// most short first. GPUsShort is then the sum of theirs.
+	GPUTypes []VerdictGPUType `json:"gpu_types"`
+}
+
+// VerdictGPUType is the verdict for one GPU type (the GFD product label,
+// or "any" for waiters that select none), on the verdict's basis.
+type VerdictGPUType struct {
+	GPUType string `json:"gpu_type"`
+	// PendingGPUs and IdleGPUs are means: the GPUs its waiters waited for,
+	// and its GPUs free or held idle (0 for "any").
+	PendingGPUs float64 `json:"pending_gpus"`
+	IdleGPUs    float64 `json:"idle_gpus"`
+	// ShortfallGPUs is the quantile of its waiting that no free or idle
+	// GPU of its type could have run, per step; GPUsShort rounds it as the
+	// verdict does. ShortShare is the share of the basis' steps with any
+	// such waiting.
+	ShortfallGPUs float64 `json:"shortfall_gpus"`
+	GPUsShort     int     `json:"gpus_short"`
+	ShortShare    float64 `json:"short_share"`
 }
 
 // nothingIdle is less reclaimable capacity than the sentences' precision
@@ -234,6 +275,12 @@ func Decide(d Demand) Verdict {
 		fmt.Sprintf("pending − reclaimable at the %s of %s: %.2f GPUs → %d GPUs short",
 			percentile(d.Quantile), span, d.ShortfallGPUs, v.GPUsShort),
 	)
+	if d.matched {
+		v.Arithmetic[len(v.Arithmetic)-2] = fmt.Sprintf("at the same times: %s of that demand fit free or idle GPUs of its type (on one node, or scattered over several), %s did not",
+			gpuHours(d.CoveredGPUHours), gpuHours(d.ShortfallGPUHours))
+		v.Arithmetic[len(v.Arithmetic)-1] = fmt.Sprintf("waiting on no free or idle GPU of its type at the %s of %s: %.2f GPUs → %d GPUs short",
+			percentile(d.Quantile), span, d.ShortfallGPUs, v.GPUsShort)
+	}
 	if v.GPUsShort == 0 {
 		v.Kind = VerdictFixFirst
 		if !idle {
@@ -269,4 +316,169 @@ func plural(n int, one, many string) string {
 		return one
 	}
 	return many
+}
+
+// judge sets demand against capacity and decides the verdict. Where the
+// queue X-ray matched waiters to GPUs (kube-state-metrics was found), a
+// step's demand is its waiting, Kueue's suspended workloads included, and
+// its shortfall the waiting no free or idle GPU of its type could have
+// run; the verdict is then given per GPU type, and says why it may
+// disagree with the queue's: the queue weighs all the waiting, the verdict
+// its worst steps.
+func judge(steps []DemandStep, q Queue, quantile float64, available bool) (Demand, Verdict) {
+	matched := available && q.Available && len(q.types) > 0
+	if matched {
+		for i := range steps {
+			var pending, short float64
+			for _, t := range q.types {
+				pending += t.pending[i]
+				short += t.short[i]
+			}
+			steps[i].Pending, steps[i].Short, steps[i].Matched = pending, short, true
+		}
+	}
+	d := SetAgainst(steps, quantile, available)
+	v := Decide(d)
+	v.Queue = q.Sentence
+	v.GPUTypes = []VerdictGPUType{}
+	if matched {
+		v.byType(d, steps, q, quantile)
+	}
+	return d, v
+}
+
+// byType gives the verdict per GPU type: each type's shortfall at the
+// quantile of the basis' steps, and the idle GPUs nobody waited for.
+func (v *Verdict) byType(d Demand, steps []DemandStep, q Queue, quantile float64) {
+	share := func(s DemandStep) float64 { return s.Peak }
+	at, of := " at peak", "peak time"
+	if d.Basis == BasisAll {
+		share, at, of = func(DemandStep) float64 { return 1 }, "", "the covered time"
+	}
+	names := make([]string, 0, len(q.types))
+	for n := range q.types {
+		names = append(names, n)
+	}
+	slices.Sort(names)
+	total := 0
+	for _, n := range names {
+		ts := q.types[n]
+		t := VerdictGPUType{GPUType: n}
+		var hours, pending, idle float64
+		var short []float64
+		shortSteps := 0
+		for i, s := range steps {
+			sh := share(s)
+			if sh <= 0 || s.Hours <= 0 {
+				continue
+			}
+			w := sh * s.Hours
+			hours += w
+			pending += ts.pending[i] * w
+			idle += ts.idle[i] * w
+			if sh >= 0.5 {
+				short = append(short, ts.short[i])
+				if ts.short[i] > measurementSlack {
+					shortSteps++
+				}
+			}
+		}
+		t.PendingGPUs, t.IdleGPUs = ratio(pending, hours), ratio(idle, hours)
+		t.ShortfallGPUs = Quantile(short, quantile)
+		t.GPUsShort = int(math.Max(0, math.Ceil(t.ShortfallGPUs-measurementSlack)))
+		t.ShortShare = ratio(float64(shortSteps), float64(len(short)))
+		if t.PendingGPUs < nothingIdle && t.IdleGPUs < nothingIdle && t.GPUsShort == 0 {
+			continue
+		}
+		total += t.GPUsShort
+		v.GPUTypes = append(v.GPUTypes, t)
+	}
+	slices.SortStableFunc(v.GPUTypes, func(a, b VerdictGPUType) int {
+		return cmp.Or(cmp.Compare(b.GPUsShort, a.GPUsShort), cmp.Compare(b.PendingGPUs, a.PendingGPUs), cmp.Compare(b.IdleGPUs, a.IdleGPUs), cmp.Compare(a.GPUType, b.GPUType))
+	})
+	v.GPUsShort = total
+
+	// The clauses, one per type that is short or idles with nobody
+	// waiting: for it, or for any type.
+	anyWaits := false
+	for _, t := range v.GPUTypes {
+		anyWaits = anyWaits || (t.GPUType == GPUTypeAny && t.PendingGPUs >= nothingIdle)
+	}
+	var short, idle []string
+	for _, t := range v.GPUTypes {
+		name := t.GPUType
+		if name == GPUTypeAny {
+			name = "any GPU type"
+		}
+		switch {
+		case t.GPUsShort > 0:
+			short = append(short, fmt.Sprintf("%s is %d %s short (for %.0f%% of %s its waiting found no free or idle GPU of its type: buy %s)",
+				name, t.GPUsShort, plural(t.GPUsShort, "GPU", "GPUs"), 100*t.ShortShare, of, buyWhat(t.GPUType)))
+		case t.PendingGPUs < nothingIdle && t.IdleGPUs >= nothingIdle && !anyWaits:
+			idle = append(idle, fmt.Sprintf("%s: %.1f idle, nobody waits for them", name, t.IdleGPUs))
+		}
+	}
+	f := q.Peak
+	if q.Basis == BasisAll {
+		f = q.All
+	}
+	placeable := f.OnOneNodeGPUHours() + f.FragmentedGPUHours
+	lead := ""
+	if d.Basis == BasisAll {
+		lead = "The range has no peak time; over all hours, "
+	}
+	switch {
+	case total > 0:
+		v.Kind = VerdictShort
+		s := fmt.Sprintf("%safter reclaiming what fits, demand%s still exceeds capacity at the %s of %s: %s", lead, at, percentile(quantile), of, strings.Join(short, "; "))
+		if len(idle) > 0 {
+			s += "; " + strings.Join(idle, "; ")
+		}
+		s += "."
+		if p := ratio(placeable, f.PendingGPUHours); p >= 0.005 && q.Kind != QueueCapacity {
+			// The queue weighs all the waiting, the verdict its worst steps.
+			s += fmt.Sprintf(" The rest of the time it fits: %.0f%% of the waiting%s could have run on free or idle GPUs of its type (%s, see the queue); fix that first, then buy.", 100*p, at, q.Kind)
+		}
+		v.Sentence = strings.ToUpper(s[:1]) + s[1:]
+	default:
+		v.Kind = VerdictFixFirst
+		// The lever is the queue's: name it.
+		what, ok := fixFirst[q.Kind]
+		if ok && strings.Contains(q.Sentence, "a quota problem") {
+			what = "Kueue's quota"
+		}
+		if ok && strings.HasSuffix(v.Sentence, "fix idle allocation and scheduling first.") {
+			v.Sentence = strings.TrimSuffix(v.Sentence, "fix idle allocation and scheduling first.") + "fix " + what + " first"
+			if len(q.Knobs) > 0 {
+				v.Sentence += " (look at " + strings.Join(knobLeads(q.Knobs), "; ") + ")"
+			}
+			v.Sentence += "."
+		}
+		if len(idle) > 0 && len(v.GPUTypes) > 1 {
+			v.Sentence = strings.TrimSuffix(v.Sentence, ".") + "; " + strings.Join(idle, "; ") + "."
+		}
+	}
+	for _, t := range v.GPUTypes {
+		v.Arithmetic = append(v.Arithmetic, fmt.Sprintf("%s%s: %.2f GPUs pending, %.2f free or idle; waiting on no free or idle GPU of its type at the %s of %s: %.2f GPUs → %d short",
+			t.GPUType, at, t.PendingGPUs, t.IdleGPUs, percentile(quantile), of, t.ShortfallGPUs, t.GPUsShort))
+	}
+	if len(v.GPUTypes) > 0 {
+		v.Arithmetic = append(v.Arithmetic, fmt.Sprintf("GPUs short: the sum over types = %d; a step's shortfall is its waiting that no free or idle GPU of its type could hold on one node, nor the cluster's of its type together (the queue's shortfall and other type), so means of reclaimable and pending GPUs can cover each other and a type still be short at its worst steps", v.GPUsShort))
+	}
+}
+
+// buyWhat names the GPUs to buy for a type's waiting.
+func buyWhat(gpuType string) string {
+	if gpuType == GPUTypeAny {
+		return "GPUs"
+	}
+	return gpuType + " GPUs"
+}
+
+// fixFirst is what to fix first, by the queue's kind, when no GPU type is
+// short.
+var fixFirst = map[string]string{
+	QueueScheduling:    "scheduling",
+	QueueIdle:          "idle allocation",
+	QueueFragmentation: "fragmentation",
 }

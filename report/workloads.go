@@ -48,8 +48,11 @@ type Workload struct {
 	Model     string `json:"model"`
 	Usage
 	// PeakActivity is the highest utilization (active/allocated) of any
-	// step in which the workload held at least half a GPU.
-	PeakActivity float64 `json:"peak_activity"`
+	// step in which the workload held at least half a GPU; ActivityHours
+	// the time the data covers in those steps, what PeakActivity and the
+	// right-sizing hints rest on.
+	PeakActivity  float64 `json:"peak_activity"`
+	ActivityHours float64 `json:"activity_hours"`
 	// PeakMemoryBytes is the most memory one of its allocations used;
 	// MemoryTotalBytes that allocation's whole GPU's (0 for MIG instances
 	// and shared GPUs' unknowns).
@@ -60,6 +63,8 @@ type Workload struct {
 	SharedGPU bool `json:"shared_gpu"`
 	// GPUNames are the product names of the whole GPUs it held, sorted.
 	GPUNames []string `json:"gpu_names"`
+	// Work is what its GPU time bought and cost (value.go).
+	Work
 }
 
 // ID is namespace/workload, or namespace/(none) for pods with no owner.
@@ -76,21 +81,39 @@ type Model struct {
 	Model string `json:"model"`
 	Usage
 	Workloads int `json:"workloads"`
+	// Work is what its GPU time bought and cost (value.go).
+	Work
 }
 
 // TopByPeakIdle sorts workloads by idle GPU-hours at peak, most first (then
 // by name, so the order is stable), and keeps n.
-func TopByPeakIdle(ws []Workload, n int) []Workload {
+func TopByPeakIdle(ws []Workload, n int) []Workload { return TopBy(ws, n, BasisPeak) }
+
+// TopBy sorts workloads by idle GPU-hours on basis (BasisPeak: at peak;
+// BasisAll: over all hours, for a range with no peak time), most first,
+// and keeps n.
+func TopBy(ws []Workload, n int, basis string) []Workload {
 	s := slices.Clone(ws)
 	slices.SortFunc(s, func(a, b Workload) int {
-		return cmp.Or(cmp.Compare(b.PeakIdle, a.PeakIdle), cmp.Compare(b.Idle, a.Idle), cmp.Compare(a.ID(), b.ID()), cmp.Compare(a.Model, b.Model))
+		return cmp.Or(cmp.Compare(b.idleOn(basis), a.idleOn(basis)), cmp.Compare(b.Idle, a.Idle), cmp.Compare(a.ID(), b.ID()), cmp.Compare(a.Model, b.Model))
 	})
 	return s[:min(n, len(s))]
 }
 
+// idleOn is the idle GPU-hours a ranking on basis sorts by.
+func (u Usage) idleOn(basis string) float64 {
+	if basis == BasisAll {
+		return u.Idle
+	}
+	return u.PeakIdle
+}
+
 // Models groups workloads by model ("" is "(unknown)") and sorts them as
 // TopByPeakIdle does.
-func Models(ws []Workload, n int) []Model {
+func Models(ws []Workload, n int) []Model { return ModelsBy(ws, n, BasisPeak) }
+
+// ModelsBy is Models ranked as TopBy ranks on basis.
+func ModelsBy(ws []Workload, n int, basis string) []Model {
 	by := map[string]*Model{}
 	for _, w := range ws {
 		name := w.Model
@@ -111,7 +134,7 @@ func Models(ws []Workload, n int) []Model {
 		out = append(out, *m)
 	}
 	slices.SortFunc(out, func(a, b Model) int {
-		return cmp.Or(cmp.Compare(b.PeakIdle, a.PeakIdle), cmp.Compare(b.Idle, a.Idle), cmp.Compare(a.Model, b.Model))
+		return cmp.Or(cmp.Compare(b.idleOn(basis), a.idleOn(basis)), cmp.Compare(b.Idle, a.Idle), cmp.Compare(a.Model, b.Model))
 	})
 	return out[:min(n, len(out))]
 }
@@ -128,6 +151,34 @@ type HintConfig struct {
 	// Headroom multiplies peak memory and activity before fitting them into
 	// a smaller slice (default 1.1).
 	Headroom float64
+	// MinHours is the least ActivityHours a workload needs for a hint
+	// (default 1): minutes of a job warming up say nothing of how it runs.
+	// MinShare raises it to that share of the time the data covers
+	// (default 0.05), applied by Over: an hour of a month is a passer-by.
+	MinHours, MinShare float64
+
+	// types are the cluster's GPU types, for model hints (advice.go).
+	types []gpuTypeInfo
+}
+
+// Over is c for a report whose data covers coveredHours: MinHours raised
+// to MinShare of them.
+func (c HintConfig) Over(coveredHours float64) HintConfig {
+	c.MinHours = max(c.MinHours, c.MinShare*coveredHours)
+	c.MinShare = 0
+	return c
+}
+
+// HintsWithheld says what right-sizing hints the report held back for lack
+// of data.
+type HintsWithheld struct {
+	// Workloads is how many workloads a hint applied to whose
+	// ActivityHours were under MinHours.
+	Workloads int `json:"workloads"`
+	// MinHours is the activity time a hint needed (HintConfig.Over's).
+	MinHours float64 `json:"min_hours"`
+	// LongestHours is the most ActivityHours of those workloads.
+	LongestHours float64 `json:"longest_hours"`
 }
 
 // Hint kinds.
@@ -144,11 +195,14 @@ type Hint struct {
 	Kind      string `json:"workload_kind"`
 	Name      string `json:"workload"`
 	Model     string `json:"model"`
-	// Hint is one of mig, shared, memory_bound, low_activity.
+	// Hint is one of mig, shared, memory_bound, low_activity,
+	// smaller_gpu, quantize, consolidate, precision.
 	Hint string `json:"hint"`
 	// Profile is the smallest MIG profile that fits (mig only).
 	Profile string `json:"profile,omitempty"`
 	Message string `json:"message"`
+	// HintMath is its arithmetic (advice.go).
+	HintMath
 }
 
 // migProfiles are the MIG profiles of a GPU with 7 compute and 8 memory
@@ -180,19 +234,39 @@ func migCapable(names []string) bool {
 // GPU with MIG), memory-bound, share the GPU (not to one that already
 // shares a GPU), low activity. They overlap (a workload that fits a 1g
 // slice could also share a GPU and is idle): the first is the one to act on.
+//
+// A workload whose ActivityHours are under c.MinHours gets none: see
+// WithholdHints.
 func Hints(ws []Workload, c HintConfig) []Hint {
+	out, _ := WithholdHints(ws, c)
+	return out
+}
+
+// WithholdHints is Hints, and what it held back: the workloads a hint
+// applied to whose activity was measured over less than c.MinHours.
+func WithholdHints(ws []Workload, c HintConfig) ([]Hint, HintsWithheld) {
 	var out []Hint
+	held := HintsWithheld{MinHours: c.MinHours}
 	for _, w := range ws {
-		if h, ok := hintFor(w, c); ok {
+		h, ok := hintFor(w, c)
+		switch {
+		case !ok:
+		case w.ActivityHours < c.MinHours-1.0/3600: // a second's rounding is enough
+			held.Workloads++
+			held.LongestHours = max(held.LongestHours, w.ActivityHours)
+		default:
 			out = append(out, h)
 		}
 	}
-	return out
+	return out, held
 }
 
 func hintFor(w Workload, c HintConfig) (Hint, bool) {
 	if w.Allocated <= 0 {
 		return Hint{}, false
+	}
+	if h, ok, done := modelHint(w, c); done {
+		return h, ok
 	}
 	h := func(kind, profile, format string, a ...any) (Hint, bool) {
 		return Hint{Namespace: w.Namespace, Kind: w.Kind, Name: w.Name, Model: w.Model, Hint: kind, Profile: profile, Message: fmt.Sprintf(format, a...)}, true

@@ -15,6 +15,7 @@ import (
 
 	"github.com/gpuxray/gpuxray/agent"
 	"github.com/gpuxray/gpuxray/collector/kubelet"
+	"github.com/gpuxray/gpuxray/collector/node"
 	"github.com/gpuxray/gpuxray/collector/nvml"
 	"github.com/gpuxray/gpuxray/exporter"
 )
@@ -44,6 +45,8 @@ func runAgent(ctx context.Context, args []string, stderr io.Writer) error {
 	podSourceFlags(fs, &podCfg)
 	var draCfg draSourceConfig
 	draSourceFlags(fs, &draCfg)
+	nodeCfg := node.DefaultConfig("")
+	nodeWatchFlags(fs, &nodeCfg)
 	simulate := fs.Bool("simulate", false, "run on a simulated node: the scenario FILE given as argument, or the embedded demo")
 	var logCfg logConfig
 	logFlags(fs, &logCfg)
@@ -70,15 +73,26 @@ func runAgent(ctx context.Context, args []string, stderr io.Writer) error {
 	if err := podCfg.validate(); err != nil {
 		return err
 	}
+	if !*simulate && podCfg.nodeName != "" && (podCfg.enabled || draCfg.enabled) {
+		if err := podCfg.loadAPI(ctx); err != nil {
+			if ctx.Err() != nil {
+				return nil // stopped while reading it, as while reading a scenario
+			}
+			return err
+		}
+	}
 	if err := draCfg.validate(); err != nil {
 		return err
 	}
 	if resourceNames != "" {
 		for _, n := range strings.Split(resourceNames, ",") {
-			kubeCfg.ResourceNames = append(kubeCfg.ResourceNames, strings.TrimSpace(n))
+			if n = strings.TrimSpace(n); n == "" {
+				return usagef("--kubelet.resource-names %q: an empty name (two commas, or one at an end)", resourceNames)
+			}
+			kubeCfg.ResourceNames = append(kubeCfg.ResourceNames, n)
 		}
 	}
-	for _, v := range []interface{ Validate() error }{engineCfg, nvmlCfg, webCfg, kubeCfg} {
+	for _, v := range []interface{ Validate() error }{engineCfg, nvmlCfg, webCfg, kubeCfg, nodeCfg} {
 		if err := v.Validate(); err != nil {
 			return usageError{err}
 		}
@@ -135,9 +149,13 @@ func runAgent(ctx context.Context, args []string, stderr io.Writer) error {
 		classes = live.priorityClasses()
 	}
 	if !*simulate {
-		opts, pcs, err := startPodSource(gctx, podCfg, &idCfg, logger, g.Go)
+		opts, pcs, podSrc, err := startPodSource(gctx, podCfg, &idCfg, logger, g.Go)
 		if err != nil {
 			return err
+		}
+		var lookup kubelet.PodLookup
+		if podSrc != nil {
+			lookup = podSrc
 		}
 		if pcs != nil {
 			classes = pcs
@@ -147,7 +165,7 @@ func runAgent(ctx context.Context, args []string, stderr io.Writer) error {
 			return err
 		}
 		var draOpts []agent.Option
-		allocs, draOpts = draAllocations(kube, src, draCfg, podCfg.nodeName, logger)
+		allocs, draOpts = draAllocations(kubelet.NewSharing(kube, lookup, logger.Named("kubelet")), src, draCfg, podCfg.nodeName, logger)
 		engineOpts = append(opts, draOpts...)
 	} else {
 		var draOpts []agent.Option
@@ -174,6 +192,9 @@ func runAgent(ctx context.Context, args []string, stderr io.Writer) error {
 		if handler, err = live.withKubeState(handler, webCfg.MetricsPath); err != nil {
 			return err
 		}
+		if handler, err = live.withEngines(handler, webCfg.MetricsPath); err != nil {
+			return err
+		}
 	}
 	srv, err := exporter.Listen(webCfg, handler, logger.Named("web"))
 	if err != nil {
@@ -188,6 +209,9 @@ func runAgent(ctx context.Context, args []string, stderr io.Writer) error {
 			g.Go(func() error { return live.playFaults(gctx, engineCfg.PollInterval/2, logger) })
 		}
 	}
+	// Started after every early return above, so that it never outlives
+	// runAgent.
+	startNodeWatch(gctx, nodeCfg, podCfg, live, reader, logger, g.Go)
 	g.Go(func() error { return engine.Run(gctx) })
 	g.Go(func() error { return srv.Serve(gctx) })
 	err = g.Wait()

@@ -59,12 +59,14 @@ func startDRASource(ctx context.Context, c draSourceConfig, pc podSourceConfig, 
 		logger.Info("no DRA source: --node.name (or $NODE_NAME) is not set; GPUs allocated through DRA claims are unresolved")
 		return nil, nil
 	}
-	rc, err := dra.LoadConfig(pc.kubeconfig)
-	if err != nil {
-		logger.Warn("no DRA source: the API server cannot be reached from here; GPUs allocated through DRA claims are unresolved", zap.Error(err))
+	if err := pc.ensureAPI(ctx); err != nil {
+		return nil, err
+	}
+	if pc.rest == nil {
+		logger.Warn("no DRA source: the API server cannot be reached from here; GPUs allocated through DRA claims are unresolved", zap.Error(pc.restErr))
 		return nil, nil
 	}
-	client, err := dra.NewClient(rc)
+	client, err := dra.NewClient(pc.rest)
 	if err != nil {
 		return nil, usageError{err}
 	}

@@ -278,7 +278,7 @@ func replayFaults(t *testing.T, sc *sim.Scenario, cfg agent.Config, at time.Dura
 	t.Helper()
 	mark := sc.Start.Add(at)
 	end := sc.Start.Add(sc.Duration)
-	scrape := func(ts time.Time, g prometheus.Gatherer) error {
+	scrape := func(ts time.Time, g, _ prometheus.Gatherer) error {
 		switch {
 		case ts.Equal(mark):
 			during = gatherSeries(t, g)

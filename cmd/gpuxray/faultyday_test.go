@@ -27,6 +27,7 @@ import (
 // once the replay returns. It does not run in parallel, so that the
 // goroutines counted are its own.
 func TestReplayFaultyDay(t *testing.T) {
+	skipLongUnderRace(t)
 	if testing.Short() {
 		t.Skip("replays a simulated day")
 	}
@@ -41,7 +42,7 @@ func TestReplayFaultyDay(t *testing.T) {
 	var final series
 	goroutines := map[time.Duration]int{}
 	maxAllocSeries := 0
-	scrape := func(ts time.Time, g prometheus.Gatherer) error {
+	scrape := func(ts time.Time, g, _ prometheus.Gatherer) error {
 		s := gatherSeries(t, g)
 		for k, v := range s {
 			last[k] = v

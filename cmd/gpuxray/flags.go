@@ -251,6 +251,6 @@ func newLogger(c logConfig, w io.Writer) (*zap.Logger, error) {
 
 // readerFlags binds the NVML reader's flags shared by agent and replay.
 func readerFlags(fs *flag.FlagSet, cfg *nvml.Config) {
-	fs.StringVar(&cfg.IdleSource, "idle.source", cfg.IdleSource, "activity source that decides idleness on whole GPUs that have both: samples (NVML utilization samples) or gpm (SM activity, Hopper and newer)")
+	fs.StringVar(&cfg.IdleSource, "idle.source", cfg.IdleSource, "activity source that decides idleness on whole GPUs that have both: samples (NVML utilization samples) or gpm (GPM GRAPHICS_UTIL, the time an app was active; Hopper and newer)")
 	fs.DurationVar(&cfg.CallTimeout, "nvml.timeout", cfg.CallTimeout, "how long a poll waits for one GPU's NVML calls; a GPU whose calls hang longer is reported down until they return")
 }

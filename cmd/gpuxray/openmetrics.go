@@ -20,10 +20,11 @@ import (
 // interleaving metric families, so scrapes are kept until the end and written
 // family by family, each series in time order.
 type omRecorder struct {
-	// target are the labels a scrape of the agent would attach (job, instance).
-	target   []*dto.LabelPair
-	families map[string]*omFamily
-	scrapes  int
+	// target are the labels a scrape of the agent would attach (job,
+	// instance); clusterTarget those of the simulated kube-state-metrics.
+	target, clusterTarget []*dto.LabelPair
+	families              map[string]*omFamily
+	scrapes               int
 }
 
 type omFamily struct {
@@ -33,20 +34,45 @@ type omFamily struct {
 }
 
 type omSeries struct {
-	ms   []int64
-	vals []float64
+	// suffix is a histogram sample's (_bucket, _count, _sum), "" else.
+	suffix string
+	ms     []int64
+	vals   []float64
 }
 
-func newOMRecorder(target map[string]string) *omRecorder {
+func newOMRecorder(target, clusterTarget map[string]string) *omRecorder {
 	r := &omRecorder{families: map[string]*omFamily{}}
-	for k, v := range target {
-		r.target = append(r.target, &dto.LabelPair{Name: &k, Value: &v})
+	pairs := func(m map[string]string) []*dto.LabelPair {
+		var out []*dto.LabelPair
+		for k, v := range m {
+			out = append(out, &dto.LabelPair{Name: &k, Value: &v})
+		}
+		return out
 	}
+	r.target, r.clusterTarget = pairs(target), pairs(clusterTarget)
 	return r
 }
 
-// scrape records the gatherer's metrics as a scrape at t.
-func (r *omRecorder) scrape(t time.Time, g prometheus.Gatherer) error {
+// scrape records the agent's metrics and the cluster's (the simulated
+// kube-state-metrics and Kueue, when set) as scrapes at t.
+func (r *omRecorder) scrape(t time.Time, agent, cluster prometheus.Gatherer) error {
+	if err := r.record(t, agent, r.target, false); err != nil {
+		return err
+	}
+	if cluster != nil {
+		if err := r.record(t, cluster, r.clusterTarget, true); err != nil {
+			return fmt.Errorf("cluster series: %w", err)
+		}
+	}
+	r.scrapes++
+	return nil
+}
+
+// record adds the gatherer's metrics at t, with the target's labels where
+// a metric has none of that name (as a scrape with honor_labels keeps the
+// job and instance of the simulated engines' series, replayEngines) and,
+// with drop, without its empty labels.
+func (r *omRecorder) record(t time.Time, g prometheus.Gatherer, target []*dto.LabelPair, drop bool) error {
 	mfs, err := g.Gather()
 	if err != nil {
 		return fmt.Errorf("gather: %w", err)
@@ -59,6 +85,41 @@ func (r *omRecorder) scrape(t time.Time, g prometheus.Gatherer) error {
 			r.families[fam.name] = fam
 		}
 		for _, m := range mf.GetMetric() {
+			labels := m.GetLabel()
+			if drop {
+				labels = nonEmpty(labels)
+			}
+			labels = slices.Clip(labels)
+			for _, tl := range target {
+				if !slices.ContainsFunc(labels, func(l *dto.LabelPair) bool { return l.GetName() == tl.GetName() }) {
+					labels = append(labels, tl)
+				}
+			}
+			add := func(suffix string, ls []*dto.LabelPair, v float64) {
+				key := suffix + renderLabels(ls)
+				s := fam.series[key]
+				if s == nil {
+					s = &omSeries{suffix: suffix}
+					fam.series[key] = s
+				}
+				s.ms, s.vals = append(s.ms, ms), append(s.vals, v)
+			}
+			if fam.typ == dto.MetricType_HISTOGRAM {
+				// A classic histogram is its buckets, count and sum, as
+				// Prometheus stores it (TGI's tgi_request_generated_tokens).
+				h := m.GetHistogram()
+				le := func(ub float64) []*dto.LabelPair {
+					n, v := "le", formatFloat(ub)
+					return append(slices.Clip(labels), &dto.LabelPair{Name: &n, Value: &v})
+				}
+				for _, b := range h.GetBucket() {
+					add("_bucket", le(b.GetUpperBound()), float64(b.GetCumulativeCount()))
+				}
+				add("_bucket", le(math.Inf(1)), float64(h.GetSampleCount()))
+				add("_count", labels, float64(h.GetSampleCount()))
+				add("_sum", labels, h.GetSampleSum())
+				continue
+			}
 			var v float64
 			switch fam.typ {
 			case dto.MetricType_COUNTER:
@@ -70,17 +131,20 @@ func (r *omRecorder) scrape(t time.Time, g prometheus.Gatherer) error {
 			default:
 				return fmt.Errorf("metric %s: type %s is not supported in a replay", fam.name, fam.typ)
 			}
-			key := renderLabels(append(slices.Clip(m.GetLabel()), r.target...))
-			s := fam.series[key]
-			if s == nil {
-				s = &omSeries{}
-				fam.series[key] = s
-			}
-			s.ms, s.vals = append(s.ms, ms), append(s.vals, v)
+			add("", labels, v)
 		}
 	}
-	r.scrapes++
 	return nil
+}
+
+// nonEmpty drops labels with empty values, as a scrape stores them: the
+// simulated kube-state-metrics gives every pod every node-selector label,
+// empty where it has none.
+func nonEmpty(ls []*dto.LabelPair) []*dto.LabelPair {
+	if !slices.ContainsFunc(ls, func(l *dto.LabelPair) bool { return l.GetValue() == "" }) {
+		return ls
+	}
+	return slices.DeleteFunc(slices.Clone(ls), func(l *dto.LabelPair) bool { return l.GetValue() == "" })
 }
 
 // WriteTo writes the recorded scrapes, ending with "# EOF".
@@ -102,6 +166,8 @@ func (r *omRecorder) WriteTo(w io.Writer) (int64, error) {
 			sample = n + "_total"
 		case dto.MetricType_UNTYPED:
 			typ = "unknown"
+		case dto.MetricType_HISTOGRAM:
+			typ = "histogram"
 		}
 		fmt.Fprintf(bw, "# TYPE %s %s\n# HELP %s %s\n", n, typ, n, escapeHelp(fam.help))
 		keys := make([]string, 0, len(fam.series))
@@ -112,7 +178,7 @@ func (r *omRecorder) WriteTo(w io.Writer) (int64, error) {
 		for _, k := range keys {
 			s := fam.series[k]
 			for i, ms := range s.ms {
-				fmt.Fprintf(bw, "%s%s %s %d.%03d\n", sample, k, formatFloat(s.vals[i]), ms/1000, ms%1000)
+				fmt.Fprintf(bw, "%s%s%s %s %d.%03d\n", sample, s.suffix, strings.TrimPrefix(k, s.suffix), formatFloat(s.vals[i]), ms/1000, ms%1000)
 			}
 		}
 	}

@@ -5,6 +5,8 @@ package main
 import (
 	"bufio"
 	"math"
+	"os"
+	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
@@ -121,5 +123,69 @@ func TestReplayOpenMetrics(t *testing.T) {
 	}
 	if checked < 50 {
 		t.Errorf("checked %d series, want every series of the final exposition", checked)
+	}
+}
+
+// TestReplayOpenMetricsCluster: replay's OpenMetrics carries the scenario's
+// cluster series too, as `agent --simulate` serves them at
+// /simulate/kube-state-metrics, labelled job="kube-state-metrics", one
+// sample per scrape: a waiting pod's phase, creation and node selector
+// while it waits, and a suspended job only in Kueue's pending series and
+// its Workload's.
+func TestReplayOpenMetricsCluster(t *testing.T) {
+	t.Parallel()
+	path := filepath.Join(t.TempDir(), "q.yaml")
+	if err := os.WriteFile(path, []byte(`start: 2026-12-01T08:00:00Z
+duration: 30m
+node: q-node
+system: dgxh100
+gpus: 1
+priority_classes: {training: 1000}
+kueue:
+  - {cluster_queue: research, nominal_quota: 8, local_queues: [research/team-a]}
+unscheduled:
+  - {namespace: research, name: wait-0, gpus: 2, from: 10m, to: 20m, node_selector: {nvidia.com/gpu.product: NVIDIA-H100-80GB-HBM3}}
+  - {namespace: research, name: big-0, gpus: 8, from: 0s, queue: team-a, priority_class: training, suspended: true}
+`), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	code, om, errs := runCmd(t, "replay", "--format=openmetrics", "--scrape.interval=5m", path)
+	if code != 0 {
+		t.Fatalf("replay exited %d: %s", code, errs)
+	}
+	samples := func(prefix string) []string {
+		var out []string
+		for _, l := range strings.Split(om, "\n") {
+			if strings.HasPrefix(l, prefix) {
+				out = append(out, l)
+			}
+		}
+		return out
+	}
+	start := time.Date(2026, 12, 1, 8, 0, 0, 0, time.UTC).Unix()
+	ksm := `instance="kube-state-metrics",job="kube-state-metrics"`
+	// Pending at the scrapes of 10m and 15m; gone at 20m.
+	pending := samples(`kube_pod_status_phase{` + ksm + `,namespace="research",phase="Pending",pod="wait-0"`)
+	if len(pending) != 2 || !strings.HasSuffix(pending[0], " 1 "+strconv.FormatInt(start+600, 10)+".000") {
+		t.Errorf("wait-0's Pending phase: %q, want 1 at %d and %d", pending, start+600, start+900)
+	}
+	if s := samples(`kube_pod_created{` + ksm + `,namespace="research",pod="wait-0"`); len(s) != 2 || !strings.Contains(s[0], " 1.7961126e+09 ") {
+		t.Errorf("wait-0's creation: %q, want 1.7961126e+09 (08:10) twice", s)
+	}
+	if s := samples(`kube_pod_nodeselectors{` + ksm + `,namespace="research",nodeselector_nvidia_com_gpu_product="NVIDIA-H100-80GB-HBM3",pod="wait-0"`); len(s) != 2 {
+		t.Errorf("wait-0's node selector: %q", s)
+	}
+	// The suspended job waits over [0s, 30m): Kueue's pending GPUs are 8
+	// at the scrapes from 08:00 to 08:25 and 0 at the end, its Workload's
+	// series are there until then, and it has no pod.
+	if s := samples(`kueue_cluster_queue_resource_pending{cluster_queue="research",` + ksm); len(s) != 7 ||
+		!strings.HasSuffix(s[5], " 8 "+strconv.FormatInt(start+1500, 10)+".000") || !strings.HasSuffix(s[6], " 0 "+strconv.FormatInt(start+1800, 10)+".000") {
+		t.Errorf("Kueue's pending GPUs: %q, want 8 at 6 scrapes, then 0", s)
+	}
+	if s := samples(`kube_customresource_kueue_workload_pending_gpus{`); len(s) != 6 {
+		t.Errorf("the Workload's pending GPUs: %q, want 6 scrapes", s)
+	}
+	if s := samples(`kube_pod_info{`); len(s) != 2 {
+		t.Errorf("kube_pod_info: %q, want wait-0's two scrapes only", s)
 	}
 }

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"os"
@@ -10,6 +11,7 @@ import (
 	"time"
 
 	"go.uber.org/zap"
+	"k8s.io/client-go/rest"
 
 	"github.com/gpuxray/gpuxray/agent"
 	"github.com/gpuxray/gpuxray/collector/pods"
@@ -66,6 +68,12 @@ type podSourceConfig struct {
 	nodeName   string
 	kubeconfig string
 	procRoot   string
+
+	// rest is the API server's configuration, read by loadAPI; nil when
+	// it cannot be had (no kubeconfig, not in a cluster).
+	rest *rest.Config
+	// restErr says why rest is nil.
+	restErr error
 }
 
 func podSourceFlags(fs *flag.FlagSet, c *podSourceConfig) {
@@ -89,46 +97,92 @@ func (c podSourceConfig) validate() error {
 	return nil
 }
 
-// startPodSource starts the pod informer and the PriorityClass watch in g
+// loadAPI reads the API server's configuration, once, for the pod and DRA
+// sources: --kubeconfig (up to maxConfigBytes, until ctx is done, with
+// each file it names checked as checkFile does; a bad one is a usage
+// error), else the in-cluster one (its failure is only logged by the
+// sources: the agent then runs without them).
+func (c *podSourceConfig) loadAPI(ctx context.Context) error {
+	if c.kubeconfig == "" {
+		c.rest, c.restErr = pods.InClusterConfig()
+		return nil
+	}
+	data, err := readFile(ctx, c.kubeconfig, "kubeconfig", maxConfigBytes)
+	if err != nil {
+		return err
+	}
+	rc, err := pods.ParseKubeconfig(data, c.kubeconfig, func(file string) error {
+		return checkFile(file, "--kubeconfig: the file", maxConfigBytes)
+	})
+	var ue usageError
+	switch {
+	case errors.As(err, &ue):
+		return err
+	case err != nil:
+		return usagef("--kubeconfig %q: %v", c.kubeconfig, err)
+	}
+	c.rest = rc
+	return nil
+}
+
+// ensureAPI calls loadAPI unless it has been called: runAgent reads the
+// configuration before anything starts; a caller that starts a source
+// alone reads it here.
+func (c *podSourceConfig) ensureAPI(ctx context.Context) error {
+	if c.rest != nil || c.restErr != nil {
+		return nil
+	}
+	return c.loadAPI(ctx)
+}
+
+// startPodSource starts the pod source and the PriorityClass watch in g
 // and returns the engine options that use them and the PriorityClasses to
 // export, or none (logged) when the agent runs without a pod source:
 // disabled, no node name, or no way to reach the API server. A
 // configuration that cannot work (an unreadable kubeconfig, a relative
 // /proc) is a usage error.
-func startPodSource(ctx context.Context, c podSourceConfig, id *identityConfig, logger *zap.Logger, run func(func() error)) ([]agent.Option, *pods.PriorityClasses, error) {
+func startPodSource(ctx context.Context, c podSourceConfig, id *identityConfig, logger *zap.Logger, run func(func() error)) ([]agent.Option, *pods.PriorityClasses, *pods.Source, error) {
 	if !c.enabled {
-		return nil, nil, nil
+		return nil, nil, nil, nil
 	}
 	if c.nodeName == "" {
 		logger.Info("no pod source: --node.name (or $NODE_NAME) is not set; workloads, models and per-process attribution are off")
-		return nil, nil, nil
+		return nil, nil, nil, nil
 	}
 	procCfg := proc.Config{Root: c.procRoot}
 	cfg := pods.DefaultConfig(c.nodeName)
 	cfg.Kubeconfig, cfg.ModelKeys, cfg.ExtraLabels = c.kubeconfig, id.keys, id.extra
+	if err := c.ensureAPI(ctx); err != nil {
+		return nil, nil, nil, err
+	}
+	cfg.REST = c.rest
 	if err := cfg.Validate(); err != nil {
-		return nil, nil, usageError{err}
+		return nil, nil, nil, usageError{err}
+	}
+	if c.rest == nil {
+		logger.Warn("no pod source: the API server cannot be reached from here; workloads, models and per-process attribution are off", zap.Error(c.restErr))
+		return nil, nil, nil, nil
 	}
 	client, err := pods.NewClient(cfg)
 	if err != nil {
 		logger.Warn("no pod source: the API server cannot be reached from here; workloads, models and per-process attribution are off", zap.Error(err))
-		return nil, nil, nil
+		return nil, nil, nil, nil
 	}
 	src, err := pods.New(cfg, client, logger.Named("pods"))
 	if err != nil {
-		return nil, nil, usageError{err}
+		return nil, nil, nil, usageError{err}
 	}
 	classClient, err := pods.NewPriorityClassClient(cfg)
 	if err != nil {
-		return nil, nil, fmt.Errorf("priority classes: %w", err)
+		return nil, nil, nil, fmt.Errorf("priority classes: %w", err)
 	}
-	classes, err := pods.NewPriorityClasses(classClient, logger.Named("pods"))
+	classes, err := pods.NewPriorityClasses(classClient, 0, logger.Named("pods"))
 	if err != nil {
-		return nil, nil, err
+		return nil, nil, nil, err
 	}
 	run(func() error { return classes.Run(ctx) })
 	startAndSync(ctx, src, "the node's pods", logger, run)
-	return []agent.Option{agent.WithPods(podsAndClasses{src, classes}), agent.WithProcesses(proc.New(procCfg, logger.Named("proc")))}, classes, nil
+	return []agent.Option{agent.WithPods(podsAndClasses{src, classes}), agent.WithProcesses(proc.New(procCfg, logger.Named("proc")))}, classes, src, nil
 }
 
 // syncer is a watch that runs until its context ends and says when its

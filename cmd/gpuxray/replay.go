@@ -27,11 +27,11 @@ import (
 // of the scenario, however early it ended.
 const keepAll = 100 * 365 * 24 * time.Hour
 
-// replayCallTimeout is how long, in real time, replay's reader waits for a
-// GPU's NVML calls. On a virtual clock a call that a hang fault holds cannot
-// return before the clock moves, so it is declared hung after this wait,
-// every time; other reads take microseconds.
-const replayCallTimeout = time.Second
+// replayPollTimeout is replay's default --poll.timeout. The replay's clock
+// is virtual: a poll lasts as long as the host takes to run it, which on a
+// busy machine can be seconds, and a poll that gave up on its reads would
+// lose the samples the clock then moves past. The deadline is a guard.
+const replayPollTimeout = time.Minute
 
 // settleTimeout bounds replay's real-time waits for the simulation to
 // catch up with a move of the virtual clock.
@@ -41,7 +41,7 @@ func runReplay(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	fs := flag.NewFlagSet("gpuxray replay", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	cfg := agent.DefaultConfig()
-	cfg.Retention = keepAll
+	cfg.Retention, cfg.PollTimeout = keepAll, replayPollTimeout
 	engineFlags(fs, &cfg)
 	nvmlCfg := nvml.DefaultConfig()
 	readerFlags(fs, &nvmlCfg)
@@ -53,7 +53,7 @@ func runReplay(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	logFlags(fs, &logCfg)
 	fs.Lookup("log.level").DefValue, logCfg.level = "warn", "warn"
 	fs.Usage = func() {
-		fmt.Fprintf(fs.Output(), "Usage: gpuxray replay [flags] FILE\n\nReplays the scenario FILE on a virtual clock as fast as the CPU allows, through\nthe real NVML reader, kubelet client and engine, and prints the final metrics\nin the Prometheus text format, or with --format openmetrics every scrape of\nthe replay with its timestamp (labelled job=\"gpuxray\", instance=NODE as a\nscrape would be), ready for promtool tsdb create-blocks-from openmetrics.\n\nFlags:\n")
+		fmt.Fprintf(fs.Output(), "Usage: gpuxray replay [flags] FILE\n\nReplays the scenario FILE on a virtual clock as fast as the CPU allows, through\nthe real NVML reader, kubelet client and engine, and prints the final metrics\nin the Prometheus text format, or with --format openmetrics every scrape of\nthe replay with its timestamp (labelled job=\"gpuxray\", instance=NODE as a\nscrape would be), with the scenario's cluster series at the same scrapes (the\nsimulated kube-state-metrics and Kueue that agent --simulate serves at\n/simulate/kube-state-metrics, labelled job=\"kube-state-metrics\"), ready for\npromtool tsdb create-blocks-from openmetrics.\n\nFlags:\n")
 		fs.PrintDefaults()
 	}
 	positional, err := parseFlags(fs, args, os.Getenv)
@@ -86,7 +86,9 @@ func runReplay(ctx context.Context, args []string, stdout, stderr io.Writer) err
 		return err
 	}
 	if *format == "openmetrics" {
-		rec := newOMRecorder(map[string]string{"job": "gpuxray", "instance": sc.Node})
+		// The cluster's series as `agent --simulate` serves them at
+		// /simulate/kube-state-metrics, scraped as kube-state-metrics.
+		rec := newOMRecorder(map[string]string{"job": "gpuxray", "instance": sc.Node}, map[string]string{"job": "kube-state-metrics", "instance": "kube-state-metrics"})
 		if _, err := replay(ctx, sc, cfg, nvmlCfg, &idCfg, logger, *scrapeEvery, rec.scrape); err != nil {
 			return err
 		}
@@ -106,7 +108,7 @@ func runReplay(ctx context.Context, args []string, stdout, stderr io.Writer) err
 // scrape func, it also scrapes the metrics at the start, every scrapeEvery
 // of virtual time (at the first poll at or after each), and at the end.
 func replay(ctx context.Context, sc *sim.Scenario, cfg agent.Config, nvmlCfg nvml.Config, id *identityConfig, zl *zap.Logger,
-	scrapeEvery time.Duration, scrape func(time.Time, prometheus.Gatherer) error) ([]byte, error) {
+	scrapeEvery time.Duration, scrape func(t time.Time, agent, cluster prometheus.Gatherer) error) ([]byte, error) {
 	clock := sim.NewVirtualClock(sc.Start)
 	s, err := startSimulation(sc, clock)
 	if err != nil {
@@ -115,7 +117,11 @@ func replay(ctx context.Context, sc *sim.Scenario, cfg agent.Config, nvmlCfg nvm
 	defer s.stop()
 	s.node.SetIdentity(id.simIdentity())
 
-	nvmlCfg.CallTimeout = replayCallTimeout
+	// On a virtual clock a call that a hang fault holds cannot return
+	// before the clock moves: the reader gives up on it as soon as the
+	// simulated driver holds it. Any other read, however slow the host,
+	// is waited for (nvml.Config.HeldCalls).
+	nvmlCfg.HeldCalls = s.node.BlockedCalls
 	reader := nvml.New(s.nvml(), nvmlCfg, zl.Named("nvml"), clock)
 	if err := reader.Init(); err != nil {
 		return nil, err
@@ -143,6 +149,13 @@ func replay(ctx context.Context, sc *sim.Scenario, cfg agent.Config, nvmlCfg nvm
 	}
 	reg := prometheus.NewPedanticRegistry()
 	reg.MustRegister(exporter.NewCollector(engine, nil, exporter.WithExtraLabels(id.labelNames()...)), exporter.NewPriorityClassCollector(s.node))
+	if scrape != nil {
+		replayEngines(reg, s.node)
+	}
+	cluster := prometheus.NewPedanticRegistry()
+	if err := cluster.Register(s.node.KubeState()); err != nil {
+		return nil, fmt.Errorf("simulated kube-state-metrics: %w", err)
+	}
 	faults := sim.NewFaultPlayer(sc, s.kubelet, s.socket, kubeCfg.Timeout)
 	end := sc.Start.Add(sc.Duration)
 	nextScrape := sc.Start
@@ -159,8 +172,14 @@ func replay(ctx context.Context, sc *sim.Scenario, cfg agent.Config, nvmlCfg nvm
 		}
 		engine.Poll(ctx)
 		last := t.Add(cfg.PollInterval).After(end)
+		if last {
+			// Periods of shared GPUs still waiting for their processes'
+			// samples are credited now: the replay's output holds its
+			// whole time.
+			engine.Settle()
+		}
 		if scrape != nil && (!t.Before(nextScrape) || last) {
-			if err := scrape(t, reg); err != nil {
+			if err := scrape(t, reg, cluster); err != nil {
 				return nil, err
 			}
 			for !nextScrape.After(t) {

@@ -9,6 +9,7 @@ import (
 	"net/url"
 	"os"
 	"path/filepath"
+	"strings"
 	"time"
 
 	"github.com/prometheus/client_golang/api"
@@ -47,8 +48,13 @@ func runReport(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	fs.Float64Var(&cfg.Quantile, "verdict.quantile", cfg.Quantile, "quantile of peak time at which pending demand beyond reclaimable capacity counts as a shortage")
 	fs.Float64Var(&cfg.Hints.ActivityThreshold, "hints.activity-threshold", cfg.Hints.ActivityThreshold, "right-sizing: a workload whose activity never exceeds this ratio is listed")
 	fs.Float64Var(&cfg.Hints.MemoryBound, "hints.memory-bound", cfg.Hints.MemoryBound, "right-sizing: share of its GPU's memory above which a compute-idle workload is memory-bound")
-	fs.DurationVar(&cfg.Timeout, "prometheus.timeout", cfg.Timeout, "deadline of each query")
-	fs.IntVar(&cfg.MaxPoints, "prometheus.max-points", cfg.MaxPoints, "most steps per range query; longer ranges are split (and split further when the server refuses)")
+	minTime := time.Duration(cfg.Hints.MinHours * float64(time.Hour))
+	fs.DurationVar(&minTime, "hints.min-time", minTime, "right-sizing: the least time a workload's activity must have been measured over for a hint (raised to --hints.min-share of the time covered); hints withheld are counted")
+	fs.Float64Var(&cfg.Hints.MinShare, "hints.min-share", cfg.Hints.MinShare, "right-sizing: the least share of the time the data covers that a workload's activity must have been measured over for a hint")
+	fs.DurationVar(&cfg.Timeout, "prometheus.timeout", cfg.Timeout, "deadline of each query: the server is asked to stop a tenth earlier; a query it does not answer at all is tried once more, halved, then the report gives up")
+	fs.IntVar(&cfg.MaxPoints, "prometheus.max-points", cfg.MaxPoints, "most steps per range query; longer ranges are split (and split further when the server refuses, or answers more than --prometheus.max-answer-bytes)")
+	fs.Int64Var(&cfg.MaxAnswerBytes, "prometheus.max-answer-bytes", cfg.MaxAnswerBytes, "most bytes of one answer (decompressed): a larger one is split, and one step's larger answer ends the report")
+	fs.IntVar(&cfg.MaxSeries, "prometheus.max-series", cfg.MaxSeries, "most series one query may return (the report holds each over the whole range)")
 	fs.StringVar(&f.httpConfigFile, "prometheus.http-config-file", "", "Prometheus' HTTP client configuration (basic_auth, authorization, tls_config, proxy_url, …), as in a scrape config; the flags below add to it")
 	fs.StringVar(&f.basicUser, "prometheus.basic-auth.username", "", "basic authentication user")
 	fs.StringVar(&f.basicPasswordFile, "prometheus.basic-auth.password-file", "", "file holding the basic authentication password")
@@ -63,6 +69,8 @@ func runReport(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	sched.Windows = peak.build()
 	fs.Func("peak.schedule", "the agents' --peak.schedule: the report follows the agents' window label and warns where it differs from this; unchecked when not given", peak.setSchedule)
 	fs.Func("peak.timezone", "the agents' --peak.timezone: the clock of the report's dates and hour-of-day heatmap", peak.setZone)
+	fs.Func("slo.wait", "a target for how long GPU jobs wait: CLASS=DURATION (a priority class, or * for every class without its own), the 95th-percentile wait the report holds each class to; repeatable", sloFlag(&cfg.SLOWait))
+	prices := priceFlags(fs)
 	fs.Lookup("peak.schedule").DefValue = agent.DefaultPeakSchedule
 	fs.Lookup("peak.timezone").DefValue = "UTC"
 	fs.Usage = func() {
@@ -92,6 +100,7 @@ func runReport(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	}
 	cfg.Range = time.Duration(r)
 	cfg.Location = peak.loc
+	cfg.Hints.MinHours = minTime.Hours()
 	if f.end != "" {
 		if cfg.End, err = time.Parse(time.RFC3339, f.end); err != nil {
 			if cfg.End, err = time.ParseInLocation(time.DateOnly, f.end, peak.loc); err != nil {
@@ -117,10 +126,13 @@ func runReport(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	default:
 		return usagef("--format %q is not one of text, html, json", f.format)
 	}
+	if cfg.Prices, err = prices.sheet(); err != nil {
+		return err
+	}
 	if err := cfg.Validate(); err != nil {
 		return usageError{err}
 	}
-	httpCfg, err := f.httpConfig()
+	httpCfg, err := f.httpConfig(ctx)
 	if err != nil {
 		return err
 	}
@@ -128,6 +140,7 @@ func runReport(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	if err != nil {
 		return usagef("Prometheus client configuration: %v", err)
 	}
+	client.Transport = report.LimitAnswers(client.Transport, cfg.MaxAnswerBytes)
 	apiClient, err := api.NewClient(api.Config{Address: f.prometheus, Client: client})
 	if err != nil {
 		return usagef("--prometheus %q: %v", f.prometheus, err)
@@ -172,13 +185,21 @@ func runReport(ctx context.Context, args []string, stdout, stderr io.Writer) err
 }
 
 // httpConfig is --prometheus.http-config-file with the auth flags on top.
-func (f reportFlags) httpConfig() (*config.HTTPClientConfig, error) {
+// The file is read within bounds until ctx is done (readFile), and every
+// file the result names, which the client reads again at each request, is
+// checked (checkFile).
+func (f reportFlags) httpConfig(ctx context.Context) (*config.HTTPClientConfig, error) {
 	c := config.DefaultHTTPClientConfig
 	if f.httpConfigFile != "" {
-		loaded, _, err := config.LoadHTTPConfigFile(f.httpConfigFile)
+		data, err := readFile(ctx, f.httpConfigFile, "Prometheus HTTP configuration", maxConfigBytes)
 		if err != nil {
-			return nil, usagef("--prometheus.http-config-file: %v", err)
+			return nil, err
 		}
+		loaded, err := config.LoadHTTPConfig(string(data))
+		if err != nil {
+			return nil, usagef("--prometheus.http-config-file %q: %s", f.httpConfigFile, oneLine(err.Error()))
+		}
+		loaded.SetDirectory(filepath.Dir(f.httpConfigFile))
 		c = *loaded
 	}
 	if f.basicUser != "" || f.basicPasswordFile != "" {
@@ -196,7 +217,34 @@ func (f reportFlags) httpConfig() (*config.HTTPClientConfig, error) {
 	if err := c.Validate(); err != nil {
 		return nil, usagef("Prometheus client configuration: %v", err)
 	}
+	for _, file := range httpConfigFiles(&c) {
+		if err := checkFile(file, "Prometheus client configuration: the file", maxConfigBytes); err != nil {
+			return nil, err
+		}
+	}
 	return &c, nil
+}
+
+// httpConfigFiles are the files c names: secrets and certificates that
+// the client reads at each request or connection.
+func httpConfigFiles(c *config.HTTPClientConfig) []string {
+	files := []string{c.BearerTokenFile, c.TLSConfig.CAFile, c.TLSConfig.CertFile, c.TLSConfig.KeyFile}
+	if c.BasicAuth != nil {
+		files = append(files, c.BasicAuth.PasswordFile, c.BasicAuth.UsernameFile)
+	}
+	if c.Authorization != nil {
+		files = append(files, c.Authorization.CredentialsFile)
+	}
+	if c.OAuth2 != nil {
+		files = append(files, c.OAuth2.ClientSecretFile, c.OAuth2.TLSConfig.CAFile, c.OAuth2.TLSConfig.CertFile, c.OAuth2.TLSConfig.KeyFile)
+	}
+	out := files[:0]
+	for _, f := range files {
+		if f != "" {
+			out = append(out, f)
+		}
+	}
+	return out
 }
 
 func cmpOr(a, b string) string {
@@ -224,5 +272,28 @@ func progressLine(w io.Writer) func(done, total int) {
 			last = now
 			fmt.Fprintf(w, "\rreading Prometheus: %3.0f%% of %d query steps", 100*float64(done)/float64(max(total, 1)), total)
 		}
+	}
+}
+
+// sloFlag sets --slo.wait CLASS=DURATION into slo, one class at a time.
+func sloFlag(slo *map[string]time.Duration) func(string) error {
+	return func(v string) error {
+		class, d, ok := strings.Cut(v, "=")
+		class = strings.TrimSpace(class)
+		if !ok || class == "" {
+			return fmt.Errorf("want CLASS=DURATION, such as training=30m or *=2h")
+		}
+		dur, err := model.ParseDuration(strings.TrimSpace(d))
+		if err != nil || dur <= 0 {
+			return fmt.Errorf("%q is not a positive duration such as 30m, 2h or 1d", d)
+		}
+		if *slo == nil {
+			*slo = map[string]time.Duration{}
+		}
+		if _, dup := (*slo)[class]; dup {
+			return fmt.Errorf("class %s is given twice", class)
+		}
+		(*slo)[class] = time.Duration(dur)
+		return nil
 	}
 }

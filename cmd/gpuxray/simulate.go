@@ -5,11 +5,9 @@ package main
 import (
 	"context"
 	"fmt"
-	"io"
 	"net/http"
 	"os"
 	"path/filepath"
-	"sync"
 	"time"
 
 	gonvml "github.com/NVIDIA/go-nvml/pkg/nvml"
@@ -20,6 +18,8 @@ import (
 
 	"github.com/gpuxray/gpuxray/agent"
 	"github.com/gpuxray/gpuxray/collector/dra"
+	"github.com/gpuxray/gpuxray/collector/kubelet"
+	"github.com/gpuxray/gpuxray/collector/node"
 	"github.com/gpuxray/gpuxray/collector/proc"
 	"github.com/gpuxray/gpuxray/collector/sim"
 	"github.com/gpuxray/gpuxray/exporter"
@@ -126,8 +126,10 @@ const kubeStateMaxRequests = 4
 
 // loadScenario reads FILE, or returns the embedded demo when path is empty.
 // A bad file is a usage error naming the path as given, the line and field.
-// The read ends when ctx is done: a FIFO nobody writes to would block it,
-// with the signals that end the process already caught.
+// The read and the parse end when ctx is done: a FIFO nobody writes to
+// would block the one, 16 MiB of YAML keep the other busy for seconds,
+// with the signals that end the process already caught. (A parse left
+// behind ends on its own: its input is bounded.)
 func loadScenario(ctx context.Context, path string) (*sim.Scenario, error) {
 	if path == "" {
 		return sim.Demo(), nil
@@ -136,66 +138,30 @@ func loadScenario(ctx context.Context, path string) (*sim.Scenario, error) {
 	if err != nil {
 		return nil, err
 	}
-	sc, err := sim.ParseScenario(data, path)
-	if err != nil {
-		return nil, usageError{err}
+	type parsed struct {
+		sc  *sim.Scenario
+		err error
 	}
-	return sc, nil
+	done := make(chan parsed, 1)
+	go func() {
+		sc, err := sim.ParseScenario(data, path)
+		done <- parsed{sc, err}
+	}()
+	select {
+	case p := <-done:
+		if p.err != nil {
+			return nil, usageError{p.err}
+		}
+		return p.sc, nil
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
 }
 
 // readScenario reads path, up to maxScenarioBytes, whatever kind of file
 // it is (a pipe from <(...) is fine), until ctx is done.
 func readScenario(ctx context.Context, path string) ([]byte, error) {
-	type result struct {
-		data []byte
-		err  error
-	}
-	done := make(chan result, 1)
-	var (
-		mu        sync.Mutex
-		file      *os.File
-		abandoned bool
-	)
-	go func() {
-		// Opening a FIFO blocks until a writer opens it, in a system call
-		// nothing interrupts: then this goroutine outlives start-up, and
-		// closes the file when the open returns.
-		f, err := os.Open(path)
-		if err != nil {
-			done <- result{err: usagef("reading scenario: %v", err)}
-			return
-		}
-		mu.Lock()
-		if abandoned {
-			mu.Unlock()
-			f.Close()
-			return
-		}
-		file = f
-		mu.Unlock()
-		defer f.Close()
-		data, err := io.ReadAll(io.LimitReader(f, maxScenarioBytes+1))
-		switch {
-		case err != nil:
-			done <- result{err: usagef("reading scenario: %v", err)}
-		case len(data) > maxScenarioBytes:
-			done <- result{err: usagef("%s: scenario is larger than %d MiB", path, maxScenarioBytes>>20)}
-		default:
-			done <- result{data: data}
-		}
-	}()
-	select {
-	case r := <-done:
-		return r.data, r.err
-	case <-ctx.Done():
-		mu.Lock()
-		abandoned = true
-		if file != nil {
-			file.Close() // a pipe is read through the poller: this ends the read
-		}
-		mu.Unlock()
-		return nil, ctx.Err()
-	}
+	return readFile(ctx, path, "scenario", maxScenarioBytes)
 }
 
 func startSimulation(sc *sim.Scenario, clock sim.Clock) (*simulation, error) {
@@ -236,6 +202,9 @@ func startSimulation(sc *sim.Scenario, clock sim.Clock) (*simulation, error) {
 // resolved by the real DRA source from the simulated API server's
 // ResourceSlices, as on a node. The source runs in run until ctx is done.
 func (s *simulation) allocations(ctx context.Context, kube dra.Lister, c draSourceConfig, logger *zap.Logger, run func(func() error)) (agent.AllocationSource, []agent.Option, error) {
+	// Sharing schedulers' pods are read from the simulated node, as the
+	// agent reads them from its pod source.
+	kube = kubelet.NewSharing(kube, s.node, logger.Named("kubelet"))
 	if s.api == nil {
 		return kube, nil, nil
 	}
@@ -358,6 +327,14 @@ func (s *simulation) withKubeState(h http.Handler, metricsPath string) (http.Han
 }
 
 func (s *simulation) nvml() gonvml.Interface { return s.node.NVML() }
+
+// nodeLabels are the simulated node's labels (the scenario's
+// driver.node_labels), for the node watch.
+func (s *simulation) nodeLabels() node.Source { return simLabels{s.node} }
+
+type simLabels struct{ n *sim.Node }
+
+func (l simLabels) Labels(context.Context) (map[string]string, error) { return l.n.NodeLabels(), nil }
 
 // engineOptions attributes shared GPUs per process: the simulated node is
 // the pod source, and the real /proc reader reads the node's /proc tree.

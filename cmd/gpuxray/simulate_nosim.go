@@ -14,6 +14,7 @@ import (
 
 	"github.com/gpuxray/gpuxray/agent"
 	"github.com/gpuxray/gpuxray/collector/dra"
+	"github.com/gpuxray/gpuxray/collector/node"
 	"github.com/gpuxray/gpuxray/exporter"
 )
 
@@ -40,12 +41,14 @@ func runReplay(context.Context, []string, io.Writer, io.Writer) error { return e
 
 func (*simulation) stop()                                                                     {}
 func (*simulation) nvml() gonvml.Interface                                                    { return nil }
+func (*simulation) nodeLabels() node.Source                                                   { return nil }
 func (*simulation) agentClock() agent.Clock                                                   { return nil }
 func (*simulation) engineOptions(*zap.Logger) []agent.Option                                  { return nil }
 func (*simulation) priorityClasses() exporter.PriorityClassSource                             { return nil }
 func (*simulation) playLiveLeadIn(context.Context, *agent.Engine, time.Duration, *zap.Logger) {}
 func (*simulation) playFaults(context.Context, time.Duration, *zap.Logger) error              { return nil }
 func (*simulation) withKubeState(h http.Handler, _ string) (http.Handler, error)              { return h, nil }
+func (*simulation) withEngines(h http.Handler, _ string) (http.Handler, error)                { return h, nil }
 func (*simulation) allocations(_ context.Context, kube dra.Lister, _ draSourceConfig, _ *zap.Logger, _ func(func() error)) (agent.AllocationSource, []agent.Option, error) {
 	return kube, nil, nil
 }

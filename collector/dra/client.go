@@ -16,6 +16,7 @@ import (
 	"k8s.io/client-go/rest"
 
 	"github.com/gpuxray/gpuxray/collector/internal/kubeconfig"
+	"github.com/gpuxray/gpuxray/collector/internal/listwatch"
 )
 
 // SliceClient lists and watches ResourceSlices, whatever version the API
@@ -57,7 +58,8 @@ type versionClient struct {
 func LoadConfig(path string) (*rest.Config, error) { return kubeconfig.Load(path) }
 
 // NewClient returns the Client of the API server rc reaches (over TLS, or
-// plain HTTP for a loopback test server).
+// plain HTTP for a loopback test server). Its answers are read within
+// listwatch.LimitResponses's bounds.
 func NewClient(rc *rest.Config) (*Client, error) {
 	scheme := runtime.NewScheme()
 	var gvs []schema.GroupVersion
@@ -70,6 +72,7 @@ func NewClient(rc *rest.Config) (*Client, error) {
 	}
 	codecs := serializer.NewCodecFactory(scheme).WithoutConversion()
 	c := &Client{params: runtime.NewParameterCodec(scheme)}
+	rc = listwatch.LimitResponses(rc)
 	for _, gv := range gvs {
 		cfg := rest.CopyConfig(rc)
 		cfg.UserAgent = "gpuxray"

@@ -4,7 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"regexp"
 	"slices"
+	"strconv"
+	"strings"
 	"sync"
 
 	"go.uber.org/zap"
@@ -33,6 +36,9 @@ type Resolver struct {
 	// unresolved are the devices the latest fresh answer could not
 	// resolve, each logged once while it stays unresolved.
 	unresolved map[collector.DRADevice]bool
+	// passthrough are the VFIO devices the latest fresh answer listed,
+	// each logged once while it stays listed.
+	passthrough map[collector.DRADevice]bool
 }
 
 // NewResolver returns a Resolver of next's DRA devices through src, for
@@ -44,18 +50,25 @@ func NewResolver(next Lister, src *Source, cfg Config, logger *zap.Logger) *Reso
 		logger = zap.NewNop()
 	}
 	return &Resolver{next: next, src: src, cfg: cfg, log: logger,
-		others: map[collector.DRADevice]bool{}, unresolved: map[collector.DRADevice]bool{}}
+		others: map[collector.DRADevice]bool{}, unresolved: map[collector.DRADevice]bool{}, passthrough: map[collector.DRADevice]bool{}}
 }
 
 var errDRAOff = errors.New("DRA resolution is off (--dra.enabled=false, no node name, or no API server)")
 
 // List returns next's answer (and error) with each DRA device of a GPU
-// driver replaced by its UUID (collector.RefUUID; Allocation.DRA stays), or
-// dropped and counted in Unresolved when it cannot be. Other drivers'
-// devices are dropped. Problems gains a *collector.SourceError of source
-// "dra" for each device not resolved (ReasonUnresolvedDevice) and for each
-// other driver's device the first time it is listed (ReasonOtherDriver);
-// like the kubelet's own, they are counted for a fresh answer only.
+// driver replaced by its UUID (collector.RefUUID; Allocation.DRA stays) or,
+// for a dynamic MIG device its slices give no UUID, by its parent, profile
+// and placement (collector.RefMIGPlacement, which the engine finds among
+// the MIG instances NVML lists at the time), or dropped and counted in
+// Unresolved when it cannot be. A VFIO passthrough device (type vfio) is
+// dropped without a count: NVML on the host does not see a GPU bound to
+// vfio-pci, so it hides none of the GPUs it sees. Other drivers' devices
+// are dropped; those of NVIDIA's ComputeDomain driver (IMEX channels and
+// daemons, no GPUs) silently. Problems gains a *collector.SourceError of
+// source "dra" for each device not resolved (ReasonUnresolvedDevice) and
+// for each other driver's device the first time it is listed
+// (ReasonOtherDriver); like the kubelet's own, they are counted for a
+// fresh answer only.
 func (r *Resolver) List(ctx context.Context) (collector.AllocationList, error) {
 	list, err := r.next.List(ctx)
 	fresh := err == nil
@@ -66,6 +79,7 @@ func (r *Resolver) List(ctx context.Context) (collector.AllocationList, error) {
 			r.mu.Lock()
 			clear(r.others)
 			clear(r.unresolved)
+			clear(r.passthrough)
 			r.mu.Unlock()
 		}
 		return list, err
@@ -75,6 +89,7 @@ func (r *Resolver) List(ctx context.Context) (collector.AllocationList, error) {
 	out.Problems = slices.Clip(list.Problems) // the kubelet client's slice is shared
 	others := map[collector.DRADevice]bool{}
 	unresolved := map[collector.DRADevice]bool{}
+	passthrough := map[collector.DRADevice]bool{}
 
 	r.mu.Lock()
 	defer r.mu.Unlock()
@@ -84,6 +99,9 @@ func (r *Resolver) List(ctx context.Context) (collector.AllocationList, error) {
 			continue
 		}
 		d := a.DRA
+		if companionDrivers[d.Driver] {
+			continue // not a GPU, and not a problem
+		}
 		if !r.cfg.isDriver(d.Driver) {
 			others[d] = true
 			if fresh && !r.others[d] {
@@ -95,6 +113,15 @@ func (r *Resolver) List(ctx context.Context) (collector.AllocationList, error) {
 			continue
 		}
 		ref, rerr := r.resolve(d)
+		if errors.Is(rerr, ErrPassthrough) {
+			passthrough[d] = true
+			if fresh && !r.passthrough[d] {
+				r.log.Info("a GPU is passed through to a VM (VFIO): NVML on the host does not see it, so its time is not counted",
+					zap.String("pod", a.Namespace+"/"+a.Pod), zap.String("claim", d.ClaimNamespace+"/"+d.Claim),
+					zap.String("device", d.Pool+"/"+d.Device))
+			}
+			continue
+		}
 		if rerr != nil {
 			out.Unresolved++
 			unresolved[d] = true
@@ -117,7 +144,7 @@ func (r *Resolver) List(ctx context.Context) (collector.AllocationList, error) {
 		out.Allocations = append(out.Allocations, a)
 	}
 	if fresh {
-		r.others, r.unresolved = others, unresolved
+		r.others, r.unresolved, r.passthrough = others, unresolved, passthrough
 	}
 	return out, err
 }
@@ -128,3 +155,46 @@ func (r *Resolver) resolve(d collector.DRADevice) (collector.DeviceRef, error) {
 	}
 	return r.src.Resolve(d.Driver, d.Pool, d.Device)
 }
+
+// companionDrivers are DRA drivers that run beside a GPU driver and whose
+// devices are no GPUs: NVIDIA's ComputeDomain driver hands workloads IMEX
+// channels and daemons for multi-node NVLink (NVIDIA/k8s-dra-driver-gpu,
+// cmd/compute-domain-kubelet-plugin/main.go: DriverName). Their devices
+// are expected beside GPUs, not a misconfiguration worth counting.
+var companionDrivers = map[string]bool{"compute-domain.nvidia.com": true}
+
+// DeviceTypeVFIO is the type attribute of a GPU that NVIDIA's DRA driver
+// passes through to a VM (cmd/gpu-kubelet-plugin/types.go VfioDeviceType).
+const DeviceTypeVFIO = "vfio"
+
+// migNameRE is NVIDIA's DRA driver's name of a MIG device,
+// gpu-<parent minor>-mig-<profile>-<GI profile ID>-<placement start>
+// (cmd/gpu-kubelet-plugin/mig.go canonicalMigNameRegex).
+var migNameRE = regexp.MustCompile(`^gpu-(\d+)-mig-(.+)-(\d+)-(\d+)$`)
+
+// refOf maps a device of a GPU driver's slice to the device NVML knows:
+// its UUID attribute, or, for a MIG device without one (NVIDIA's driver
+// publishes dynamic MIG partitions so, whether or not a MIG device has
+// been made of them), its parent's UUID, GI profile ID and placement from
+// its name; or it says why neither can be had.
+func refOf(name, typ, parent, profile string, attrs map[string]DeviceAttribute, keys []string) (collector.DeviceRef, string) {
+	ref, problem := uuidOf(attrs, keys)
+	if ref.Kind != 0 || typ != DeviceTypeMIG {
+		return ref, problem
+	}
+	m := migNameRE.FindStringSubmatch(name)
+	pref, err := collector.ParseDeviceID(parent)
+	if m == nil || err != nil || pref.Kind != collector.RefUUID || pref.Replicated || !strings.HasPrefix(parent, "GPU-") {
+		return ref, problem + fmt.Sprintf("; nor is it a MIG device named gpu-<minor>-mig-<profile>-<profile ID>-<placement> with a parentUUID (%d bytes)", len(parent))
+	}
+	gip, err1 := strconv.Atoi(m[3])
+	start, err2 := strconv.Atoi(m[4])
+	if err1 != nil || err2 != nil {
+		return ref, problem + "; its name's profile ID or placement is not a number"
+	}
+	return collector.DeviceRef{ID: name, Kind: collector.RefMIGPlacement, UUID: parent, GIProfile: gip, Placement: start, Profile: profile}, ""
+}
+
+// DeviceTypeMIG is the type attribute of a MIG device, static or dynamic,
+// in NVIDIA's DRA driver's slices (mig.go CommonAttributesMig).
+const DeviceTypeMIG = "mig"

@@ -49,6 +49,8 @@ func TestResolver(t *testing.T) {
 		draAlloc("train", driver, "gpu-1"),
 		draAlloc("train", "nic.example.com", "gpu-0"),
 		draAlloc("mig", driver, migName),
+		draAlloc("vm", driver, vfioName),
+		draAlloc("imex", "compute-domain.nvidia.com", "channel-0"),
 		draAlloc("gone", driver, "gpu-9"),
 	}, Problems: []error{collector.NewSourceError(collector.SourceKubelet, "malformed_device_id", errors.New("x"))}}}
 	original := append([]collector.Allocation(nil), kube.list.Allocations...)
@@ -58,10 +60,15 @@ func TestResolver(t *testing.T) {
 		a.Device, _ = collector.ParseDeviceID(uuid)
 		return a
 	}
+	placed := draAlloc("mig", driver, migName)
+	placed.Device = collector.DeviceRef{ID: migName, Kind: collector.RefMIGPlacement, UUID: uuid2, GIProfile: 19, Placement: 0, Profile: "1g.10gb"}
+	// The VFIO device, which NVML does not see, and the ComputeDomain
+	// driver's IMEX channel are neither allocations nor unresolved.
 	wantAllocs := []collector.Allocation{
 		devicePlugin,
 		resolved(draAlloc("train", driver, "gpu-0"), uuid0),
 		resolved(draAlloc("train", driver, "gpu-1"), uuid1),
+		placed,
 	}
 	problemReasons := func(l collector.AllocationList) map[string]int {
 		out := map[string]int{}
@@ -81,10 +88,10 @@ func TestResolver(t *testing.T) {
 	if !reflect.DeepEqual(list.Allocations, wantAllocs) {
 		t.Errorf("allocations:\n got %+v\nwant %+v", list.Allocations, wantAllocs)
 	}
-	if list.Unresolved != 2 || !list.At.Equal(at) || list.Stale {
-		t.Errorf("Unresolved %d, At %v, Stale %v; want 2 unresolved, fresh at %v", list.Unresolved, list.At, list.Stale, at)
+	if list.Unresolved != 1 || !list.At.Equal(at) || list.Stale {
+		t.Errorf("Unresolved %d, At %v, Stale %v; want 1 unresolved, fresh at %v", list.Unresolved, list.At, list.Stale, at)
 	}
-	want := map[string]int{"kubelet/malformed_device_id": 1, "dra/other_driver": 1, "dra/unresolved_device": 2}
+	want := map[string]int{"kubelet/malformed_device_id": 1, "dra/other_driver": 1, "dra/unresolved_device": 1}
 	if got := problemReasons(list); !reflect.DeepEqual(got, want) {
 		t.Errorf("problems = %v, want %v", got, want)
 	}
@@ -95,7 +102,7 @@ func TestResolver(t *testing.T) {
 	// The next answer: the other driver's device is not counted again; the
 	// unresolved ones are, as long as they last.
 	list, _ = r.List(t.Context())
-	want = map[string]int{"kubelet/malformed_device_id": 1, "dra/unresolved_device": 2}
+	want = map[string]int{"kubelet/malformed_device_id": 1, "dra/unresolved_device": 1}
 	if got := problemReasons(list); !reflect.DeepEqual(got, want) {
 		t.Errorf("second answer's problems = %v, want %v", got, want)
 	}
@@ -103,14 +110,15 @@ func TestResolver(t *testing.T) {
 	// The kubelet fails: its last answer, still resolved, counts nothing new.
 	kube.err = collector.NewSourceError(collector.SourceKubelet, "unavailable", errors.New("down"))
 	list, err = r.List(t.Context())
-	if !errors.Is(err, kube.err) || !list.Stale || list.Unresolved != 2 || !reflect.DeepEqual(list.Allocations, wantAllocs) {
+	if !errors.Is(err, kube.err) || !list.Stale || list.Unresolved != 1 || !reflect.DeepEqual(list.Allocations, wantAllocs) {
 		t.Errorf("stale answer = %+v, %v", list, err)
 	}
 	if got := problemReasons(list); !reflect.DeepEqual(got, map[string]int{"kubelet/malformed_device_id": 1}) {
 		t.Errorf("stale answer's problems = %v, want the kubelet's own only", got)
 	}
 
-	// The MIG device is created: its slice names its UUID.
+	// A driver that publishes the created MIG device's uuid: the uuid
+	// wins over the placement.
 	kube.err = nil
 	created := nodeSlices()[0]
 	created.Spec.Devices[2] = migDevice(migName, uuid2, "1g.10gb", migUUID)

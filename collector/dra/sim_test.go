@@ -111,8 +111,11 @@ func TestSimulatedNode(t *testing.T) {
 				}
 				dras++
 				if want, ok := tc.want[a.Pod]; ok && want < 0 {
-					if a.Device.Kind != collector.RefUUID || !strings.HasPrefix(a.Device.UUID, "MIG-") {
-						t.Errorf("%s: device %s resolved to %+v, want a MIG UUID", a.Pod, a.DRA.Device, a.Device)
+					// NVIDIA's driver publishes no uuid for a dynamic
+					// partition: it resolves to its parent, profile and
+					// placement, for the engine to find in NVML.
+					if a.Device.Kind != collector.RefMIGPlacement || a.Device.UUID != node.DeviceUUID(0) || !strings.HasPrefix(a.DRA.Device, "gpu-0-mig-") {
+						t.Errorf("%s: device %s resolved to %+v, want gpu:0's MIG placement", a.Pod, a.DRA.Device, a.Device)
 					}
 					continue
 				}

@@ -6,6 +6,7 @@ import (
 	"encoding/pem"
 	"errors"
 	"fmt"
+	"net/http"
 	"net/http/httptest"
 	"os"
 	"reflect"
@@ -18,6 +19,8 @@ import (
 	"go.uber.org/zap/zaptest"
 	resourcev1 "k8s.io/api/resource/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/watch"
 
 	"github.com/gpuxray/gpuxray/collector"
 	"github.com/gpuxray/gpuxray/internal/testtool"
@@ -98,16 +101,25 @@ func resourceSlice(name, drv, nodeName, pool string, generation int64, devs ...r
 	}
 }
 
-const migName = "gpu-2-mig-1g10gb-19-0"
+const (
+	migName = "gpu-2-mig-1g10gb-19-0"
+	// oddMIG is a MIG device without a uuid whose name does not say its
+	// profile ID and placement.
+	oddMIG = "gpu-2-mig-extra"
+	// vfioName is a GPU passed through to VMs.
+	vfioName = "gpu-vfio-3"
+)
 
 // nodeSlices are a node's slices: NVIDIA's driver's GPUs (one with its UUID
-// under the qualified name, one MIG device not created yet), a NIC
-// driver's, and another node's.
+// under the qualified name, a dynamic MIG partition, which has no uuid, a
+// MIG device of no canonical name, and a GPU passed through to VMs, whose
+// uuid is the driver's own), a NIC driver's, and another node's.
 func nodeSlices() []*resourcev1.ResourceSlice {
+	vfio := resourcev1.Device{Name: vfioName, Attributes: attrs{"type": str("vfio"), "uuid": str("4a4c4b1e-5d5e-5f60-8a61-626364656667")}}
 	return []*resourcev1.ResourceSlice{
 		resourceSlice("gpu-node-1-gpu.nvidia.com-a", driver, node, node, 1,
 			gpuDevice(0, "uuid", uuid0), gpuDevice(1, "gpu.nvidia.com/uuid", uuid1),
-			migDevice(migName, uuid2, "1g.10gb", "")),
+			migDevice(migName, uuid2, "1g.10gb", ""), migDevice(oddMIG, uuid2, "1g.10gb", ""), vfio),
 		resourceSlice("gpu-node-1-nic.example.com-a", "nic.example.com", node, node, 1,
 			resourcev1.Device{Name: "gpu-0", Attributes: attrs{"uuid": str(uuid2)}}),
 		resourceSlice("gpu-node-2-gpu.nvidia.com-a", driver, "gpu-node-2", "gpu-node-2", 1, gpuDevice(0, "uuid", uuid2)),
@@ -164,6 +176,18 @@ func waitRV(t *testing.T, src *Source, rv string) {
 }
 
 // resolves checks what Resolve answers for a device of the GPU driver.
+// resolvesPlacement checks that device resolves to the MIG instance of
+// parent with GI profile ID profileID placed at start: NVIDIA's driver
+// names a dynamic MIG partition so and publishes no uuid for it.
+func resolvesPlacement(t *testing.T, src *Source, device, parent string, profileID, start int, profile string) {
+	t.Helper()
+	ref, err := src.Resolve(driver, node, device)
+	want := collector.DeviceRef{ID: device, Kind: collector.RefMIGPlacement, UUID: parent, GIProfile: profileID, Placement: start, Profile: profile}
+	if err != nil || ref != want {
+		t.Errorf("Resolve(%s) = %+v, %v; want %+v", device, ref, err, want)
+	}
+}
+
 func resolves(t *testing.T, src *Source, device, wantUUID string, wantErr error) {
 	t.Helper()
 	ref, err := src.Resolve(driver, node, device)
@@ -240,7 +264,9 @@ func TestListWatch(t *testing.T) {
 
 			resolves(t, src, "gpu-0", uuid0, nil)
 			resolves(t, src, "gpu-1", uuid1, nil)
-			resolves(t, src, migName, "", ErrNoUUID)
+			resolvesPlacement(t, src, migName, uuid2, 19, 0, "1g.10gb")
+			resolves(t, src, oddMIG, "", ErrNoUUID)
+			resolves(t, src, vfioName, "", ErrPassthrough)
 			resolves(t, src, "gpu-7", "", ErrUnknownDevice)
 			if _, err := src.Resolve("nic.example.com", node, "gpu-0"); !errors.Is(err, ErrUnknownDevice) {
 				t.Errorf("a NIC driver's device resolved: %v", err)
@@ -303,7 +329,7 @@ func TestExpiredWatchRelists(t *testing.T) {
 	}
 	src, _ := run(t, api, DefaultConfig(node))
 	waitSync(t, src)
-	resolves(t, src, migName, "", ErrNoUUID)
+	resolvesPlacement(t, src, migName, uuid2, 19, 0, "1g.10gb")
 
 	created := nodeSlices()[0]
 	created.Spec.Devices[2] = migDevice(migName, uuid2, "1g.10gb", migUUID)
@@ -425,23 +451,6 @@ func TestBookmark(t *testing.T) {
 	defer cancel()
 	if err := src.WaitForResourceVersion(ctx, "999999"); !errors.Is(err, context.DeadlineExceeded) {
 		t.Errorf("WaitForResourceVersion of a future version = %v, want a deadline", err)
-	}
-}
-
-func TestReached(t *testing.T) {
-	t.Parallel()
-	for _, tt := range []struct {
-		have, want string
-		ok         bool
-	}{
-		{"10", "9", true}, {"10", "10", true}, {"9", "10", false},
-		{"", "1", false}, {"abc", "abc", true}, {"abc", "abd", false}, {"10", "x", false},
-	} {
-		t.Run(tt.have+" vs "+tt.want, func(t *testing.T) {
-			if got := reached(tt.have, tt.want); got != tt.ok {
-				t.Errorf("reached(%q, %q) = %v, want %v", tt.have, tt.want, got, tt.ok)
-			}
-		})
 	}
 }
 
@@ -586,12 +595,171 @@ func TestDeepCopy(t *testing.T) {
 		t.Fatalf("copy differs:\n%+v\n%+v", cp, list)
 	}
 	*cp.Items[0].Spec.Devices[0].Attributes["uuid"].String = "changed"
-	*cp.Items[0].Spec.Devices[3].Basic.Attributes["uuid"].String = "changed"
+	last := len(sl.Spec.Devices) - 1
+	*cp.Items[0].Spec.Devices[last].Basic.Attributes["uuid"].String = "changed"
 	cp.Items[0].Labels = map[string]string{"a": "b"}
-	if *list.Items[0].Spec.Devices[0].Attributes["uuid"].String != uuid0 || *sl.Spec.Devices[3].Basic.Attributes["uuid"].String != uuid0 || list.Items[0].Labels != nil {
+	if *list.Items[0].Spec.Devices[0].Attributes["uuid"].String != uuid0 || *sl.Spec.Devices[last].Basic.Attributes["uuid"].String != uuid0 || list.Items[0].Labels != nil {
 		t.Error("the copy shares its attributes or metadata with the original")
 	}
 	if (*ResourceSlice)(nil).DeepCopyObject() != nil || (*ResourceSliceList)(nil).DeepCopyObject() != nil {
 		t.Error("a nil copy is not nil")
 	}
+}
+
+// store drives a Source's store as the reflector does, with API objects.
+type store Source
+
+func (st *store) Replace(list []any, rv string) error {
+	objs := make([]runtime.Object, len(list))
+	for i, o := range list {
+		objs[i] = o.(runtime.Object)
+	}
+	return st.lw.ApplyList(objs, rv)
+}
+
+func (st *store) Update(obj any) error { return st.lw.Apply(watch.Modified, obj.(runtime.Object)) }
+
+func (st *store) Delete(obj any) error { return st.lw.Apply(watch.Deleted, obj.(runtime.Object)) }
+
+// TestWatchGoneAsStatus: a watch call answered with the HTTP status 410
+// Gone (the resource version was compacted while no watch was open) makes
+// the reflector list again, and is not counted: the slices changed while
+// the log was compacted are seen. Before, the 410 was counted as a failure
+// and the source reported down.
+func TestWatchGoneAsStatus(t *testing.T) {
+	t.Parallel()
+	api := newAPIServer(t, true, false, "v1")
+	for _, sl := range nodeSlices() {
+		api.put(sl, true)
+	}
+	api.set(func(s *apiServer) { s.goneStatus = true })
+	src, _ := run(t, api, DefaultConfig(node))
+	waitSync(t, src)
+	testtool.Eventually(t, "a watch is open", func() bool {
+		reqs := api.requests()
+		return reqs[len(reqs)-1].isWatch() && reqs[len(reqs)-1].status == 200
+	})
+	// An event on the watch, so that its end below is not one of a watch
+	// cut at once.
+	waitRV(t, src, api.bookmark())
+	takeHealth(t, src, "up", func(up bool, _ []error) bool { return up })
+
+	created := nodeSlices()[0]
+	created.Spec.Devices[2] = migDevice(migName, uuid2, "1g.10gb", migUUID)
+	rv := api.put(created, false)
+	api.set(func(s *apiServer) { s.compacted, s.log = s.rv, nil })
+	api.srv.CloseClientConnections() // the watch ends; the next is from a compacted version
+	waitRV(t, src, rv)
+	resolves(t, src, migName, migUUID, nil)
+
+	var gone int
+	for _, r := range api.requests() {
+		if r.isWatch() && r.status == http.StatusGone {
+			gone++
+		}
+	}
+	if gone == 0 {
+		t.Fatal("no watch was answered 410: the test did not test")
+	}
+	if errs := takeHealth(t, src, "the source is up", func(up bool, _ []error) bool { return up }); len(errs) != 0 {
+		t.Errorf("a 410 Gone watch was counted: %v", errs)
+	}
+}
+
+// TestNotServedAfterListed: an API server that answers 404 for every
+// version of resource.k8s.io after the slices were listed (an aggregated
+// API gone, a downgrade) is a failure, counted, and the slices last seen
+// still resolve, as docs/dra.md promises. Before, the 404 wiped them and
+// the source stayed up.
+func TestNotServedAfterListed(t *testing.T) {
+	t.Parallel()
+	api := newAPIServer(t, true, false, "v1")
+	api.put(nodeSlices()[0], true)
+	src, _ := run(t, api, DefaultConfig(node))
+	waitSync(t, src)
+	takeHealth(t, src, "up", func(up bool, _ []error) bool { return up })
+	api.set(func(s *apiServer) { s.served = map[string]bool{} })
+	api.expire() // the watch ends with 410: the reflector lists, and finds nothing served
+	// Rounds are sequential: once a second list has been answered 404, the
+	// first one's answer has been handled.
+	testtool.Eventually(t, "two lists answered 404", func() bool {
+		n := 0
+		for _, r := range api.requests() {
+			if !r.isWatch() && r.status == http.StatusNotFound && r.version == "v1beta1" {
+				n++
+			}
+		}
+		return n >= 2
+	})
+	errs := takeHealth(t, src, "the 404 is reported", func(up bool, errs []error) bool { return !up && len(errs) > 0 })
+	if r := reasons(errs); r[ReasonOther] == 0 {
+		t.Errorf("reasons = %v, want other", r)
+	}
+	resolves(t, src, "gpu-0", uuid0, nil)
+	resolves(t, src, "gpu-1", uuid1, nil)
+	if !src.HasSynced() {
+		t.Error("not synced")
+	}
+}
+
+// TestSliceBounds: a slice beyond the API's bounds is refused (more than
+// 128 devices), and attribute values longer than the API's 64 bytes are
+// not kept: a 1 MiB attribute costs nothing when a device is resolved.
+// Before, the slice was kept whole and each unresolved device's error
+// quoted its megabyte of attributes at every poll.
+func TestSliceBounds(t *testing.T) {
+	t.Parallel()
+	src, err := New(DefaultConfig(node), &Client{}, zaptest.NewLogger(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	st := (*store)(src)
+	huge := strings.Repeat("x", 1<<20)
+	mib := resourceSlice("mib", driver, node, node, 1,
+		resourcev1.Device{Name: "gpu-0", Attributes: attrs{"type": str(huge), "parentUUID": str(huge), "profile": str(huge)}},
+		gpuDevice(1, "uuid", "GPU-"+huge))
+	var many []resourcev1.Device
+	for i := range 129 {
+		many = append(many, gpuDevice(i, "uuid", uuid0))
+	}
+	tooMany := resourceSlice("too-many", driver, node, "other-pool", 1, many...)
+	if err := st.Replace([]any{wire(t, mib), wire(t, tooMany)}, "5"); err != nil {
+		t.Fatal(err)
+	}
+	for _, dev := range []string{"gpu-0", "gpu-1"} {
+		_, err := src.Resolve(driver, node, dev)
+		if !errors.Is(err, ErrNoUUID) {
+			t.Errorf("Resolve(%s) = %v, want %v", dev, err, ErrNoUUID)
+		}
+		if err != nil && len(err.Error()) > 1024 {
+			t.Errorf("Resolve(%s): an error of %d bytes", dev, len(err.Error()))
+		}
+	}
+	if _, err := src.Resolve(driver, "other-pool", "gpu-0"); !errors.Is(err, ErrUnknownDevice) {
+		t.Errorf("a slice of 129 devices was kept: %v", err)
+	}
+	_, errs := src.Health()
+	if r := reasons(errs); r["too_large"] != 1 || len(r) != 1 {
+		t.Errorf("reasons = %v, want one too_large", r)
+	}
+}
+
+// TestWatchCutAtOnce: watches that the server (or a proxy) ends at once
+// with no event are counted (unavailable) and the source is down; client-go
+// backs off between them. Before, nothing was counted and the source
+// stayed up while it relisted every few seconds.
+func TestWatchCutAtOnce(t *testing.T) {
+	t.Parallel()
+	api := newAPIServer(t, true, false, "v1")
+	api.put(nodeSlices()[0], true)
+	api.set(func(s *apiServer) { s.cutWatches = true })
+	src, _ := run(t, api, DefaultConfig(node))
+	waitSync(t, src)
+	errs := takeHealth(t, src, "the cut watches are counted", func(up bool, errs []error) bool { return !up && len(errs) >= 2 })
+	if r := reasons(errs); r[ReasonUnavailable] < 2 || len(r) != 1 {
+		t.Errorf("reasons = %v, want only unavailable", r)
+	}
+	resolves(t, src, "gpu-0", uuid0, nil)
+	api.set(func(s *apiServer) { s.cutWatches = false })
+	takeHealth(t, src, "up once watches last", func(up bool, _ []error) bool { return up })
 }

@@ -238,17 +238,22 @@ func (c *Client) allocations(answer []byte, out []collector.Allocation) ([]colle
 		return out, nil, err
 	}
 	markSharedClaims(out)
-	slices.SortFunc(out, func(a, b collector.Allocation) int {
-		return cmp.Or(
-			strings.Compare(a.Namespace, b.Namespace),
-			strings.Compare(a.Pod, b.Pod),
-			strings.Compare(a.Container, b.Container),
-			strings.Compare(a.Device.ID, b.Device.ID),
-			strings.Compare(a.Resource, b.Resource),
-			strings.Compare(a.DRA.Claim, b.DRA.Claim),
-		)
-	})
+	slices.SortFunc(out, compareAllocations)
 	return out, problems, nil
+}
+
+// compareAllocations orders allocations by namespace, pod, container and
+// device ID.
+func compareAllocations(a, b collector.Allocation) int {
+	return cmp.Or(
+		strings.Compare(a.Namespace, b.Namespace),
+		strings.Compare(a.Pod, b.Pod),
+		strings.Compare(a.Container, b.Container),
+		strings.Compare(a.Device.ID, b.Device.ID),
+		strings.Compare(a.Resource, b.Resource),
+		strings.Compare(a.DRA.Claim, b.DRA.Claim),
+		strings.Compare(a.Device.UUID, b.Device.UUID),
+	)
 }
 
 // container appends the allocations of one container of an answer.
@@ -277,6 +282,9 @@ func (c *Client) container(ctr *wireContainer, out []collector.Allocation, probl
 			continue
 		}
 		for _, id := range dev.ids {
+			if listedBefore(ctr.devices[:i], name, id) {
+				continue
+			}
 			ref, ok := c.parse(id, name, ctr.namespace, ctr.pod)
 			if !ok {
 				problems = append(problems, collector.NewSourceError(collector.SourceKubelet, ReasonMalformedDeviceID,
@@ -453,3 +461,17 @@ func (c *Client) WaitReady(ctx context.Context) error {
 type realClock struct{}
 
 func (realClock) Now() time.Time { return time.Now() }
+
+// listedBefore reports whether one of a container's earlier device groups
+// lists device id of resource: the kubelet lists a device once per NUMA
+// node of its topology, each in a ContainerDevices of its own (kubernetes
+// pkg/kubelet/cm/container_manager_linux.go
+// containerDevicesFromResourceDeviceInstances), and those are one device.
+func listedBefore(groups []wireDevices, resource, id string) bool {
+	for i := range groups {
+		if groups[i].resource == resource && slices.Contains(groups[i].ids, id) {
+			return true
+		}
+	}
+	return false
+}

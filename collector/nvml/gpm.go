@@ -58,10 +58,17 @@ func (g *gpmSampler) free(lib nvml.Interface) {
 }
 
 // read takes a GPM sample and, when a previous one is at least
-// gpmMinInterval older, returns SM activity over the interval as a sample
-// ending when the new one was taken (clock's time when the call answered,
-// which can be long after it was made), plus the gauges. ok is false on the
-// first sample.
+// gpmMinInterval older, returns the time the GPU was busy over the
+// interval as a sample covering it, ending when the new one was taken
+// (clock's time when the call answered, which can be long after it was
+// made), plus the gauges. ok is false on the first sample.
+//
+// Busy time is GRAPHICS_UTIL, "percentage of time any compute/graphics app
+// was active" (nvml.h), the GPM twin of the utilization samples and what
+// DCGM reads for DCGM_FI_PROF_GR_ENGINE_ACTIVE (dcgmlib/src/dcgm_fields.cpp).
+// SM_UTIL, "percentage of SMs that were busy", is spatial: a decode server
+// whose kernels run all the time on a few SMs is busy all the time and
+// SM-active a few percent. It stays the SMActive gauge.
 func (g *gpmSampler) read(lib nvml.Interface, m *nvml.GpmMetricsGetType, clock Clock) (collector.Sample, collector.GPMGauges, bool, nvml.Return) {
 	if g.hasPrev && clock.Now().Sub(g.prevAt) < gpmMinInterval {
 		return collector.Sample{}, collector.GPMGauges{}, false, nvml.SUCCESS
@@ -76,23 +83,24 @@ func (g *gpmSampler) read(lib nvml.Interface, m *nvml.GpmMetricsGetType, clock C
 		return collector.Sample{}, collector.GPMGauges{}, false, ret
 	}
 	now := clock.Now()
-	first := !g.hasPrev
+	first, since := !g.hasPrev, g.prevAt
 	g.prev, g.cur = g.cur, g.prev
 	g.hasPrev, g.prevAt = true, now
 	if first {
 		return collector.Sample{}, collector.GPMGauges{}, false, nvml.SUCCESS
 	}
 	// g.cur now holds the older sample.
-	m.NumMetrics = 3
+	m.NumMetrics = 4
 	m.Sample1, m.Sample2 = g.cur, g.prev
 	m.Metrics[0] = nvml.GpmMetric{MetricId: uint32(nvml.GPM_METRIC_SM_UTIL)}
 	m.Metrics[1] = nvml.GpmMetric{MetricId: uint32(nvml.GPM_METRIC_SM_OCCUPANCY)}
 	m.Metrics[2] = nvml.GpmMetric{MetricId: uint32(nvml.GPM_METRIC_ANY_TENSOR_UTIL)}
+	m.Metrics[3] = nvml.GpmMetric{MetricId: uint32(nvml.GPM_METRIC_GRAPHICS_UTIL)}
 	if ret := lib.GpmMetricsGet(m); ret != nvml.SUCCESS {
 		return collector.Sample{}, collector.GPMGauges{}, false, ret
 	}
-	if m.Metrics[0].NvmlReturn != uint32(nvml.SUCCESS) || m.Metrics[0].Value != m.Metrics[0].Value {
-		return collector.Sample{}, collector.GPMGauges{}, false, nvml.Return(m.Metrics[0].NvmlReturn)
+	if m.Metrics[3].NvmlReturn != uint32(nvml.SUCCESS) || m.Metrics[3].Value != m.Metrics[3].Value {
+		return collector.Sample{}, collector.GPMGauges{}, false, nvml.Return(m.Metrics[3].NvmlReturn)
 	}
 	ratio := func(i int) float64 {
 		v := m.Metrics[i].Value / 100
@@ -102,5 +110,5 @@ func (g *gpmSampler) read(lib nvml.Interface, m *nvml.GpmMetricsGetType, clock C
 		return min(max(v, 0), 1)
 	}
 	gauges := collector.GPMGauges{HasGPM: true, SMActive: ratio(0), SMOccupancy: ratio(1), TensorActive: ratio(2)}
-	return collector.Sample{Time: now, Value: gauges.SMActive}, gauges, true, nvml.SUCCESS
+	return collector.Sample{Time: now, Value: ratio(3), Since: since}, gauges, true, nvml.SUCCESS
 }

@@ -50,6 +50,7 @@ func (r *Reader) migDevice(parent collector.Device, parentHandle, h nvml.Device,
 	name, _ := h.GetName()
 	d := &device{
 		handle: h,
+		index:  -1,
 		mig:    true,
 		// NVML has no utilization samples on MIG instances.
 		noSamples:     true,
@@ -63,11 +64,16 @@ func (r *Reader) migDevice(parent collector.Device, parentHandle, h nvml.Device,
 			UtilizationSource: collector.UtilizationNone,
 			GPUInstance:       gi,
 			ComputeInstance:   ci,
+			Minor:             parent.Minor,
+			HasMinor:          parent.HasMinor,
 		},
+	}
+	if gi >= 0 {
+		d.info.GIProfileID, d.info.PlacementStart, d.info.HasPlacement = gpuInstancePlacement(parentHandle, gi)
 	}
 	if attrs, ret := h.GetAttributes(); ret == nvml.SUCCESS {
 		d.info.MIGProfile = migProfile(attrs)
-		d.info.Slices, d.info.ParentSlices = int(attrs.GpuInstanceSliceCount), slots
+		d.info.Slices, d.info.ParentSlices = migSlices(attrs), slots
 	}
 	if gpm && gi >= 0 {
 		if d.gpm = r.sampler(parentHandle, gi); d.gpm != nil {
@@ -78,8 +84,25 @@ func (r *Reader) migDevice(parent collector.Device, parentHandle, h nvml.Device,
 }
 
 // migProfile names a MIG instance's profile as nvidia-smi does, e.g.
-// "3g.40gb": GPU instance slices and framebuffer rounded up to whole GB.
+// "3g.40gb": GPU instance slices and framebuffer rounded up to whole GB;
+// a compute instance that takes part of its GPU instance is named for both,
+// "1c.3g.40gb" (the device plugin's resource nvidia.com/mig-1c.3g.40gb).
 func migProfile(a nvml.DeviceAttributes) string {
 	gb := (a.MemorySizeMB + 1023) / 1024
+	if c := a.ComputeInstanceSliceCount; c > 0 && c < a.GpuInstanceSliceCount {
+		return fmt.Sprintf("%dc.%dg.%dgb", c, a.GpuInstanceSliceCount, gb)
+	}
 	return fmt.Sprintf("%dg.%dgb", a.GpuInstanceSliceCount, gb)
+}
+
+// migSlices is a MIG device's share of its GPU's compute, in slices: its
+// compute instance's. A GPU instance split into several compute instances
+// is several MIG devices, each with the GPU instance's slice count in
+// gpuInstanceSliceCount (nvml.h, nvmlDeviceAttributes_t); weighed by that,
+// a 3g instance split in three would count as nine sevenths of a GPU.
+func migSlices(a nvml.DeviceAttributes) int {
+	if c := a.ComputeInstanceSliceCount; c > 0 && c <= a.GpuInstanceSliceCount {
+		return int(c)
+	}
+	return int(a.GpuInstanceSliceCount)
 }

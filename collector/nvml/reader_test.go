@@ -53,6 +53,9 @@ func TestInitFailureMakesNoOtherCall(t *testing.T) {
 	ret = gonvml.SUCCESS
 	lib.SystemGetDriverVersionFunc = func() (string, gonvml.Return) { return "550.54.15", gonvml.SUCCESS }
 	lib.DeviceGetCountFunc = func() (int, gonvml.Return) { return 0, gonvml.SUCCESS }
+	lib.ExtensionsFunc = func() gonvml.ExtendedInterface {
+		return &mock.ExtendedInterface{LookupSymbolFunc: func(string) error { return gonvml.ERROR_NOT_FOUND }}
+	}
 	snap, err := r.Read(context.Background())
 	if err != nil || len(snap.Devices) != 0 || inits != 2 {
 		t.Fatalf("Read after the driver appeared = %v, %d devices, %d inits; want nil, 0, 2", err, len(snap.Devices), inits)
@@ -170,9 +173,10 @@ func TestReadSamplesOrdering(t *testing.T) {
 			rawSample(300, 30), rawSample(0, 99), rawSample(100, 10), rawSample(200, 20), rawSample(200, 20), rawSample(50, 5),
 		}, gonvml.SUCCESS
 	}}
-	got, bad, ret := readSamples(dev, 60, &stepClock{t: time.UnixMicro(300)}, nil)
-	if ret != gonvml.SUCCESS || bad != 0 {
-		t.Fatal(ret, bad)
+	rr := readSamples(dev, 60, &stampClock{known: true}, &stepClock{t: time.UnixMicro(300)}, nil)
+	got := rr.samples
+	if rr.ret != gonvml.SUCCESS || rr.bad != 0 || rr.newest != 300 {
+		t.Fatal(rr.ret, rr.bad, rr.newest)
 	}
 	want := []collector.Sample{
 		{Time: time.UnixMicro(100), Value: 0.1},
@@ -223,10 +227,11 @@ func slowLib(clock *stepClock, took, offset time.Duration) *mock.Interface {
 		return uint64(clock.t.Add(offset).UnixMicro())
 	}
 	dev := &mock.Device{
-		GetUUIDFunc:    func() (string, gonvml.Return) { return "GPU-slow", gonvml.SUCCESS },
-		GetNameFunc:    func() (string, gonvml.Return) { return "slow", gonvml.SUCCESS },
-		GetIndexFunc:   func() (int, gonvml.Return) { return 0, gonvml.SUCCESS },
-		GetMigModeFunc: func() (int, int, gonvml.Return) { return 0, 0, gonvml.ERROR_NOT_SUPPORTED },
+		GetUUIDFunc:        func() (string, gonvml.Return) { return "GPU-slow", gonvml.SUCCESS },
+		GetNameFunc:        func() (string, gonvml.Return) { return "slow", gonvml.SUCCESS },
+		GetIndexFunc:       func() (int, gonvml.Return) { return 0, gonvml.SUCCESS },
+		GetMigModeFunc:     func() (int, int, gonvml.Return) { return 0, 0, gonvml.ERROR_NOT_SUPPORTED },
+		GetMinorNumberFunc: func() (int, gonvml.Return) { return 0, gonvml.SUCCESS },
 		GetSamplesFunc: func(gonvml.SamplingType, uint64) (gonvml.ValueType, []gonvml.Sample, gonvml.Return) {
 			return gonvml.VALUE_TYPE_UNSIGNED_INT, []gonvml.Sample{rawSample(answer(), 40)}, gonvml.SUCCESS
 		},
@@ -325,57 +330,65 @@ func (d lateProcDevice) GetProcessUtilization(lastSeen uint64) ([]gonvml.Process
 	return d.Device.GetProcessUtilization(lastSeen)
 }
 
-// TestProcessSamplesCoverTheDeviceSamples: each read's process samples
-// cover every device sample it reads, even those of periods whose process
-// samples an earlier read got, because its process call answered after its
-// device call. Asked from the newest process sample instead, a read would
-// lack the process samples of the periods between the two calls, and a
-// holder on a shared GPU would read idle in them.
-func TestProcessSamplesCoverTheDeviceSamples(t *testing.T) {
+// TestProcessSamplesReadOnce: process samples are asked for from the
+// newest process sample read, so that, whichever the driver's shape and
+// however late the process call answers after the device call, each
+// process sample is read exactly once: in the per-period shape, every
+// period of both processes; in the per-read shape, every refresh.
+func TestProcessSamplesReadOnce(t *testing.T) {
 	t.Parallel()
-	sc, err := sim.ParseScenario([]byte(`start: 2026-12-01T08:00:00Z
+	for _, shape := range []string{sim.ProcessSamplesPerPeriod, sim.ProcessSamplesPerRead} {
+		t.Run(shape, func(t *testing.T) {
+			t.Parallel()
+			sc, err := sim.ParseScenario([]byte(`start: 2026-12-01T08:00:00Z
 duration: 10m
 system: dgxa100
 gpus: 1
+driver: {process_samples: `+shape+`}
 pods:
   - {namespace: a, name: p, devices: ["gpu:0::0"], memory: 1GiB, util: [{at: 0s, value: 0.3}]}
   - {namespace: a, name: q, devices: ["gpu:0::1"], memory: 1GiB, util: [{at: 0s, value: 0.2}]}
 `), "late.yaml")
-	if err != nil {
-		t.Fatal(err)
-	}
-	clock := sim.NewVirtualClock(sc.Start.Add(time.Minute))
-	node, err := sim.NewNode(sc, clock)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer node.Close()
-	r := New(lateProcLib{Interface: node.NVML(), clock: clock, late: 500 * time.Millisecond}, DefaultConfig(), zap.NewNop(), clock)
-	if err := r.Init(); err != nil {
-		t.Fatal(err)
-	}
-	defer r.Shutdown()
-	for i := range 4 {
-		snap, err := r.Read(context.Background())
-		if err != nil || len(snap.Devices) != 1 {
-			t.Fatalf("read %d: %v, %d devices", i, err, len(snap.Devices))
-		}
-		d := snap.Devices[0]
-		if i > 0 {
-			// Every device sample has both processes' samples at its time.
-			at := map[time.Time]int{}
-			for _, p := range d.ProcessSamples {
-				at[p.Time]++
+			if err != nil {
+				t.Fatal(err)
 			}
-			for _, s := range d.Samples {
-				if at[s.Time] != 2 {
-					t.Errorf("read %d: the device sample at %s has %d process samples, want 2", i, s.Time.Format("15:04:05.000"), at[s.Time])
+			clock := sim.NewVirtualClock(sc.Start.Add(time.Minute))
+			node, err := sim.NewNode(sc, clock)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer node.Close()
+			r := New(lateProcLib{Interface: node.NVML(), clock: clock, late: 500 * time.Millisecond}, DefaultConfig(), zap.NewNop(), clock)
+			if err := r.Init(); err != nil {
+				t.Fatal(err)
+			}
+			defer r.Shutdown()
+			seen := map[uint32][]time.Time{}
+			for i := range 12 {
+				snap, err := r.Read(context.Background())
+				if err != nil || len(snap.Devices) != 1 {
+					t.Fatalf("read %d: %v, %d devices", i, err, len(snap.Devices))
+				}
+				for _, p := range snap.Devices[0].ProcessSamples {
+					seen[p.PID] = append(seen[p.PID], p.Time)
+				}
+				clock.Advance(time.Second)
+			}
+			step := sim.SamplePeriod
+			if shape == sim.ProcessSamplesPerRead {
+				step = sim.DefaultProcessRefresh
+			}
+			for _, pid := range []uint32{sc.PID(0, 0), sc.PID(1, 0)} {
+				ts := seen[pid]
+				if len(ts) < 5 {
+					t.Fatalf("process %d: %d samples in 12 reads", pid, len(ts))
+				}
+				for j := 1; j < len(ts); j++ {
+					if d := ts[j].Sub(ts[j-1]); d < step-time.Microsecond || d > step+time.Microsecond {
+						t.Errorf("process %d: samples at %s and %s, want one every %s", pid, ts[j-1].Format("15:04:05.000000"), ts[j].Format("15:04:05.000000"), step)
+					}
 				}
 			}
-			if len(d.Samples) == 0 {
-				t.Errorf("read %d: no device samples", i)
-			}
-		}
-		clock.Advance(time.Second)
+		})
 	}
 }

@@ -2,7 +2,7 @@ package nvml
 
 import (
 	"context"
-	"slices"
+	"fmt"
 	"time"
 
 	"github.com/NVIDIA/go-nvml/pkg/nvml"
@@ -11,15 +11,27 @@ import (
 	"github.com/gpuxray/gpuxray/collector"
 )
 
-// migRescanInterval bounds how often Read walks the MIG device indices of
-// the MIG-enabled GPUs for MIG devices made or destroyed since the last
-// walk (a DRA driver makes one for each claim that asks for one): at most
-// once per interval of the reader's clock, however often Read runs. A walk
-// costs GetMaxMigDeviceCount, then GetMigDeviceHandleByIndex and GetUUID
-// per index, per MIG-enabled GPU (see BenchmarkMIGRescan).
+// migRescanInterval bounds how often Read walks the node's GPUs: their
+// handles, UUIDs and MIG modes, and the MIG device indices of the
+// MIG-enabled ones for MIG devices made or destroyed since the last walk
+// (a DRA driver makes one for each claim that asks for one, and turns MIG
+// mode on and off as they come and go): at most once per interval of the
+// reader's clock, however often Read runs. A walk costs DeviceGetCount,
+// then DeviceGetHandleByIndex, GetUUID and GetMigMode per GPU, and
+// GetMaxMigDeviceCount, then GetMigDeviceHandleByIndex and GetUUID per
+// index, per MIG-enabled GPU (see BenchmarkMIGRescan).
 const migRescanInterval = time.Second
 
-// migRescan is what the reader keeps of its MIG walks.
+// After the driver went away under an initialised NVML (unloaded,
+// reloaded, or another version), Init is retried from reloadRetryMin,
+// doubling to reloadRetryMax: the node is expected back within minutes,
+// and a GPU unread is time lost.
+const (
+	reloadRetryMin = time.Second
+	reloadRetryMax = 2 * time.Second
+)
+
+// migRescan is what the reader keeps of its walks.
 type migRescan struct {
 	// last is when the last walk started, on the reader's clock.
 	last time.Time
@@ -32,13 +44,27 @@ type migRescan struct {
 	epoch int
 }
 
-// migWalk is one walk of the MIG indices of some MIG-enabled GPUs, run on
-// a goroutine of its own, which alone touches found until done closes.
+// migWalk is one walk of the node's GPUs and of the MIG indices of some
+// MIG-enabled GPUs, run on a goroutine of its own, which alone touches
+// count, gpus and found until done closes.
 type migWalk struct {
 	epoch   int
 	parents []migParent
-	found   []migFound
-	done    chan struct{}
+	// count and countRet are DeviceGetCount's answer; gpus what each
+	// index holds now.
+	count    int
+	countRet nvml.Return
+	gpus     []gpuSeen
+	found    []migFound
+	done     chan struct{}
+}
+
+// gpuSeen is what a walk found at one GPU index.
+type gpuSeen struct {
+	ret        nvml.Return
+	handle     nvml.Device
+	uuid       string
+	migEnabled bool
 }
 
 // migParent is a MIG-enabled GPU to walk and the MIG devices known on it.
@@ -58,29 +84,28 @@ type migFound struct {
 	added []*device
 }
 
-// rescanMIG walks the MIG indices of the MIG-enabled GPUs, at most once per
-// migRescanInterval, and brings the reader's devices to what it finds:
-// a MIG device that appeared is read from this Read on, one that is gone
-// is dropped (its GPM samples freed) once no read of it is in flight. The
-// walk is waited for at most Config.CallTimeout, like a device's read.
+// rescanMIG walks the node's GPUs, at most once per migRescanInterval,
+// and brings the reader's devices to what it finds: when a GPU's handle,
+// UUID or MIG mode changed, or GPUs came or went, every device is
+// enumerated anew; otherwise a MIG device that appeared is read from this
+// Read on, one that is gone is dropped (its GPM samples freed) once no
+// read of it is in flight. The walk is waited for at most
+// Config.CallTimeout, like a device's read.
 func (r *Reader) rescanMIG(ctx context.Context) {
 	m := &r.migScan
 	if m.pending != nil {
 		select {
 		case <-m.pending.done:
-			r.log.Info("the hung MIG device walk returned")
-			r.applyMIGWalk(m.pending)
+			r.log.Info("the hung GPU walk returned")
+			w := m.pending
 			m.pending = nil
+			r.applyMIGWalk(w)
 		default:
 			return
 		}
 	}
 	now := r.clock.Now()
 	if !m.last.IsZero() && now.Sub(m.last) < migRescanInterval {
-		return
-	}
-	// Most nodes have no GPU in MIG mode: nothing to walk, nothing made.
-	if !slices.ContainsFunc(r.devices, walkable) {
 		return
 	}
 	w := &migWalk{epoch: m.epoch, done: make(chan struct{})}
@@ -96,35 +121,48 @@ func (r *Reader) rescanMIG(ctx context.Context) {
 		}
 		w.parents = append(w.parents, p)
 	}
-	if len(w.parents) == 0 {
-		return
-	}
 	m.last = now
 	r.running.Add(1)
 	go func() {
+		r.walkGPUs(w)
 		w.found = r.walkMIG(w.parents)
 		close(w.done)
 		r.running.Add(-1)
 	}()
-	t := time.NewTimer(r.cfg.CallTimeout)
-	defer t.Stop()
-	select {
-	case <-w.done:
+	g := r.giveUp()
+	defer g.stop()
+	if g.wait(ctx, w.done) {
 		r.applyMIGWalk(w)
-	case <-t.C:
+	} else {
 		m.pending = w
-	case <-ctx.Done():
-		m.pending = w
-	}
-	if m.pending != nil {
-		r.log.Warn("walking the MIG devices has not returned; MIG devices made or destroyed meanwhile are seen when it does",
-			zap.Duration("waited", r.cfg.CallTimeout))
+		r.log.Warn("walking the GPUs has not returned; GPUs and MIG devices changed meanwhile are seen when it does",
+			zap.Stringer("waited", g))
 	}
 }
 
 // walkable reports whether rescanMIG walks d's MIG devices: a GPU in MIG
 // mode that is read.
 func walkable(d *device) bool { return d.info.MIGEnabled && !d.mig && !d.lost && !d.hung }
+
+// walkGPUs reads what each GPU index holds now. It makes NVML calls only.
+func (r *Reader) walkGPUs(w *migWalk) {
+	w.count, w.countRet = r.lib.DeviceGetCount()
+	if w.countRet != nvml.SUCCESS {
+		return
+	}
+	w.gpus = make([]gpuSeen, w.count)
+	for i := range w.gpus {
+		g := &w.gpus[i]
+		if g.handle, g.ret = r.lib.DeviceGetHandleByIndex(i); g.ret != nvml.SUCCESS {
+			continue
+		}
+		if g.uuid, g.ret = g.handle.GetUUID(); g.ret != nvml.SUCCESS {
+			continue
+		}
+		mode, _, ret := g.handle.GetMigMode()
+		g.migEnabled = ret == nvml.SUCCESS && mode == nvml.DEVICE_MIG_ENABLE
+	}
+}
 
 // walkMIG reads the MIG devices of each parent. It makes NVML calls only.
 func (r *Reader) walkMIG(parents []migParent) []migFound {
@@ -165,11 +203,76 @@ func (r *Reader) walkMIG(parents []migParent) []migFound {
 	return out
 }
 
-// applyMIGWalk adds the MIG devices w found after their GPU's others, and
-// drops those it did not find.
+// topologyChange says why what w found differs from the devices the
+// reader enumerated, or "" when it does not. A GPU whose index could not
+// be read is left as it was: a lost GPU answers so until it is reset.
+func (r *Reader) topologyChange(w *migWalk) string {
+	if w.countRet != nvml.SUCCESS {
+		return ""
+	}
+	if r.stale != "" {
+		return r.stale
+	}
+	if w.count != r.count {
+		return fmt.Sprintf("the driver counts %d GPUs, %d before", w.count, r.count)
+	}
+	for i, g := range w.gpus {
+		if g.ret != nvml.SUCCESS {
+			continue
+		}
+		d := r.wholeGPU(i)
+		switch {
+		case d == nil:
+			return fmt.Sprintf("GPU index %d (%s) can be read now", i, g.uuid)
+		case d.info.UUID != g.uuid:
+			return fmt.Sprintf("GPU index %d is %s, %s before", i, g.uuid, d.info.UUID)
+		case d.info.MIGEnabled != g.migEnabled:
+			return fmt.Sprintf("GPU %d %s: MIG mode %s", d.info.GPU, g.uuid, map[bool]string{true: "enabled", false: "disabled"}[g.migEnabled])
+		case !sameHandle(d.handle, g.handle):
+			return fmt.Sprintf("GPU %d %s: its handle changed", d.info.GPU, g.uuid)
+		}
+	}
+	return ""
+}
+
+// wholeGPU is the enumerated whole GPU of NVML index i, or nil.
+func (r *Reader) wholeGPU(i int) *device {
+	for _, d := range r.devices {
+		if !d.mig && d.index == i {
+			return d
+		}
+	}
+	return nil
+}
+
+// sameHandle compares two handles; a handle type that cannot be compared
+// counts as changed, so that the GPU is enumerated anew rather than read
+// through a handle the driver may have replaced.
+func sameHandle(a, b nvml.Device) (same bool) {
+	defer func() {
+		if recover() != nil {
+			same = false
+		}
+	}()
+	return a == b
+}
+
+// applyMIGWalk enumerates the devices anew when w found another topology
+// of GPUs; else it adds the MIG devices w found after their GPU's others,
+// and drops those it did not find.
 func (r *Reader) applyMIGWalk(w *migWalk) {
 	if w.epoch != r.migScan.epoch {
 		freeWalk(r.lib, w)
+		return
+	}
+	if driverGone(w.countRet) {
+		freeWalk(r.lib, w)
+		r.driverWentAway(fmt.Sprintf("DeviceGetCount: %v", retError(w.countRet)))
+		return
+	}
+	if why := r.topologyChange(w); why != "" {
+		freeWalk(r.lib, w)
+		r.reenumerate(why)
 		return
 	}
 	found := make(map[string]*migFound, len(w.parents))
@@ -188,11 +291,9 @@ func (r *Reader) applyMIGWalk(w *migWalk) {
 		seen := map[string]bool{}
 		for ; i < len(r.devices) && r.devices[i].mig && r.devices[i].info.ParentUUID == d.info.UUID; i++ {
 			c := r.devices[i]
-			if f.complete && !f.present[c.info.UUID] && idle(c) {
+			if f.complete && !f.present[c.info.UUID] {
 				r.log.Info("MIG device is gone", zap.Int("gpu", c.info.GPU), zap.String("uuid", c.info.UUID), zap.String("profile", c.info.MIGProfile))
-				if c.gpm != nil {
-					c.gpm.free(r.lib)
-				}
+				r.retire(c)
 				continue
 			}
 			seen[c.info.UUID] = true
@@ -212,6 +313,16 @@ func (r *Reader) applyMIGWalk(w *migWalk) {
 	r.devices = out
 }
 
+// reenumerate enumerates the devices anew, keeping each one's newest
+// sample stamps by UUID, so that samples already read are not read again.
+func (r *Reader) reenumerate(why string) {
+	r.log.Info("the node's GPUs changed; enumerating them anew", zap.String("change", why))
+	if err := r.enumerate(); err != nil {
+		r.log.Warn("enumerating the GPUs anew failed; retrying", zap.Error(err))
+		r.driverWentAway(err.Error())
+	}
+}
+
 // idle reports whether no read of d is in flight, collecting one that ended.
 func idle(d *device) bool {
 	if d.inflight == nil {
@@ -224,6 +335,84 @@ func idle(d *device) bool {
 	default:
 		return false
 	}
+}
+
+// retire drops d's GPM samples: at once when no read of d is in flight,
+// else when that read has ended (reapRetired). A read blocked in an NVML
+// call may yet hand those buffers to GpmSampleGet: freeing them under it
+// would let the driver write into freed memory.
+func (r *Reader) retire(d *device) {
+	if d.gpm == nil {
+		return
+	}
+	if idle(d) {
+		d.gpm.free(r.lib)
+		d.gpm = nil
+		return
+	}
+	r.retired = append(r.retired, d)
+}
+
+// reapRetired frees the GPM samples of retired devices whose read ended,
+// and reports whether none is left.
+func (r *Reader) reapRetired() bool {
+	left := r.retired[:0]
+	for _, d := range r.retired {
+		if idle(d) {
+			d.gpm.free(r.lib)
+			d.gpm = nil
+			continue
+		}
+		left = append(left, d)
+	}
+	clear(r.retired[len(left):])
+	r.retired = left
+	return len(left) == 0
+}
+
+// quiet reports whether no NVML call of the reader is in flight: no
+// device read, no walk, no retired device's read.
+func (r *Reader) quiet() bool {
+	for _, d := range r.devices {
+		if !idle(d) {
+			return false
+		}
+	}
+	if p := r.migScan.pending; p != nil {
+		select {
+		case <-p.done:
+		default:
+			return false
+		}
+	}
+	return r.reapRetired()
+}
+
+// driverGone reports whether ret says the driver NVML was initialised
+// with is no longer there: unloaded, or replaced by another version.
+func driverGone(ret nvml.Return) bool {
+	return ret == nvml.ERROR_UNINITIALIZED || ret == nvml.ERROR_DRIVER_NOT_LOADED || ret == nvml.ERROR_LIB_RM_VERSION_MISMATCH
+}
+
+// driverWentAway marks NVML for a new Init: the next Read shuts it down,
+// once no call is in flight, and initialises it again at once.
+func (r *Reader) driverWentAway(why string) {
+	if !r.reinit {
+		r.log.Warn("the NVML driver went away (unloaded, reloaded or replaced?); NVML is shut down and initialised anew", zap.String("why", why))
+	}
+	r.reinit = true
+}
+
+// reinitLocked shuts NVML down for driverWentAway, when no call is in
+// flight, and sets Init to be retried at once, then from reloadRetryMin.
+func (r *Reader) reinitLocked() {
+	if !r.reinit || !r.initialized || !r.quiet() {
+		return
+	}
+	r.shutdownLocked()
+	r.reinit = false
+	r.nextInit, r.initBackoff = time.Time{}, reloadRetryMin
+	r.retryMax = reloadRetryMax
 }
 
 // dropMIGWalks forgets the walks so far, when the devices are enumerated

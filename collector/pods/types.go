@@ -1,6 +1,8 @@
 package pods
 
 import (
+	"slices"
+
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 )
@@ -27,6 +29,16 @@ type PodSpec struct {
 	// Priority is the value of the pod's priority class, resolved by the
 	// API server's admission; nil when the pod has none.
 	Priority *int32 `json:"priority,omitempty"`
+	// InitContainers and Containers are the pod's containers, by name, in
+	// spec order: HAMi's device annotation is indexed by it.
+	InitContainers []ContainerName `json:"initContainers,omitempty"`
+	Containers     []ContainerName `json:"containers,omitempty"`
+}
+
+// ContainerName is a container of a pod's spec, of which only its name is
+// read.
+type ContainerName struct {
+	Name string `json:"name"`
 }
 
 // PodStatus is the part of a pod's status the agent reads.
@@ -35,6 +47,10 @@ type PodStatus struct {
 	Phase                 string            `json:"phase,omitempty"`
 	InitContainerStatuses []ContainerStatus `json:"initContainerStatuses,omitempty"`
 	ContainerStatuses     []ContainerStatus `json:"containerStatuses,omitempty"`
+	// EphemeralContainerStatuses are the debug containers kubectl debug
+	// adds: the kubelet lists none of them, but their processes may run on
+	// the pod's GPUs.
+	EphemeralContainerStatuses []ContainerStatus `json:"ephemeralContainerStatuses,omitempty"`
 }
 
 // ContainerStatus is a container's name and, once it has started, its
@@ -83,6 +99,9 @@ func (p *Pod) deepCopy() *Pod {
 	}
 	out.Status.InitContainerStatuses = cloneStatuses(p.Status.InitContainerStatuses)
 	out.Status.ContainerStatuses = cloneStatuses(p.Status.ContainerStatuses)
+	out.Status.EphemeralContainerStatuses = cloneStatuses(p.Status.EphemeralContainerStatuses)
+	out.Spec.InitContainers = slices.Clone(p.Spec.InitContainers)
+	out.Spec.Containers = slices.Clone(p.Spec.Containers)
 	return out
 }
 

@@ -25,21 +25,51 @@ import (
 type Cluster struct {
 	scs    []*Scenario
 	queues []ClusterQueue
+	// selectors are the node selector keys of all the pods, sorted: the
+	// label names of kube_pod_nodeselectors.
+	selectors []string
+	nodeSel   *prometheus.Desc
+}
+
+// newCluster is the cluster of scs with queues, its descriptors built.
+func newCluster(scs []*Scenario, queues []ClusterQueue) *Cluster {
+	c := &Cluster{scs: scs, queues: queues}
+	keys := map[string]bool{}
+	for _, sc := range scs {
+		for _, u := range sc.Unscheduled {
+			for k := range u.NodeSelector {
+				keys[k] = true
+			}
+		}
+	}
+	for k := range keys {
+		c.selectors = append(c.selectors, k)
+	}
+	slices.Sort(c.selectors)
+	// kube-state-metrics names each selector's label nodeselector_<key>,
+	// its key's characters outside [a-zA-Z0-9_] made "_"
+	// (internal/store/pod.go, kubeMapToPrometheusLabels).
+	names := []string{"namespace", "pod", "uid"}
+	for _, k := range c.selectors {
+		names = append(names, "nodeselector_"+ksmUnsafe.ReplaceAllString(k, "_"))
+	}
+	c.nodeSel = prometheus.NewDesc("kube_pod_nodeselectors", "Describes the Pod nodeSelectors.", names, nil)
+	return c
 }
 
 // NewCluster returns the cluster of scenarios scs (one per node). Their
 // ClusterQueues are merged: a queue given by several scenarios must be
 // given alike, and a pod name is the cluster's once.
 func NewCluster(scs ...*Scenario) (*Cluster, error) {
-	c := &Cluster{scs: scs}
+	var queues []ClusterQueue
 	pods := map[string]string{}
 	for _, sc := range scs {
 		for _, cq := range sc.Kueue {
-			i := slices.IndexFunc(c.queues, func(o ClusterQueue) bool { return o.Name == cq.Name })
+			i := slices.IndexFunc(queues, func(o ClusterQueue) bool { return o.Name == cq.Name })
 			switch {
 			case i < 0:
-				c.queues = append(c.queues, cq)
-			case !equalQueues(c.queues[i], cq):
+				queues = append(queues, cq)
+			case !equalQueues(queues[i], cq):
 				return nil, fmt.Errorf("%s: ClusterQueue %s differs from the one another scenario gives", sc.Name, cq.Name)
 			}
 		}
@@ -57,7 +87,7 @@ func NewCluster(scs ...*Scenario) (*Cluster, error) {
 			pods[n] = sc.Name
 		}
 	}
-	return c, nil
+	return newCluster(scs, queues), nil
 }
 
 func equalQueues(a, b ClusterQueue) bool {
@@ -74,6 +104,10 @@ var (
 	ksmPodRequests = prometheus.NewDesc("kube_pod_container_resource_requests",
 		"[STABLE] The number of requested request resource by a container. It is recommended to use the kube_pod_resource_requests metric exposed by kube-scheduler instead, as it is more precise.",
 		[]string{"namespace", "pod", "uid", "container", "node", "resource", "unit"}, nil)
+	// ksmPodCreated is the pod's creation time, in Unix seconds
+	// (internal/store/pod.go, createPodCreatedFamilyGenerator).
+	ksmPodCreated = prometheus.NewDesc("kube_pod_created", "[STABLE] Unix creation timestamp",
+		[]string{"namespace", "pod", "uid"}, nil)
 	// ksmPodLabels is kube_pod_labels with kube-state-metrics run with
 	// --metric-labels-allowlist=pods=[kueue.x-k8s.io/queue-name]: a label
 	// the pod does not have is empty, which Prometheus reads as absent.
@@ -94,6 +128,37 @@ var (
 // claimGVK is the labels kube-state-metrics' custom-resource-state puts on
 // every series of a ResourceClaim.
 var claimGVK = []string{"resource.k8s.io", "ResourceClaim", "v1"}
+
+// The Kueue Workload and LocalQueue series of kube-state-metrics'
+// custom-resource-state configuration deploy/kube-state-metrics/kueue.yaml,
+// with its label names: what a Workload Kueue has not admitted asks for
+// (status.resourceRequests, which Kueue fills only then), its pod sets,
+// priority, creation and owner, and which ClusterQueue each LocalQueue
+// feeds.
+var (
+	gvkLabels       = []string{"customresource_group", "customresource_kind", "customresource_version"}
+	ksmWorkloadGPUs = prometheus.NewDesc("kube_customresource_kueue_workload_pending_gpus", "GPUs (nvidia.com/gpu) a pod set of a Kueue Workload not admitted asks for, all its pods (status.resourceRequests).",
+		append(slices.Clone(gvkLabels), "namespace", "workload", "podset"), nil)
+	ksmWorkloadInfo = prometheus.NewDesc("kube_customresource_kueue_workload_info", "A Kueue Workload's LocalQueue and priority class.",
+		append(slices.Clone(gvkLabels), "namespace", "workload", "queue", "priority_class"), nil)
+	ksmWorkloadPriority = prometheus.NewDesc("kube_customresource_kueue_workload_priority", "A Kueue Workload's priority (spec.priority).",
+		append(slices.Clone(gvkLabels), "namespace", "workload"), nil)
+	ksmWorkloadPodSet = prometheus.NewDesc("kube_customresource_kueue_workload_podset_pods", "Pods of a pod set of a Kueue Workload, with the GPU product its node selector names.",
+		append(slices.Clone(gvkLabels), "namespace", "workload", "podset", "gpu_type"), nil)
+	ksmWorkloadCreated = prometheus.NewDesc("kube_customresource_kueue_workload_created", "A Kueue Workload's creation time, Unix seconds.",
+		append(slices.Clone(gvkLabels), "namespace", "workload"), nil)
+	ksmWorkloadOwner = prometheus.NewDesc("kube_customresource_kueue_workload_owner_info", "An owner of a Kueue Workload (the Job or Pod it stands for).",
+		append(slices.Clone(gvkLabels), "namespace", "workload", "owner_kind", "owner_name"), nil)
+	ksmLocalQueue = prometheus.NewDesc("kube_customresource_kueue_localqueue_info", "The ClusterQueue a Kueue LocalQueue feeds.",
+		append(slices.Clone(gvkLabels), "namespace", "local_queue", "cluster_queue"), nil)
+)
+
+// workloadGVK and localQueueGVK are the labels custom-resource-state puts
+// on the Kueue series (Kueue's storage version, v1beta2).
+var (
+	workloadGVK   = []string{"kueue.x-k8s.io", "Workload", "v1beta2"}
+	localQueueGVK = []string{"kueue.x-k8s.io", "LocalQueue", "v1beta2"}
+)
 
 // Kueue's ClusterQueue series, with its label names (Kueue 0.18; the
 // resource is Kubernetes' name, nvidia.com/gpu, and a scenario's queues
@@ -136,6 +201,9 @@ var ksmUnsafe = regexp.MustCompile(`[^a-zA-Z0-9_]`)
 // it (status "active"), and their GPUs; its admitted workloads, one per
 // running pod.
 func (c *Cluster) At(t time.Time) prometheus.Collector {
+	if c.nodeSel == nil {
+		c = newCluster(c.scs, c.queues)
+	}
 	return clusterState{c: c, now: func() time.Time { return t }}
 }
 
@@ -145,11 +213,12 @@ type clusterState struct {
 }
 
 func (k clusterState) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{ksmPodInfo, ksmPodPhase, ksmPodRequests, ksmPodLabels, ksmClaimDevices, ksmClaimOwner} {
+	for _, d := range []*prometheus.Desc{ksmPodInfo, ksmPodPhase, ksmPodRequests, ksmPodLabels, ksmPodCreated, k.c.nodeSel, ksmClaimDevices, ksmClaimOwner} {
 		ch <- d
 	}
 	if len(k.c.queues) > 0 {
-		for _, d := range []*prometheus.Desc{kueueNominalQuota, kueueBorrowingLimit, kueueUsage, kueuePendingResource, kueuePending, kueueAdmitted} {
+		for _, d := range []*prometheus.Desc{kueueNominalQuota, kueueBorrowingLimit, kueueUsage, kueuePendingResource, kueuePending, kueueAdmitted,
+			ksmWorkloadGPUs, ksmWorkloadInfo, ksmWorkloadPriority, ksmWorkloadPodSet, ksmWorkloadCreated, ksmWorkloadOwner, ksmLocalQueue} {
 			ch <- d
 		}
 	}
@@ -170,7 +239,9 @@ func (k clusterState) Collect(ch chan<- prometheus.Metric) {
 				phase = "Succeeded"
 			}
 			queue, cq := workload.KueueQueues(p.Labels)
-			podSeries(ch, p.Namespace, p.Name, PodUID(sc.Node, p.Namespace, p.Name), p.Container, sc.Node, phase, p.Owner, p.Resource, len(p.Devices), p.PriorityClass, queue)
+			uid := PodUID(sc.Node, p.Namespace, p.Name)
+			podSeries(ch, p.Namespace, p.Name, uid, p.Container, sc.Node, phase, p.Owner, p.Resource, len(p.Devices), p.PriorityClass, queue)
+			k.podMeta(ch, p.Namespace, p.Name, uid, sc.Start.Add(p.From), nil)
 			if phase == "Running" && cq != "" && p.Resource == ResourceGPU {
 				usage[cq] += float64(len(p.Devices))
 				admitted[cq]++
@@ -180,7 +251,17 @@ func (k clusterState) Collect(ch chan<- prometheus.Metric) {
 			if t < u.From || t >= u.To {
 				continue
 			}
-			podSeries(ch, u.Namespace, u.Name, PodUID(sc.Node, u.Namespace, u.Name), u.Container, "", "Pending", u.Owner, u.Resource, u.GPUs, u.PriorityClass, u.Queue)
+			if u.Suspended {
+				// No pod: Kueue's pending series and the Workload's.
+				cq := k.clusterQueueOf(u.Namespace, u.Queue)
+				pending[cq]++
+				pendingGPUs[cq] += float64(u.GPUs)
+				k.workloadSeries(ch, sc, u)
+				continue
+			}
+			uid := PodUID(sc.Node, u.Namespace, u.Name)
+			podSeries(ch, u.Namespace, u.Name, uid, u.Container, "", "Pending", u.Owner, u.Resource, u.GPUs, u.PriorityClass, u.Queue)
+			k.podMeta(ch, u.Namespace, u.Name, uid, sc.Start.Add(u.From), u.NodeSelector)
 			if u.Claim != "" {
 				claim := append(slices.Clone(claimGVK), u.Namespace, u.Claim)
 				ch <- prometheus.MustNewConstMetric(ksmClaimDevices, prometheus.GaugeValue, float64(u.GPUs), append(claim, "gpu", "gpu.nvidia.com", "ExactCount")...)
@@ -208,7 +289,51 @@ func (k clusterState) Collect(ch chan<- prometheus.Metric) {
 		gauge(kueuePending, pending[cq.Name], cq.Name, "active", "standalone")
 		gauge(kueuePending, 0, cq.Name, "inadmissible", "standalone")
 		gauge(kueueAdmitted, admitted[cq.Name], cq.Name, "standalone")
+		for _, lq := range cq.LocalQueues {
+			ns, name, _ := strings.Cut(lq, "/")
+			gauge(ksmLocalQueue, 1, append(slices.Clone(localQueueGVK), ns, name, cq.Name)...)
+		}
 	}
+}
+
+// podMeta sends a pod's creation time and its node selector.
+func (k clusterState) podMeta(ch chan<- prometheus.Metric, namespace, name, uid string, created time.Time, selector map[string]string) {
+	ch <- prometheus.MustNewConstMetric(ksmPodCreated, prometheus.GaugeValue, float64(created.Unix()), namespace, name, uid)
+	lv := []string{namespace, name, uid}
+	for _, key := range k.c.selectors {
+		lv = append(lv, selector[key])
+	}
+	ch <- prometheus.MustNewConstMetric(k.c.nodeSel, prometheus.GaugeValue, 1, lv...)
+}
+
+// WorkloadName is the name of the Kueue Workload that stands for a
+// suspended job: "job-" and the Job's name (its owner's, or the entry's
+// own). Kueue adds a hash of the Job's UID, which a scenario has not.
+func WorkloadName(u UnscheduledPod) string {
+	if u.Owner.Name != "" {
+		return "job-" + u.Owner.Name
+	}
+	return "job-" + u.Name
+}
+
+// workloadSeries sends the series deploy/kube-state-metrics/kueue.yaml
+// makes of a suspended job's Workload: one pod set, "main", of one pod of
+// its GPUs, created at its from, not admitted.
+func (k clusterState) workloadSeries(ch chan<- prometheus.Metric, sc *Scenario, u UnscheduledPod) {
+	wl := append(slices.Clone(workloadGVK), u.Namespace, WorkloadName(u))
+	g := func(d *prometheus.Desc, v float64, lv ...string) {
+		ch <- prometheus.MustNewConstMetric(d, prometheus.GaugeValue, v, append(slices.Clone(wl), lv...)...)
+	}
+	owner := u.Owner
+	if owner.Kind == "" {
+		owner = Owner{Kind: "Job", Name: u.Name}
+	}
+	g(ksmWorkloadGPUs, float64(u.GPUs), "main")
+	g(ksmWorkloadInfo, 1, u.Queue, u.PriorityClass)
+	g(ksmWorkloadPriority, float64(sc.PriorityOf(u.PriorityClass)))
+	g(ksmWorkloadPodSet, 1, "main", u.NodeSelector[ProductLabel])
+	g(ksmWorkloadCreated, float64(sc.Start.Add(u.From).Unix()))
+	g(ksmWorkloadOwner, 1, owner.Kind, owner.Name)
 }
 
 // clusterQueueOf returns the ClusterQueue LocalQueue namespace/queue

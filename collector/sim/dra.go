@@ -221,10 +221,16 @@ func ClaimUID(node, namespace, name string) string {
 	return fmt.Sprintf("%x-%x-%x-%x-%x", h[0:4], h[4:6], h[6:8], h[8:10], h[10:16])
 }
 
-// GPUDeviceName is the name NVIDIA's DRA driver gives a whole GPU in its
-// ResourceSlices: gpu-<minor>; the simulated GPUs' minor numbers are their
-// indices.
-func GPUDeviceName(gpu int) string { return fmt.Sprintf("gpu-%d", gpu) }
+// GPUDeviceName is the name NVIDIA's DRA driver gives the GPU with minor
+// number minor in its ResourceSlices: gpu-<minor> (deviceinfo.go
+// CanonicalName); a simulated GPU's minor number is its index unless the
+// scenario's minor_numbers say otherwise.
+func GPUDeviceName(minor int) string { return fmt.Sprintf("gpu-%d", minor) }
+
+// VFIODeviceName is the name NVIDIA's DRA driver gives the n-th of the
+// node's NVIDIA PCI devices when it is passed through to VMs:
+// gpu-vfio-<n> (deviceinfo.go VfioDeviceInfo CanonicalName).
+func VFIODeviceName(n int) string { return fmt.Sprintf("gpu-vfio-%d", n) }
 
 // deviceIdentity is what each pod's devices are, per pod and device: the
 // DRA device name ("" for a device-plugin pod) and the NVML UUID.
@@ -250,15 +256,18 @@ func (s *Scenario) identities(plan []migHolding) deviceIdentity {
 	for i, p := range s.Pods {
 		id.draName[i], id.uuid[i] = make([]string, len(p.Devices)), make([]string, len(p.Devices))
 		for k, d := range p.Devices {
-			name, uuid := GPUDeviceName(d.GPU), deviceUUID(s.Node, d.GPU)
+			name, uuid := GPUDeviceName(s.minor(d.GPU)), deviceUUID(s.Node, d.GPU)
 			switch {
+			case s.VFIO[d.GPU]:
+				// NVML does not see it: no UUID to join on.
+				name, uuid = VFIODeviceName(d.GPU), ""
 			case d.Dynamic:
 				if h := held[[2]int{i, k}]; h != nil {
-					name, uuid = h.name(), h.uuid
+					name, uuid = h.profile.draName(s.minor(d.GPU), h.start), h.uuid
 				}
 			case d.MIG:
 				prof, _ := sys.migProfile(s.MIG[d.GPU][d.MIGSlot])
-				name, uuid = prof.draName(d.GPU, starts[d.GPU][d.MIGSlot]), migUUID(s.Node, d.GPU, d.MIGSlot)
+				name, uuid = prof.draName(s.minor(d.GPU), starts[d.GPU][d.MIGSlot]), migUUID(s.Node, d.GPU, d.MIGSlot)
 			}
 			if p.Allocation == AllocationDRA {
 				id.draName[i][k] = name

@@ -74,6 +74,9 @@ func listKubelet(t *testing.T, n *sim.Node) *podresourcesv1.ListPodResourcesResp
 type claimRow struct {
 	pod, claimNamespace, claim, driver, pool, device, cdi string
 	hasShareID                                            bool
+	// cdis is how many CDI devices the device lists: its own and its
+	// claim's devices' before it.
+	cdis int
 }
 
 func claimRows(resp *podresourcesv1.ListPodResourcesResponse) (rows []claimRow, deviceIDs map[string][]string) {
@@ -87,8 +90,11 @@ func claimRows(resp *podresourcesv1.ListPodResourcesResponse) (rows []claimRow, 
 				for _, cr := range dr.GetClaimResources() {
 					row := claimRow{pod: p.GetName(), claimNamespace: dr.GetClaimNamespace(), claim: dr.GetClaimName(),
 						driver: cr.GetDriverName(), pool: cr.GetPoolName(), device: cr.GetDeviceName(), hasShareID: cr.ShareId != nil}
-					if cdi := cr.GetCdiDevices(); len(cdi) == 1 {
-						row.cdi = cdi[0].GetName()
+					// The kubelet hands each device of a driver the CDI
+					// devices gathered so far: its own is the last.
+					if cdi := cr.GetCdiDevices(); len(cdi) > 0 {
+						row.cdi = cdi[len(cdi)-1].GetName()
+						row.cdis = len(cdi)
 					}
 					rows = append(rows, row)
 				}
@@ -108,8 +114,9 @@ func TestKubeletListsClaims(t *testing.T) {
 		return "k8s.gpu.nvidia.com/claim=" + sim.ClaimUID("sim-node", ns, claim) + "-" + dev
 	}
 	row := func(pod, ns, claim, dev string) claimRow {
-		return claimRow{pod, ns, claim, sim.DRADriver, "sim-node", dev, cdi(ns, claim, dev), false}
+		return claimRow{pod, ns, claim, sim.DRADriver, "sim-node", dev, cdi(ns, claim, dev), false, 1}
 	}
+	second := func(r claimRow) claimRow { r.cdis = 2; return r }
 	tests := []struct {
 		file string
 		at   time.Duration
@@ -117,7 +124,7 @@ func TestKubeletListsClaims(t *testing.T) {
 		ids  map[string][]string
 	}{
 		{"dra-whole.yaml", 20 * time.Minute, []claimRow{
-			row("train-0", "research", "train-0", "gpu-0"), row("train-0", "research", "train-0", "gpu-1"),
+			row("train-0", "research", "train-0", "gpu-0"), second(row("train-0", "research", "train-0", "gpu-1")),
 			row("llm-0", "serving", "llm-0", "gpu-2"),
 		}, nil},
 		{"dra-shared.yaml", 20 * time.Minute, []claimRow{
@@ -261,6 +268,9 @@ func TestAPIServerDynamicMIG(t *testing.T) {
 		t.Run("protobuf="+strconv.FormatBool(protobuf), func(t *testing.T) {
 			t.Parallel()
 			n, clock := newNode(t, loadScenario(t, "dra-mig.yaml"), 4*time.Minute)
+			// The shape in which a partition carries its MIG device's
+			// uuid: its slice changes as devices come and go.
+			n.SetPartitionUUIDs(true)
 			srv := sim.NewAPIServer(n)
 			if err := srv.Start(); err != nil {
 				t.Fatal(err)
@@ -295,8 +305,13 @@ func TestAPIServerDynamicMIG(t *testing.T) {
 			if gpu0 == nil || gpu1 == nil || counters == nil {
 				t.Fatalf("slices %+v", list.Items)
 			}
-			if len(gpu0.Spec.Devices) != 18 {
-				t.Errorf("gpu:0 offers %d partitions, want 18 (7+4+3+2+1+1)", len(gpu0.Spec.Devices))
+			if len(gpu0.Spec.Devices) != 19 {
+				t.Errorf("gpu:0 offers %d devices, want 18 partitions (7+4+3+2+1+1) and the whole GPU", len(gpu0.Spec.Devices))
+			}
+			// An H100 leaves MIG mode without a reset: the driver offers it
+			// whole too, consuming all its partitions' counters.
+			if g := device(gpu0, "gpu-0"); g == nil || attr(g, "uuid") != n.DeviceUUID(0) || len(g.ConsumesCounters) != 1 || len(g.ConsumesCounters[0].Counters) != 15 {
+				t.Errorf("gpu-0 beside its partitions: %+v", g)
 			}
 			d := device(gpu0, part)
 			if attr(d, "type") != "mig" || attr(d, "profile") != "1g.10gb" || attr(d, "parentUUID") != n.DeviceUUID(0) || attr(d, "uuid") != "" {
@@ -370,6 +385,7 @@ func TestAPIServerDynamicMIG(t *testing.T) {
 func TestAPIServerProtocol(t *testing.T) {
 	t.Parallel()
 	n, clock := newNode(t, loadScenario(t, "dra-mig.yaml"), 0)
+	n.SetPartitionUUIDs(true) // so that the slices change at 5m
 	srv := sim.NewAPIServer(n)
 	if err := srv.StartTLS(); err != nil {
 		t.Fatal(err)

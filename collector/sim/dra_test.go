@@ -2,6 +2,7 @@ package sim
 
 import (
 	"slices"
+	"strings"
 	"testing"
 )
 
@@ -56,8 +57,15 @@ func TestParseDRAErrors(t *testing.T) {
 			"t.yaml:12: pods[0].devices[0]: mig:0:1g.10gb: dynamic MIG devices are made by the DRA driver; give the pod allocation: dra"},
 		{"fixed slot on a dynamic GPU", dynHead + "pods:\n  - namespace: a\n    name: p\n    devices: [\"mig:0/0\"]\n",
 			"t.yaml:11: pods[0].devices[0]: mig:0/0: gpu:0 is in dynamic MIG mode; ask for a profile, as mig:0:<profile>"},
-		{"whole GPU in dynamic mode", dynHead + "pods:\n  - namespace: a\n    name: p\n    devices: [\"gpu:0\"]\n",
-			"t.yaml:11: pods[0].devices[0]: gpu:0: the GPU is in MIG mode; hold one of its MIG devices (mig:0/S)"},
+		// On Ampere the driver offers dynamic MIG only in MIG mode, which
+		// takes a reset to leave (nvlib.go isDynamicMIGCapable).
+		{"whole A100 in dynamic mode", strings.Replace(dynHead, "dgxh100", "dgxa100", 1) + "pods:\n  - namespace: a\n    name: p\n    devices: [\"gpu:0\"]\n",
+			"t.yaml:11: pods[0].devices[0]: gpu:0: the NVIDIA A100-SXM4-40GB cannot leave MIG mode without a reset, so NVIDIA's DRA driver offers only its MIG devices (mig:0:<profile>)"},
+		{"whole dynamic GPU from the device plugin", dynHead + "pods:\n  - namespace: a\n    name: p\n    allocation: device-plugin\n    devices: [\"gpu:0\"]\n",
+			"t.yaml:12: pods[0].devices[0]: gpu:0 is in dynamic MIG mode: only NVIDIA's DRA driver hands it out, whole as gpu-0 or in partitions; give the pod allocation: dra"},
+		{"whole GPU beside its partitions", dynHead + "pods:\n  - namespace: a\n    name: p\n    devices: [\"gpu:0\"]\n    to: 1h\n" +
+			"  - namespace: a\n    name: q\n    devices: [\"mig:0:1g.10gb\"]\n    from: 30m\n",
+			"t.yaml:15: pods[1].devices[0]: mig:0:1g.10gb cannot be made from 30m to 4h while a/p (pods[0]) holds gpu:0 whole"},
 		{"dynamic memory above the profile's", dynHead + "pods:\n  - namespace: a\n    name: p\n    devices: [\"mig:0:1g.10gb\"]\n    memory: 11GiB\n",
 			"t.yaml:12: pods[0].memory: 11GiB is more than the 10GiB of mig:0:1g.10gb (1g.10gb)"},
 		{"dynamic device does not fit", dynHead + "pods:\n  - namespace: a\n    name: p\n    devices: [\"mig:0:4g.40gb\"]\n    to: 2h\n" +
@@ -170,7 +178,7 @@ func TestMIGPlan(t *testing.T) {
 	var got []row
 	uuids := map[string]bool{}
 	for _, h := range plan {
-		got = append(got, row{h.name(), h.from.Minutes(), h.to.Minutes(), h.slot, h.gi})
+		got = append(got, row{h.profile.draName(h.gpu, h.start), h.from.Minutes(), h.to.Minutes(), h.slot, h.gi})
 		uuids[h.uuid] = true
 	}
 	if !slices.Equal(got, want) {

@@ -40,6 +40,16 @@ func TestDRAScenarioTruth(t *testing.T) {
 			{"eval-0", "gpu:1", "eval-0", "gpu-1", 3600, 600, 0.95 * 3000},
 			// embed-1's 1g.10gb is a device of its own, not embed-0's made again.
 		}, nil, [][2]int{{0, 1}, {1, 2}, {0, 2}}},
+		// Minor numbers [2, 0, 1]: device names say the minor, not the index.
+		{"dra-mig-nvidia.yaml", []want{
+			{"train-mig", "mig:0:3g.40gb", "train-mig", "gpu-2-mig-3g40gb-9-0", 3600, 1800, 0.9 * 1800},
+			{"embed-a", "mig:0:1g.10gb", "embed-a", "gpu-2-mig-1g10gb-19-4", 3600, 0, 0.6 * 3600},
+			{"embed-b", "mig:0:1g.10gb", "embed-b", "gpu-2-mig-1g10gb-19-5", 1800, 900, 0.2*900 + 0.01*900},
+			{"embed-c", "mig:0:1g.10gb", "embed-c", "gpu-2-mig-1g10gb-19-5", 900, 0, 0.5 * 900},
+			{"train-whole", "gpu:1", "train-whole", "gpu-0", 3000, 1200, 0.8 * 1800},
+			{"eval", "gpu:2", "eval", "gpu-1", 3600, 0, 0.95 * 3600},
+			// embed-c's 1g.10gb at slice 5 is a device of its own, not embed-b's.
+		}, nil, [][2]int{{1, 2}, {2, 3}, {1, 3}}},
 		{"dra-mixed.yaml", []want{
 			{"train-dp", "gpu:0", "", "", 3600, 0, 0.8 * 3600},
 			{"train-dra", "gpu:1", "train-dra", "gpu-1", 3600, 1800, 0.4 * 1800},

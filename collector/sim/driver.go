@@ -51,6 +51,7 @@ var symbols = map[string]bool{
 	"nvmlDeviceGetPowerUsage": true, "nvmlDeviceGetTotalEnergyConsumption": true,
 	"nvmlDeviceGetComputeRunningProcesses": true, "nvmlDeviceGetComputeRunningProcesses_v2": true,
 	"nvmlDeviceGetComputeRunningProcesses_v3": true, "nvmlDeviceGetProcessUtilization": true,
+	"nvmlDeviceGetUtilizationRates": true,
 }
 
 // newDriver wraps n's mock server, whose devices must already be trimmed to
@@ -66,31 +67,41 @@ func newDriver(n *Node) *driver {
 
 // Library-level calls.
 
-func (d *driver) Init() nvml.Return     { return nvml.SUCCESS }
-func (d *driver) Shutdown() nvml.Return { return nvml.SUCCESS }
+// Init and Shutdown open and close a session, which driver reloads answer.
+func (d *driver) Init() nvml.Return     { return d.n.initSession() }
+func (d *driver) Shutdown() nvml.Return { return d.n.closeSession() }
 
 func (d *driver) Extensions() nvml.ExtendedInterface { return d }
 
 func (d *driver) LookupSymbol(name string) error {
-	if symbols[name] || migSymbols[name] || (d.n.sys.gpm && gpmSymbols[name]) {
+	if (symbols[name] || migSymbols[name] || processSymbols[name] || (d.n.sys.gpm && gpmSymbols[name])) && !d.n.symbolAbsent(name) {
 		return nil
 	}
 	return fmt.Errorf("sim: symbol %s: %w", name, nvml.ERROR_NOT_SUPPORTED)
 }
 
-func (d *driver) SystemGetDriverVersion() (string, nvml.Return) { return d.DriverVersion, nvml.SUCCESS }
-func (d *driver) SystemGetNVMLVersion() (string, nvml.Return)   { return d.NvmlVersion, nvml.SUCCESS }
+func (d *driver) SystemGetDriverVersion() (string, nvml.Return) {
+	return d.n.driverVersion(), nvml.SUCCESS
+}
+func (d *driver) SystemGetNVMLVersion() (string, nvml.Return) { return d.NvmlVersion, nvml.SUCCESS }
 func (d *driver) SystemGetCudaDriverVersion() (int, nvml.Return) {
 	return d.CudaDriverVersion, nvml.SUCCESS
 }
 
-func (d *driver) DeviceGetCount() (int, nvml.Return) { return len(d.handles), nvml.SUCCESS }
+// DeviceGetCount and DeviceGetHandleByIndex count only the GPUs NVML
+// sees: not those passed through to VMs (vfio).
+func (d *driver) DeviceGetCount() (int, nvml.Return) {
+	if ret, ok := d.n.reloadFault(); ok {
+		return 0, ret
+	}
+	return len(d.n.visible), nvml.SUCCESS
+}
 
 func (d *driver) DeviceGetHandleByIndex(i int) (nvml.Device, nvml.Return) {
-	if i < 0 || i >= len(d.handles) {
+	if i < 0 || i >= len(d.n.visible) {
 		return nil, nvml.ERROR_INVALID_ARGUMENT
 	}
-	return d.handles[i], nvml.SUCCESS
+	return d.handles[d.n.visible[i]], nvml.SUCCESS
 }
 
 // DeviceGetHandleByUUID answers ERROR_NOT_FOUND for an unknown UUID, as the
@@ -99,6 +110,9 @@ func (d *driver) DeviceGetHandleByIndex(i int) (nvml.Device, nvml.Return) {
 func (d *driver) DeviceGetHandleByUUID(uuid string) (nvml.Device, nvml.Return) {
 	t, _ := d.n.now()
 	for _, h := range d.handles {
+		if !d.n.nvmlVisible(h.g) {
+			continue
+		}
 		if strings.EqualFold(uuid, h.UUID) {
 			return h, nvml.SUCCESS
 		}
@@ -113,7 +127,7 @@ func (d *driver) DeviceGetHandleByUUID(uuid string) (nvml.Device, nvml.Return) {
 
 func (d *driver) DeviceGetHandleByPciBusId(busID string) (nvml.Device, nvml.Return) {
 	for _, h := range d.handles {
-		if busID == h.PciBusID {
+		if busID == h.PciBusID && d.n.nvmlVisible(h.g) {
 			return h, nvml.SUCCESS
 		}
 	}
@@ -140,6 +154,9 @@ func (d *driver) DeviceGetPciInfo(h nvml.Device) (nvml.PciInfo, nvml.Return) { r
 func (d *driver) DeviceGetMigMode(h nvml.Device) (int, int, nvml.Return)     { return h.GetMigMode() }
 func (d *driver) DeviceGetSamples(h nvml.Device, typ nvml.SamplingType, lastSeen uint64) (nvml.ValueType, []nvml.Sample, nvml.Return) {
 	return h.GetSamples(typ, lastSeen)
+}
+func (d *driver) DeviceGetUtilizationRates(h nvml.Device) (nvml.Utilization, nvml.Return) {
+	return h.GetUtilizationRates()
 }
 func (d *driver) DeviceGetMemoryInfo(h nvml.Device) (nvml.Memory, nvml.Return) {
 	return h.GetMemoryInfo()
@@ -198,9 +215,22 @@ func (h *handle) GetSamples(typ nvml.SamplingType, lastSeen uint64) (nvml.ValueT
 	return h.n.samples(h.g, typ, lastSeen)
 }
 
+// GetUtilizationRates answers the samples call's faults: it reads the same
+// activity counters.
+func (h *handle) GetUtilizationRates() (nvml.Utilization, nvml.Return) {
+	if ret, ok := h.n.nvmlFault(h.g, CallSamples); ok {
+		return nvml.Utilization{}, ret
+	}
+	return h.n.utilizationRates(h.g)
+}
+
 func (h *handle) GetMemoryInfo_v2() (nvml.Memory_v2, nvml.Return) {
+	h.n.missingSymbol("nvmlDeviceGetMemoryInfo_v2")
 	if ret, ok := h.n.nvmlFault(h.g, CallMemory); ok {
 		return nvml.Memory_v2{}, ret
+	}
+	if h.n.parentDenied(h.g) {
+		return nvml.Memory_v2{}, nvml.ERROR_NO_PERMISSION
 	}
 	return h.n.memory(h.g), nvml.SUCCESS
 }
@@ -210,6 +240,9 @@ func (h *handle) GetMemoryInfo_v2() (nvml.Memory_v2, nvml.Return) {
 func (h *handle) GetMemoryInfo() (nvml.Memory, nvml.Return) {
 	if ret, ok := h.n.nvmlFault(h.g, CallMemory); ok {
 		return nvml.Memory{}, ret
+	}
+	if h.n.parentDenied(h.g) {
+		return nvml.Memory{}, nvml.ERROR_NO_PERMISSION
 	}
 	m := h.n.memory(h.g)
 	return nvml.Memory{Total: m.Total, Used: m.Used + m.Reserved, Free: m.Free}, nvml.SUCCESS
@@ -233,21 +266,18 @@ func (h *handle) GetComputeRunningProcesses() ([]nvml.ProcessInfo, nvml.Return) 
 	if ret, ok := h.n.nvmlFault(h.g, CallProcesses); ok {
 		return nil, ret
 	}
-	t, _ := h.n.now()
-	running := h.n.running(h.g, t)
-	out := make([]nvml.ProcessInfo, len(running))
-	for i, p := range running {
-		// Without MIG, NVML reports 0xFFFFFFFF for the instance IDs; in MIG
-		// mode the parent lists every instance's processes with theirs.
-		gi, ci := h.n.instanceIDs(h.g, p.pid)
-		out[i] = nvml.ProcessInfo{Pid: p.pid, UsedGpuMemory: p.memory, GpuInstanceId: gi, ComputeInstanceId: ci}
-	}
-	return out, nvml.SUCCESS
+	return h.n.processList(h.g, listCompute)
 }
 
 func (h *handle) GetProcessUtilization(lastSeen uint64) ([]nvml.ProcessUtilizationSample, nvml.Return) {
 	if ret, ok := h.n.nvmlFault(h.g, CallProcessSamples); ok {
 		return nil, ret
 	}
-	return h.n.processUtilization(h.g, lastSeen)
+	out, ret := h.n.processUtilization(h.g, lastSeen)
+	if len(h.n.sc.Traps.Zombies) > 0 && ret != nvml.ERROR_NOT_SUPPORTED {
+		if out = h.n.zombieSamples(h.g, lastSeen, out); len(out) > 0 {
+			ret = nvml.SUCCESS
+		}
+	}
+	return out, ret
 }

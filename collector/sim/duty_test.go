@@ -171,6 +171,7 @@ func TestParseDuty(t *testing.T) {
 func TestDutyDriver(t *testing.T) {
 	t.Parallel()
 	n, clock := yamlNode(t, head+
+		"driver: {process_samples: per-period}\n"+
 		"pods:\n"+
 		"  - {namespace: a, name: bursty, devices: [\"gpu:0\"], from: 1s, to: 1h, util: {duty: {period: 2s, busy: 200ms, value: 1}}}\n"+
 		"  - {namespace: a, name: s0, resource: nvidia.com/gpu.shared, devices: [\"gpu:1::0\"], util: {duty: {period: 3s, busy: 500ms, value: 0.8}}}\n"+

@@ -372,6 +372,9 @@ func (d *decoder) faultFields(it *yaml.Node, m map[string]*yaml.Node, p string, 
 // now, if a fault makes it fail. A hang blocks the caller until the hang's
 // end on the node's clock, or until Close, then answers as the call would.
 func (n *Node) nvmlFault(g int, call string) (nvml.Return, bool) {
+	if ret, ok := n.reloadFault(); ok {
+		return ret, true
+	}
 	if len(n.sc.Faults) == 0 {
 		return nvml.SUCCESS, false
 	}
@@ -449,8 +452,7 @@ func (n *Node) Close() {
 // resetAt is the end of the latest gpu_lost fault on GPU g that has ended by
 // scenario time t: the reset emptied the driver's sample ring then.
 func (n *Node) resetAt(g int, t time.Duration) (time.Duration, bool) {
-	var at time.Duration
-	found := false
+	at, found := n.migModeReset(g, t)
 	for _, f := range n.sc.Faults {
 		if f.Kind == FaultGPULost && f.GPU == g && f.To <= t && f.To >= at {
 			at, found = f.To, true

@@ -120,17 +120,52 @@ func (s *gpmSample) read() gpmReading {
 }
 
 // gpmSeries is what GPM sees of a GPU (mig nil) or MIG device: the busy
-// ratio its samples and power follow.
-func (n *Node) gpmSeries(gpu int, mig *migDevice) series {
+// ratio its samples and power follow (GRAPHICS_UTIL, time), and the share
+// of SMs busy (SM_UTIL, space).
+func (n *Node) gpmSeries(gpu int, mig *migDevice) (busy, sm series) {
 	if mig == nil {
-		return n.gpus[gpu].util
+		return n.gpus[gpu].util, n.gpus[gpu].sm
 	}
-	return mig.util
+	return mig.util, mig.sm
 }
 
-// gpmMetrics is GpmMetricsGet: SM activity is the exact mean busy ratio
-// between the two samples, in percent; occupancy and tensor activity are
-// fixed fractions of it.
+// smSeries is the SM_UTIL of a device held by the pods in holders, with
+// extra activity that is not a pod's (unallocated work, unattributed
+// processes) taken to occupy every SM: each pod's busy ratio times its
+// sm_fraction, summed and capped at 1 as the busy ratios are.
+func (s *Scenario) smSeries(pods []series, holders []int, extra []series) series {
+	parts := append([]series(nil), extra...)
+	fracs := make([]float64, len(extra))
+	for i := range fracs {
+		fracs[i] = 1
+	}
+	for _, i := range holders {
+		parts = append(parts, pods[i])
+		fracs = append(fracs, s.Pods[i].smFraction())
+	}
+	return combine(nil, parts, func(t time.Duration) float64 {
+		v := 0.0
+		for i, p := range parts {
+			v += fracs[i] * p.value(t)
+		}
+		return min(v, 1)
+	})
+}
+
+// smFraction is the pod's sm_fraction; 1 where none was set.
+func (p Pod) smFraction() float64 {
+	if p.SMFraction <= 0 {
+		return 1
+	}
+	return p.SMFraction
+}
+
+// gpmMetrics is GpmMetricsGet over the span between two samples, in
+// percent as NVML answers: GRAPHICS_UTIL ("percentage of time any
+// compute/graphics app was active", nvml.h) is the exact mean busy ratio;
+// SM_UTIL ("percentage of SMs that were busy") the exact mean of the
+// SM series (smSeries), which is the busy ratio for pods that fill the
+// GPU; occupancy and tensor activity are fixed fractions of SM_UTIL.
 func (n *Node) gpmMetrics(mg *nvml.GpmMetricsGetType) nvml.Return {
 	if !n.sys.gpm {
 		return nvml.ERROR_NOT_SUPPORTED
@@ -148,11 +183,15 @@ func (n *Node) gpmMetrics(mg *nvml.GpmMetricsGetType) nvml.Return {
 		return nvml.ERROR_INVALID_ARGUMENT
 	}
 	mg.Version = nvml.GPM_METRICS_GET_VERSION
-	sm := 100 * n.gpmSeries(a.gpu, a.mig).integral(a.at, b.at) / (b.at - a.at).Seconds()
+	busyS, smS := n.gpmSeries(a.gpu, a.mig)
+	busy := 100 * busyS.integral(a.at, b.at) / (b.at - a.at).Seconds()
+	sm := 100 * smS.integral(a.at, b.at) / (b.at - a.at).Seconds()
 	for i := range mg.Metrics[:mg.NumMetrics] {
 		m := &mg.Metrics[i]
 		m.NvmlReturn, m.Value = uint32(nvml.SUCCESS), 0
 		switch nvml.GpmMetricId(m.MetricId) {
+		case nvml.GPM_METRIC_GRAPHICS_UTIL:
+			m.Value = busy
 		case nvml.GPM_METRIC_SM_UTIL:
 			m.Value = sm
 		case nvml.GPM_METRIC_SM_OCCUPANCY:

@@ -57,6 +57,10 @@ func (s *Scenario) GPUTruth(threshold float64) []GPUTruth {
 					t.addAllocated(s.heldTruth(h.pods, pods, series{}, nil, threshold), float64(h.profile.info.SliceCount)/migComputeSlices)
 				}
 			}
+			// Out of MIG mode, NVIDIA's DRA driver hands the GPU out whole.
+			if whole := s.holdersOf(func(d DeviceSpec) bool { return !d.MIG && d.GPU == gpu }); len(whole) > 0 {
+				t.addAllocated(s.heldTruth(whole, pods, series{}, nil, threshold), 1)
+			}
 			t.UnallocatedSeconds = t.ObservedSeconds - t.AllocatedSeconds
 			out[gpu] = t
 			continue

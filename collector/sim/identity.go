@@ -51,4 +51,5 @@ func (n *Node) identify(i int, p *collector.Pod) {
 	// or 0.
 	p.Scheduling = collector.Scheduling{PriorityClass: sp.PriorityClass, Priority: n.sc.PriorityOf(sp.PriorityClass), HasPriority: true}
 	p.Scheduling.Queue, p.Scheduling.ClusterQueue = workload.KueueQueues(sp.Labels)
+	n.sharing(i, p)
 }

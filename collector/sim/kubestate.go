@@ -33,9 +33,23 @@ type UnscheduledPod struct {
 	// gpu.nvidia.com that the scheduler has not allocated. Such a pod
 	// requests no extended resource (Resource is empty).
 	Claim string
+	// NodeSelector is the pod's spec.nodeSelector, served as
+	// kube_pod_nodeselectors: GFD's nvidia.com/gpu.product label selects a
+	// GPU type (ProductLabel).
+	NodeSelector map[string]string
+	// Suspended makes it a Kueue-suspended job: a Workload of one pod set
+	// (GPUs on one pod) waiting in the ClusterQueue its Queue feeds,
+	// whose Job Kueue keeps suspended, so it has no pod. Only Kueue's
+	// pending series and the Workload's (deploy/kube-state-metrics/
+	// kueue.yaml) show it.
+	Suspended bool
 }
 
-var unscheduledKeys = []string{"namespace", "name", "container", "owner", "resource", "gpus", "from", "to", "priority_class", "queue", "claim"}
+// ProductLabel is GPU Feature Discovery's node label of a GPU's product
+// (NVIDIA/k8s-device-plugin, internal/lm/resource.go).
+const ProductLabel = "nvidia.com/gpu.product"
+
+var unscheduledKeys = []string{"namespace", "name", "container", "owner", "resource", "gpus", "from", "to", "priority_class", "queue", "claim", "node_selector", "suspended"}
 
 func (d *decoder) unscheduled(n *yaml.Node, s *Scenario) error {
 	items, err := d.seq(n, "unscheduled")
@@ -116,6 +130,26 @@ func (d *decoder) unscheduled(n *yaml.Node, s *Scenario) error {
 				return err
 			}
 		}
+		if n := m["node_selector"]; n != nil {
+			if u.NodeSelector, err = d.stringMap(n, p+".node_selector"); err != nil {
+				return err
+			}
+		}
+		if n := m["suspended"]; n != nil {
+			if u.Suspended, err = d.boolean(n, p+".suspended"); err != nil {
+				return err
+			}
+		}
+		if u.Suspended {
+			switch {
+			case u.Claim != "":
+				return d.errf(m["suspended"], p+".suspended", "a suspended job has no pod, so no claim; drop claim")
+			case u.Resource != ResourceGPU:
+				return d.errf(m["suspended"], p+".suspended", "Kueue counts a suspended job's %s; resource %s is not one", ResourceGPU, u.Resource)
+			case s.clusterQueueOf(u.Namespace, u.Queue) == "":
+				return d.errf(m["suspended"], p+".suspended", "a suspended job waits in a Kueue LocalQueue: queue must name one of kueue's local_queues in %s", u.Namespace)
+			}
+		}
 		s.Unscheduled = append(s.Unscheduled, u)
 	}
 	return nil
@@ -128,5 +162,45 @@ func (d *decoder) unscheduled(n *yaml.Node, s *Scenario) error {
 // The agent never serves them: only `agent --simulate` does, on a path of
 // its own.
 func (n *Node) KubeState() prometheus.Collector {
-	return clusterState{c: &Cluster{scs: []*Scenario{n.sc}, queues: n.sc.Kueue}, now: n.clock.Now}
+	return clusterState{c: newCluster([]*Scenario{n.sc}, n.sc.Kueue), now: n.clock.Now}
+}
+
+// stringMap decodes a mapping of names to string values, such as a node
+// selector.
+func (d *decoder) stringMap(n *yaml.Node, field string) (map[string]string, error) {
+	if n.Kind != yaml.MappingNode {
+		return nil, d.errf(n, field, "want a mapping of names to values, got %s", kindName(n))
+	}
+	out := make(map[string]string, len(n.Content)/2)
+	for j := 0; j+1 < len(n.Content); j += 2 {
+		k, v := n.Content[j], resolve(n.Content[j+1])
+		f := field + "." + k.Value
+		if k.Value == "" {
+			return nil, d.errf(k, field, "a name must not be empty")
+		}
+		if _, dup := out[k.Value]; dup {
+			return nil, d.errf(k, f, "given twice")
+		}
+		val, err := d.scalar(v, f)
+		if err != nil {
+			return nil, err
+		}
+		out[k.Value] = val
+	}
+	return out, nil
+}
+
+// boolean decodes true or false.
+func (d *decoder) boolean(n *yaml.Node, field string) (bool, error) {
+	v, err := d.scalar(n, field)
+	if err != nil {
+		return false, err
+	}
+	switch v {
+	case "true":
+		return true, nil
+	case "false":
+		return false, nil
+	}
+	return false, d.errf(n, field, "%q is not true or false", v)
 }

@@ -1,6 +1,7 @@
 package sim
 
 import (
+	"reflect"
 	"strings"
 	"testing"
 	"time"
@@ -19,7 +20,15 @@ func TestParseLeadInAndUnscheduledErrors(t *testing.T) {
 			"t.yaml:7: faults[0].at: 29m is within the lead_in (30m), which agent --simulate plays at once on a virtual clock; a fault must start at or after it"},
 		{"unscheduled without name", head + "unscheduled:\n  - {namespace: a}\n", "t.yaml:6: unscheduled[0].name: missing"},
 		{"unscheduled unknown key", head + "unscheduled:\n  - {namespace: a, name: w, node: x}\n",
-			"t.yaml:6: unscheduled[0].node: unknown key; want one of namespace, name, container, owner, resource, gpus, from, to, priority_class, queue, claim"},
+			"t.yaml:6: unscheduled[0].node: unknown key; want one of namespace, name, container, owner, resource, gpus, from, to, priority_class, queue, claim, node_selector, suspended"},
+		{"node selector not a mapping", head + "unscheduled:\n  - {namespace: a, name: w, node_selector: [x]}\n",
+			"t.yaml:6: unscheduled[0].node_selector: want a mapping of names to values, got a list"},
+		{"suspended not a boolean", head + "unscheduled:\n  - {namespace: a, name: w, suspended: yes}\n",
+			`t.yaml:6: unscheduled[0].suspended: "yes" is not true or false`},
+		{"suspended without a queue", head + "unscheduled:\n  - {namespace: a, name: w, suspended: true}\n",
+			"t.yaml:6: unscheduled[0].suspended: a suspended job waits in a Kueue LocalQueue: queue must name one of kueue's local_queues in a"},
+		{"suspended with a claim", head + "unscheduled:\n  - {namespace: a, name: w, claim: c, suspended: true}\n",
+			"t.yaml:6: unscheduled[0].suspended: a suspended job has no pod, so no claim; drop claim"},
 		{"unscheduled is a pod too", head + pod + "unscheduled:\n  - {namespace: a, name: p}\n", "t.yaml:10: unscheduled[0].name: a/p is already pods[0]"},
 		{"unscheduled twice", head + "unscheduled:\n  - {namespace: a, name: w}\n  - {namespace: a, name: w}\n",
 			"t.yaml:7: unscheduled[1].name: a/w is already unscheduled[0]"},
@@ -58,7 +67,7 @@ func TestKubeState(t *testing.T) {
 		t.Fatal(err)
 	}
 	if sc.LeadIn != 20*time.Minute || len(sc.Unscheduled) != 1 ||
-		sc.Unscheduled[0] != (UnscheduledPod{Namespace: "research", Name: "eval-0", Container: "eval", Owner: Owner{"Job", "eval"}, Resource: ResourceGPU, GPUs: 2, From: 5 * time.Minute, To: 30 * time.Minute}) {
+		!reflect.DeepEqual(sc.Unscheduled[0], UnscheduledPod{Namespace: "research", Name: "eval-0", Container: "eval", Owner: Owner{"Job", "eval"}, Resource: ResourceGPU, GPUs: 2, From: 5 * time.Minute, To: 30 * time.Minute}) {
 		t.Fatalf("lead_in %s, unscheduled %+v", sc.LeadIn, sc.Unscheduled)
 	}
 	clock := NewVirtualClock(sc.Start)
@@ -112,8 +121,93 @@ func TestKubeState(t *testing.T) {
 			phase += phases("research", "eval-0", eval, "Pending")
 			req += `kube_pod_container_resource_requests{container="eval",namespace="research",node="",pod="eval-0",resource="nvidia_com_gpu",uid="` + eval + `",unit="integer"} 2` + "\n"
 		}
-		if err := testutil.CollectAndCompare(n.KubeState(), strings.NewReader(info+labels+phase+req)); err != nil {
+		if err := testutil.CollectAndCompare(n.KubeState(), strings.NewReader(info+labels+phase+req), "kube_pod_info", "kube_pod_labels", "kube_pod_status_phase", "kube_pod_container_resource_requests"); err != nil {
 			t.Errorf("at %s: %v", tt.at, err)
 		}
+	}
+}
+
+// TestKubeStateQueueShapes: every pod's creation at its from and its node
+// selector, as kube-state-metrics serves them (kube_pod_created,
+// kube_pod_nodeselectors with nodeselector_<key> labels); a suspended job
+// has no pod series, only Kueue's pending series of its ClusterQueue and
+// its Workload's series of deploy/kube-state-metrics/kueue.yaml.
+func TestKubeStateQueueShapes(t *testing.T) {
+	t.Parallel()
+	sc, err := ParseScenario([]byte(`start: 2026-12-01T08:00:00Z
+duration: 2h
+node: n1
+system: dgxa100
+gpus: 2
+priority_classes: {training: 1000}
+kueue:
+  - {cluster_queue: research, nominal_quota: 4, local_queues: [research/team-a]}
+pods:
+  - {namespace: ml, name: train-0, devices: ["gpu:0"], from: 10m}
+unscheduled:
+  - {namespace: research, name: h100-0, gpus: 2, from: 5m, node_selector: {nvidia.com/gpu.product: NVIDIA-H100-80GB-HBM3}}
+  - {namespace: research, name: big-0, owner: {kind: Job, name: big}, gpus: 8, from: 20m, queue: team-a, priority_class: training, suspended: true,
+     node_selector: {nvidia.com/gpu.product: NVIDIA-H100-80GB-HBM3}}
+`), "q.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if u := sc.Unscheduled[1]; !u.Suspended || u.NodeSelector[ProductLabel] != "NVIDIA-H100-80GB-HBM3" {
+		t.Fatalf("unscheduled[1] = %+v", u)
+	}
+	clock := NewVirtualClock(sc.Start.Add(30 * time.Minute))
+	n, err := NewNode(sc, clock)
+	if err != nil {
+		t.Fatal(err)
+	}
+	train, h100 := PodUID("n1", "ml", "train-0"), PodUID("n1", "research", "h100-0")
+	gvk := `customresource_group="kueue.x-k8s.io",customresource_kind="Workload",customresource_version="v1beta2",`
+	want := `# HELP kube_pod_created [STABLE] Unix creation timestamp
+# TYPE kube_pod_created gauge
+kube_pod_created{namespace="ml",pod="train-0",uid="` + train + `"} 1.7961126e+09
+kube_pod_created{namespace="research",pod="h100-0",uid="` + h100 + `"} 1.7961123e+09
+# HELP kube_pod_nodeselectors Describes the Pod nodeSelectors.
+# TYPE kube_pod_nodeselectors gauge
+kube_pod_nodeselectors{namespace="ml",nodeselector_nvidia_com_gpu_product="",pod="train-0",uid="` + train + `"} 1
+kube_pod_nodeselectors{namespace="research",nodeselector_nvidia_com_gpu_product="NVIDIA-H100-80GB-HBM3",pod="h100-0",uid="` + h100 + `"} 1
+# HELP kueue_cluster_queue_resource_pending Reports the cluster_queue's total pending resource requests. Unlike resource_reservation, pending workloads have not yet been assigned to flavors.
+# TYPE kueue_cluster_queue_resource_pending gauge
+kueue_cluster_queue_resource_pending{cluster_queue="research",replica_role="standalone",resource="nvidia.com/gpu"} 8
+# HELP kueue_pending_workloads The number of pending workloads, per 'cluster_queue' and 'status'.
+# TYPE kueue_pending_workloads gauge
+kueue_pending_workloads{cluster_queue="research",replica_role="standalone",status="active"} 1
+kueue_pending_workloads{cluster_queue="research",replica_role="standalone",status="inadmissible"} 0
+# HELP kube_customresource_kueue_workload_pending_gpus GPUs (nvidia.com/gpu) a pod set of a Kueue Workload not admitted asks for, all its pods (status.resourceRequests).
+# TYPE kube_customresource_kueue_workload_pending_gpus gauge
+kube_customresource_kueue_workload_pending_gpus{` + gvk + `namespace="research",podset="main",workload="job-big"} 8
+# HELP kube_customresource_kueue_workload_info A Kueue Workload's LocalQueue and priority class.
+# TYPE kube_customresource_kueue_workload_info gauge
+kube_customresource_kueue_workload_info{` + gvk + `namespace="research",priority_class="training",queue="team-a",workload="job-big"} 1
+# HELP kube_customresource_kueue_workload_priority A Kueue Workload's priority (spec.priority).
+# TYPE kube_customresource_kueue_workload_priority gauge
+kube_customresource_kueue_workload_priority{` + gvk + `namespace="research",workload="job-big"} 1000
+# HELP kube_customresource_kueue_workload_podset_pods Pods of a pod set of a Kueue Workload, with the GPU product its node selector names.
+# TYPE kube_customresource_kueue_workload_podset_pods gauge
+kube_customresource_kueue_workload_podset_pods{` + gvk + `gpu_type="NVIDIA-H100-80GB-HBM3",namespace="research",podset="main",workload="job-big"} 1
+# HELP kube_customresource_kueue_workload_created A Kueue Workload's creation time, Unix seconds.
+# TYPE kube_customresource_kueue_workload_created gauge
+kube_customresource_kueue_workload_created{` + gvk + `namespace="research",workload="job-big"} 1.7961132e+09
+# HELP kube_customresource_kueue_workload_owner_info An owner of a Kueue Workload (the Job or Pod it stands for).
+# TYPE kube_customresource_kueue_workload_owner_info gauge
+kube_customresource_kueue_workload_owner_info{` + gvk + `namespace="research",owner_kind="Job",owner_name="big",workload="job-big"} 1
+# HELP kube_customresource_kueue_localqueue_info The ClusterQueue a Kueue LocalQueue feeds.
+# TYPE kube_customresource_kueue_localqueue_info gauge
+kube_customresource_kueue_localqueue_info{cluster_queue="research",customresource_group="kueue.x-k8s.io",customresource_kind="LocalQueue",customresource_version="v1beta2",local_queue="team-a",namespace="research"} 1
+`
+	names := []string{"kube_pod_created", "kube_pod_nodeselectors", "kueue_cluster_queue_resource_pending", "kueue_pending_workloads",
+		"kube_customresource_kueue_workload_pending_gpus", "kube_customresource_kueue_workload_info", "kube_customresource_kueue_workload_priority",
+		"kube_customresource_kueue_workload_podset_pods", "kube_customresource_kueue_workload_created", "kube_customresource_kueue_workload_owner_info",
+		"kube_customresource_kueue_localqueue_info"}
+	if err := testutil.CollectAndCompare(n.KubeState(), strings.NewReader(want), names...); err != nil {
+		t.Error(err)
+	}
+	// No pod series for the suspended job.
+	if c := testutil.CollectAndCount(n.KubeState(), "kube_pod_info"); c != 2 {
+		t.Errorf("kube_pod_info series = %d, want 2: the suspended job has no pod", c)
 	}
 }

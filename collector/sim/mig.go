@@ -215,11 +215,24 @@ func (d *decoder) podDevice(n *yaml.Node, field string, s *Scenario) (DeviceSpec
 	if err != nil {
 		return spec, err
 	}
+	if s.MIGDynamic[spec.GPU] && systems[s.System].migToggle() && !spec.Replicated {
+		// NVIDIA's DRA driver offers the whole GPU beside its partitions
+		// where MIG mode changes without a reset (nvlib.go).
+		return spec, nil
+	}
 	if _, on := s.MIG[spec.GPU]; on {
+		if s.MIGDynamic[spec.GPU] {
+			return spec, d.errf(n, field, "%s: the %s cannot leave MIG mode without a reset, so NVIDIA's DRA driver offers only its MIG devices (mig:%d:<profile>)", spec, systems[s.System].gpu.Name, spec.GPU)
+		}
 		return spec, d.errf(n, field, "%s: the GPU is in MIG mode; hold one of its MIG devices (mig:%d/S)", spec, spec.GPU)
 	}
 	return spec, nil
 }
+
+// migToggle reports whether the system's GPUs change MIG mode without a
+// reset: Hopper and newer (NVIDIA/k8s-dra-driver-gpu, nvlib.go
+// supportsMIGModeToggle: arch >= DEVICE_ARCH_HOPPER).
+func (s system) migToggle() bool { return s.gpu.Architecture >= nvml.DEVICE_ARCH_HOPPER }
 
 // dynamicDevice decodes mig:N:<profile>, a MIG device that the DRA driver
 // creates on GPU N in dynamic MIG mode.
@@ -247,7 +260,9 @@ func (d *decoder) dynamicDevice(n *yaml.Node, field, v, gpuS, profile string, s 
 func (d *decoder) migPod(path string, m map[string]*yaml.Node, devs []*yaml.Node, pod *Pod, s *Scenario) error {
 	sys := systems[s.System]
 	dra := pod.Allocation == AllocationDRA
-	if m["resource"] == nil && !dra {
+	// GKE's device plugin hands every device out as nvidia.com/gpu.
+	gke := s.DeviceIDs == DeviceIDsGKE
+	if m["resource"] == nil && !dra && !gke {
 		for _, spec := range pod.Devices {
 			if spec.MIG {
 				pod.Resource = ResourceMIGPrefix + s.MIG[spec.GPU][spec.MIGSlot]
@@ -267,7 +282,7 @@ func (d *decoder) migPod(path string, m map[string]*yaml.Node, devs []*yaml.Node
 		if !spec.Dynamic {
 			name = s.MIG[spec.GPU][spec.MIGSlot]
 		}
-		if want := ResourceMIGPrefix + name; !dra && pod.Resource != want {
+		if want := ResourceMIGPrefix + name; !dra && !gke && pod.Resource != want {
 			return d.errf(devs[j], f, "%s is a %s MIG device, handed out as %s, not %s", spec, name, want, pod.Resource)
 		}
 		p, _ := sys.migProfile(name)
@@ -317,7 +332,16 @@ func (s *Scenario) migGPUSeries(gpu int, pods []series) series {
 		ser := s.migSeries(gpu, slot, pods)
 		parts, weights = append(parts, ser), append(weights, float64(p.info.SliceCount)/migComputeSlices)
 	}
-	// A dynamic MIG device's ratio is 0 outside its life: its pods' are.
+	// A dynamic MIG device's ratio is 0 outside its life: its pods' are;
+	// so are the ratios of the pods that hold the GPU whole while it is
+	// out of MIG mode.
+	for i, p := range s.Pods {
+		for _, d := range p.Devices {
+			if !d.MIG && d.GPU == gpu {
+				parts, weights = append(parts, pods[i]), append(weights, 1)
+			}
+		}
+	}
 	plan, _ := s.migPlan()
 	for i := range plan {
 		if h := &plan[i]; h.gpu == gpu {
@@ -351,10 +375,15 @@ type migDevice struct {
 	gpu, slot int
 	profile   migProfile
 	gi        int
-	uuid      string
-	util      series
-	procs     []proc // by PID
-	from, to  time.Duration
+	// ci is its compute instance ID, and ciSlices its compute instance's
+	// slices when the GPU instance is split into several (0: one compute
+	// instance spans it).
+	ci, ciSlices int
+	uuid         string
+	util         series
+	sm           series // GPM's SM_UTIL: see smSeries
+	procs        []proc // by PID
+	from, to     time.Duration
 	// start is the first memory slice of its placement; -1 when a fixed
 	// layout has none (the DRA driver then cannot name it).
 	start int
@@ -364,6 +393,14 @@ type migDevice struct {
 }
 
 func (md *migDevice) alive(t time.Duration) bool { return md.from <= t && t < md.to }
+
+// computeSlices is the slices of the device's compute instance.
+func (md *migDevice) computeSlices() uint32 {
+	if md.ciSlices > 0 {
+		return uint32(md.ciSlices)
+	}
+	return md.profile.info.SliceCount
+}
 
 // migGIIDs are the GPU instance IDs the driver hands out by instance size,
 // first free first, close to what a real driver gives the usual placements
@@ -388,7 +425,10 @@ func newMIGDevices(n *Node) ([][]*migDevice, []bool, error) {
 		if len(layout) > MaxMIGDevices {
 			return nil, nil, fmt.Errorf("sim: scenario %s: gpu:%d has %d MIG slots, more than %d", sc.Name, gpu, len(layout), MaxMIGDevices)
 		}
-		on[gpu] = true
+		// A GPU in dynamic MIG mode is in MIG mode while the driver has
+		// made a MIG device on it, where the GPU can change mode
+		// (draMIGModeAt).
+		on[gpu] = !sc.MIGDynamic[gpu]
 		starts, placed := n.sys.staticPlacements(layout)
 		static[gpu] = make([]*migDevice, len(layout))
 		used := map[int]bool{}
@@ -403,6 +443,7 @@ func newMIGDevices(n *Node) ([][]*migDevice, []bool, error) {
 			gi := firstFreeGI(p, used)
 			used[gi] = true
 			md := &migDevice{gpu: gpu, slot: slot, profile: p, gi: gi, uuid: migUUID(sc.Node, gpu, slot), util: sc.migSeries(gpu, slot, n.pods), from: -forever, to: forever, start: -1}
+			md.sm = sc.smSeries(n.pods, sc.holdersOf(func(d DeviceSpec) bool { return d.MIG && !d.Dynamic && d.GPU == gpu && d.MIGSlot == slot }), nil)
 			if placed {
 				md.start = starts[slot]
 			}
@@ -414,7 +455,7 @@ func newMIGDevices(n *Node) ([][]*migDevice, []bool, error) {
 		for k, d := range p.Devices {
 			switch {
 			case !d.MIG:
-				if on[d.GPU] {
+				if _, mig := sc.MIG[d.GPU]; mig && !(sc.MIGDynamic[d.GPU] && n.sys.migToggle()) {
 					return nil, nil, fmt.Errorf("sim: scenario %s: pod %s/%s holds %s, which is in MIG mode", sc.Name, p.Namespace, p.Name, d)
 				}
 			case d.Dynamic:
@@ -438,6 +479,7 @@ func newMIGDevices(n *Node) ([][]*migDevice, []bool, error) {
 	for i := range plan {
 		h := &plan[i]
 		md := &migDevice{gpu: h.gpu, slot: h.slot, profile: h.profile, gi: h.gi, uuid: h.uuid, util: sc.holdingSeries(h, n.pods), from: h.from, to: h.to, start: h.start, holding: h}
+		md.sm = sc.smSeries(n.pods, h.pods, nil)
 		for _, pi := range h.pods {
 			p := sc.Pods[pi]
 			md.procs = append(md.procs, proc{pid: sc.PID(pi, h.dev), pod: pi, from: p.From, to: p.To, memory: p.Memory})
@@ -484,7 +526,56 @@ func (n *Node) migAt(gpu, slot int, t time.Duration) *migDevice {
 	return nil
 }
 
-func (n *Node) migEnabled(gpu int) bool { return n.migOn[gpu] }
+// migEnabled reports whether gpu is in MIG mode at the clock's now.
+// A trap's runtime MIG changes (driver: mig_mode) decide where a scenario
+// has them; else NVIDIA's DRA driver does.
+func (n *Node) migEnabled(gpu int) bool {
+	t, _ := n.now()
+	if len(n.sc.Traps.MIGModeChanges) > 0 {
+		return n.migModeAt(gpu, t)
+	}
+	return n.draMIGModeAt(gpu, t)
+}
+
+// draMIGModeAt reports whether gpu is in MIG mode at scenario time t, as
+// NVIDIA's DRA driver leaves it: a GPU
+// with a fixed layout always is; one in dynamic MIG mode is while a MIG
+// device the DRA driver made lives on it, where the GPU changes mode
+// without a reset (the driver turns MIG mode on to create the first MIG
+// device and off after destroying the last: nvlib.go createMigDevice,
+// maybeDisableMigMode), and always is where it cannot (Ampere: the driver
+// offers dynamic MIG only on a GPU already in MIG mode).
+func (n *Node) draMIGModeAt(gpu int, t time.Duration) bool {
+	if gpu < 0 || gpu >= len(n.migOn) {
+		return false
+	}
+	if !n.sc.MIGDynamic[gpu] || !n.sys.migToggle() {
+		_, mig := n.sc.MIG[gpu]
+		return n.migOn[gpu] || mig
+	}
+	for _, md := range n.mig[gpu] {
+		if md.holding != nil && md.alive(t) {
+			return true
+		}
+	}
+	return false
+}
+
+// draMIGOffSince is when gpu last left MIG mode at or before scenario time t,
+// if it has: its sample rings start over then.
+func (n *Node) draMIGOffSince(gpu int, t time.Duration) (time.Duration, bool) {
+	if gpu < 0 || gpu >= len(n.mig) || !n.sc.MIGDynamic[gpu] || !n.sys.migToggle() || n.draMIGModeAt(gpu, t) {
+		return 0, false
+	}
+	var off time.Duration
+	found := false
+	for _, md := range n.mig[gpu] {
+		if md.holding != nil && md.to <= t && md.to > off && !n.draMIGModeAt(gpu, md.to) {
+			off, found = md.to, true
+		}
+	}
+	return off, found
+}
 
 // instanceIDs are the GPU and compute instance IDs NVML reports for process
 // pid on gpu: those of its MIG device, or 0xFFFFFFFF for both without MIG.
@@ -530,6 +621,7 @@ var migSymbols = map[string]bool{
 	"nvmlDeviceIsMigDeviceHandle": true, "nvmlDeviceGetAttributes_v2": true,
 	"nvmlDeviceGetGpuInstanceId": true, "nvmlDeviceGetComputeInstanceId": true,
 	"nvmlDeviceGetDeviceHandleFromMigDeviceHandle": true,
+	"nvmlDeviceGetGpuInstanceById":                 true, "nvmlGpuInstanceGetInfo": true,
 }
 
 // migHandle is one MIG device as the driver hands it out. It embeds a bare
@@ -585,6 +677,51 @@ func (h *handle) GetMigDeviceHandleByIndex(i int) (nvml.Device, nvml.Return) {
 
 func (h *handle) IsMigDeviceHandle() (bool, nvml.Return) { return false, nvml.SUCCESS }
 
+// GetGpuInstanceById answers the GPU instance of that ID at the clock's
+// now, ERROR_NOT_FOUND when there is none and ERROR_NOT_SUPPORTED outside
+// MIG mode (nvml.h); with SetMIGPrivileged(false), NO_PERMISSION, as
+// nvml.h says the call "Requires privileged user".
+func (h *handle) GetGpuInstanceById(id int) (nvml.GpuInstance, nvml.Return) {
+	if !h.n.migEnabled(h.g) {
+		return nil, nvml.ERROR_NOT_SUPPORTED
+	}
+	if h.n.migUnprivileged {
+		return nil, nvml.ERROR_NO_PERMISSION
+	}
+	t, _ := h.n.now()
+	for _, m := range h.migs {
+		if m.m.gi == id && m.m.alive(t) {
+			return &gpuInstance{GpuInstance: &mock.GpuInstance{}, m: m}, nvml.SUCCESS
+		}
+	}
+	return nil, nvml.ERROR_NOT_FOUND
+}
+
+// gpuInstance is a GPU instance handle: GetInfo only; anything else
+// panics, as the mock does.
+type gpuInstance struct {
+	*mock.GpuInstance
+	m *migHandle
+}
+
+// GetInfo answers the instance's ID, NVML's GPU instance profile ID (19
+// for 1g.10gb, not go-nvml's profile index) and its placement in memory
+// slices, as NVIDIA's DRA driver reads them (nvlib.go FindMigDevBySpec).
+func (g *gpuInstance) GetInfo() (nvml.GpuInstanceInfo, nvml.Return) {
+	md := g.m.m
+	return nvml.GpuInstanceInfo{
+		Device:    g.m.parent,
+		Id:        uint32(md.gi),
+		ProfileId: uint32(md.profile.profileID()),
+		Placement: nvml.GpuInstancePlacement{Start: uint32(max(md.start, 0)), Size: uint32(md.profile.memSlices)},
+	}, nvml.SUCCESS
+}
+
+// SetMIGPrivileged says whether the agent may query GPU instances (the
+// default), or is refused as an unprivileged user is (NO_PERMISSION from
+// GetGpuInstanceById). Call it before the node is used.
+func (n *Node) SetMIGPrivileged(privileged bool) { n.migUnprivileged = !privileged }
+
 // GetAttributes, as the driver, supports only MIG device handles.
 func (h *handle) GetAttributes() (nvml.DeviceAttributes, nvml.Return) {
 	return nvml.DeviceAttributes{}, nvml.ERROR_NOT_SUPPORTED
@@ -631,7 +768,7 @@ func (m *migHandle) GetMigDeviceHandleByIndex(int) (nvml.Device, nvml.Return) {
 }
 func (m *migHandle) IsMigDeviceHandle() (bool, nvml.Return)   { return true, nvml.SUCCESS }
 func (m *migHandle) GetGpuInstanceId() (int, nvml.Return)     { return m.m.gi, nvml.SUCCESS }
-func (m *migHandle) GetComputeInstanceId() (int, nvml.Return) { return 0, nvml.SUCCESS }
+func (m *migHandle) GetComputeInstanceId() (int, nvml.Return) { return m.m.ci, nvml.SUCCESS }
 func (m *migHandle) GetDeviceHandleFromMigDeviceHandle() (nvml.Device, nvml.Return) {
 	return m.parent, nvml.SUCCESS
 }
@@ -648,7 +785,7 @@ func (m *migHandle) GetAttributes() (nvml.DeviceAttributes, nvml.Return) {
 		SharedJpegCount:           p.JpegCount,
 		SharedOfaCount:            p.OfaCount,
 		GpuInstanceSliceCount:     p.SliceCount,
-		ComputeInstanceSliceCount: p.SliceCount,
+		ComputeInstanceSliceCount: m.m.computeSlices(),
 		MemorySizeMB:              p.MemorySizeMB,
 	}, nvml.SUCCESS
 }
@@ -658,6 +795,9 @@ func (m *migHandle) GetAttributes() (nvml.DeviceAttributes, nvml.Return) {
 
 func (m *migHandle) GetSamples(nvml.SamplingType, uint64) (nvml.ValueType, []nvml.Sample, nvml.Return) {
 	return nvml.VALUE_TYPE_UNSIGNED_INT, nil, nvml.ERROR_NOT_SUPPORTED
+}
+func (m *migHandle) GetUtilizationRates() (nvml.Utilization, nvml.Return) {
+	return nvml.Utilization{}, nvml.ERROR_NOT_SUPPORTED
 }
 func (m *migHandle) GetProcessUtilization(uint64) ([]nvml.ProcessUtilizationSample, nvml.Return) {
 	return nil, nvml.ERROR_NOT_SUPPORTED
@@ -671,6 +811,7 @@ func (m *migHandle) GetTotalEnergyConsumption() (uint64, nvml.Return) {
 // ERROR_NOT_FOUND: the instance is gone.
 
 func (m *migHandle) GetMemoryInfo_v2() (nvml.Memory_v2, nvml.Return) {
+	m.parent.n.missingSymbol("nvmlDeviceGetMemoryInfo_v2")
 	t, _ := m.parent.n.now()
 	if !m.m.alive(t) {
 		return nvml.Memory_v2{}, nvml.ERROR_NOT_FOUND
@@ -695,9 +836,13 @@ func (m *migHandle) GetComputeRunningProcesses() ([]nvml.ProcessInfo, nvml.Retur
 	running := m.m.running(t)
 	out := make([]nvml.ProcessInfo, len(running))
 	for i, p := range running {
-		out[i] = nvml.ProcessInfo{Pid: p.pid, UsedGpuMemory: p.memory, GpuInstanceId: uint32(m.m.gi), ComputeInstanceId: 0}
+		mem := p.memory
+		if m.parent.n.sc.Traps.MemoryNotAvailable[m.m.gpu] {
+			mem = math.MaxUint64
+		}
+		out[i] = nvml.ProcessInfo{Pid: p.pid, UsedGpuMemory: mem, GpuInstanceId: uint32(m.m.gi), ComputeInstanceId: uint32(m.m.ci)}
 	}
-	return out, nvml.SUCCESS
+	return m.parent.n.asDecoded(out), nvml.SUCCESS
 }
 
 // Library-style MIG calls delegate to the device, as the real library does.
@@ -722,4 +867,10 @@ func (d *driver) DeviceGetComputeInstanceId(h nvml.Device) (int, nvml.Return) {
 }
 func (d *driver) DeviceGetDeviceHandleFromMigDeviceHandle(h nvml.Device) (nvml.Device, nvml.Return) {
 	return h.GetDeviceHandleFromMigDeviceHandle()
+}
+func (d *driver) DeviceGetGpuInstanceById(h nvml.Device, id int) (nvml.GpuInstance, nvml.Return) {
+	return h.GetGpuInstanceById(id)
+}
+func (d *driver) GpuInstanceGetInfo(g nvml.GpuInstance) (nvml.GpuInstanceInfo, nvml.Return) {
+	return g.GetInfo()
 }

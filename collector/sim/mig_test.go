@@ -89,7 +89,7 @@ func TestParseMIGErrors(t *testing.T) {
 		{"media extension profile", mig("[1g.10gb+me]"),
 			`t.yaml:6: mig.gpu:0[0]: "1g.10gb+me" is not a MIG profile of the NVIDIA H100 80GB HBM3; want one of 1g.10gb, 1g.20gb, 2g.20gb, 3g.40gb, 4g.40gb, 7g.80gb, or empty for an unused slot`},
 		{"A100 profiles", "start: 2026-12-01T08:00:00Z\nduration: 1h\nsystem: dgxa100\ngpus: 2\nmig:\n  \"gpu:1\":\n    - 3g.20gb\n    - 3g.40gb\n",
-			`t.yaml:8: mig.gpu:1[1]: "3g.40gb" is not a MIG profile of the Mock NVIDIA A100-SXM4-40GB; want one of 1g.5gb, 1g.10gb, 2g.10gb, 3g.20gb, 4g.20gb, 7g.40gb, or empty for an unused slot`},
+			`t.yaml:8: mig.gpu:1[1]: "3g.40gb" is not a MIG profile of the NVIDIA A100-SXM4-40GB; want one of 1g.5gb, 1g.10gb, 2g.10gb, 3g.20gb, 4g.20gb, 7g.40gb, or empty for an unused slot`},
 		{"too many compute slices", mig("[4g.40gb, 3g.40gb, 1g.10gb]"),
 			"t.yaml:6: mig.gpu:0[2]: 1g.10gb brings gpu:0 to 8 compute slices, more than the 7 it has"},
 		{"too much memory", mig("[1g.20gb, 1g.20gb, 1g.20gb, 1g.20gb, 1g.10gb]"),

@@ -3,6 +3,7 @@ package sim
 import (
 	"crypto/sha256"
 	"fmt"
+	"slices"
 	"sort"
 	"strings"
 	"time"
@@ -90,9 +91,6 @@ type migHolding struct {
 	uuid     string
 }
 
-// name is the DRA device name of the holding's placement.
-func (h *migHolding) name() string { return h.profile.draName(h.gpu, h.start) }
-
 // planError says which pod's device could not be placed.
 type planError struct {
 	pod, dev int
@@ -128,6 +126,14 @@ func (s *Scenario) migPlan() ([]migHolding, *planError) {
 	alive := map[int][]*migHolding{} // by GPU
 	for i := range hs {
 		h := &hs[i]
+		// The whole GPU consumes every counter its partitions do: the
+		// scheduler never allocates both at once.
+		for j, p := range s.Pods {
+			if holds(p, h.gpu) && p.From < h.to && h.from < p.To && slices.ContainsFunc(p.Devices, func(d DeviceSpec) bool { return !d.MIG && d.GPU == h.gpu }) {
+				return nil, &planError{pod: h.pods[0], dev: h.dev, msg: fmt.Sprintf(
+					"mig:%d:%s cannot be made from %s to %s while %s/%s (pods[%d]) holds gpu:%d whole", h.gpu, h.profile.name, fmtDur(h.from), fmtDur(h.to), p.Namespace, p.Name, j, h.gpu)}
+			}
+		}
 		live := alive[h.gpu][:0]
 		for _, o := range alive[h.gpu] {
 			if o.to > h.from {

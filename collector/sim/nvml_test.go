@@ -434,7 +434,7 @@ func TestSystems(t *testing.T) {
 		totalMiB     uint64
 		idleMW       uint32
 	}{
-		{"dgxa100", "Mock NVIDIA A100-SXM4-40GB", 40960, 50000},
+		{"dgxa100", "NVIDIA A100-SXM4-40GB", 40960, 50000},
 		{"dgxh100", "NVIDIA H100 80GB HBM3", 81920, 70000},
 		{"dgxh200", "NVIDIA H200 141GB HBM3e", 144384, 75000},
 		{"dgxb200", "NVIDIA B200 180GB HBM3e", 184320, 120000},

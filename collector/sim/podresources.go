@@ -9,47 +9,99 @@ import (
 )
 
 // ListResponse is the kubelet's pod-resources List answer at the clock's
-// now: the pods whose allocation is current, sorted by namespace and name,
-// each with its one container and its devices in scenario order: a
-// device-plugin pod's by UUID ("GPU-…", "GPU-…::R" for a time-slicing
-// replica, "MIG-…") under its resource, a DRA pod's as its claim's
-// dynamic_resources (see claimResources).
+// now, as the kubelet builds it (kubernetes/kubernetes,
+// pkg/kubelet/apis/podresources/server_v1.go List): the active pods, sorted
+// here by namespace and name, each with its restartable init containers
+// (sidecars) and then its containers, never its regular init containers.
+// A device-plugin container lists one ContainerDevices per device and NUMA
+// node, each with one device ID and that node as its topology
+// (containerDevicesFromResourceDeviceInstances), the IDs in the node's
+// device_ids scheme; a DRA container lists its claim's dynamic_resources
+// (see claimResources). A KAI fraction pod is not listed (it requests no
+// GPU); its reservation pod, which holds the GPU for it, is.
 func (n *Node) ListResponse() *podresourcesv1.ListPodResourcesResponse {
 	t, _ := n.now()
-	var idx []int
+	type entry struct {
+		namespace, name string
+		pod             int // -1 for a reservation pod
+		res             reservation
+	}
+	var list []entry
 	for i, p := range n.sc.Pods {
-		if p.From <= t && t < p.To {
-			idx = append(idx, i)
+		if p.From <= t && t < p.To && p.GPUFraction == 0 {
+			list = append(list, entry{p.Namespace, p.Name, i, reservation{}})
 		}
 	}
-	sort.SliceStable(idx, func(a, b int) bool {
-		pa, pb := n.sc.Pods[idx[a]], n.sc.Pods[idx[b]]
-		if pa.Namespace != pb.Namespace {
-			return pa.Namespace < pb.Namespace
+	for _, r := range n.kai {
+		if r.from <= t && t < r.to {
+			list = append(list, entry{KAIReservationNamespace, r.name, -1, r})
 		}
-		return pa.Name < pb.Name
+	}
+	sort.SliceStable(list, func(a, b int) bool {
+		if list[a].namespace != list[b].namespace {
+			return list[a].namespace < list[b].namespace
+		}
+		return list[a].name < list[b].name
 	})
 	resp := &podresourcesv1.ListPodResourcesResponse{}
-	for _, i := range idx {
+	for _, e := range list {
+		if e.pod < 0 {
+			resp.PodResources = append(resp.PodResources, &podresourcesv1.PodResources{
+				Namespace: e.namespace, Name: e.name,
+				Containers: []*podresourcesv1.ContainerResources{{
+					Name:    KAIReservationContainer,
+					Devices: n.containerDevices(ResourceGPU, []DeviceSpec{{GPU: e.res.gpu}}),
+				}},
+			})
+			continue
+		}
+		i := e.pod
 		p := n.sc.Pods[i]
 		c := &podresourcesv1.ContainerResources{Name: p.Container}
 		if p.Allocation == AllocationDRA {
 			c.DynamicResources = []*podresourcesv1.DynamicResource{n.claimResources(i)}
 		} else {
-			ids := make([]string, len(p.Devices))
-			for k, d := range p.Devices {
-				ids[k] = n.DeviceID(d)
-			}
-			c.Devices = []*podresourcesv1.ContainerDevices{{ResourceName: p.Resource, DeviceIds: ids}}
+			c.Devices = n.containerDevices(p.Resource, p.Devices)
 		}
-		resp.PodResources = append(resp.PodResources, &podresourcesv1.PodResources{
-			Namespace:  p.Namespace,
-			Name:       p.Name,
-			Containers: []*podresourcesv1.ContainerResources{c},
-		})
+		pr := &podresourcesv1.PodResources{Namespace: p.Namespace, Name: p.Name}
+		switch p.ContainerType {
+		case ContainerSidecar:
+			pr.Containers = []*podresourcesv1.ContainerResources{c, {Name: p.appContainer()}}
+		case ContainerInit:
+			pr.Containers = []*podresourcesv1.ContainerResources{{Name: p.appContainer()}}
+		default:
+			pr.Containers = []*podresourcesv1.ContainerResources{c}
+		}
+		resp.PodResources = append(resp.PodResources, pr)
 	}
 	n.faultyList(resp, t)
 	return resp
+}
+
+// containerDevices lists devs of resource as the kubelet does: one entry
+// per device and NUMA node of the device.
+func (n *Node) containerDevices(resource string, devs []DeviceSpec) []*podresourcesv1.ContainerDevices {
+	var out []*podresourcesv1.ContainerDevices
+	for _, d := range devs {
+		id := n.deviceIDOf(d)
+		for _, node := range n.sc.numaNodes(d.GPU) {
+			out = append(out, &podresourcesv1.ContainerDevices{
+				ResourceName: resource,
+				DeviceIds:    []string{id},
+				Topology:     &podresourcesv1.TopologyInfo{Nodes: []*podresourcesv1.NUMANode{{ID: int64(node)}}},
+			})
+		}
+	}
+	return out
+}
+
+// appContainer names the regular container of a pod whose GPU container
+// is an init container or a sidecar.
+func (p Pod) appContainer() string {
+	if p.Container == "app" {
+		return "main"
+	}
+	return "app"
 }
 
 // faultyList adds what device_ids and ghost_pod faults active at scenario
@@ -96,20 +148,26 @@ func (n *Node) DeviceID(d DeviceSpec) string {
 // claimResources is DRA pod i's claim as the kubelet lists it: the claim's
 // name and namespace, and per device the driver (gpu.nvidia.com), the pool
 // (the node's name), the device's name in the node's ResourceSlices and
-// the CDI device NVIDIA's driver prepares for it
-// (k8s.gpu.nvidia.com/claim=<claim UID>-<device>). share_id is unset: the
+// the CDI devices NVIDIA's driver prepares
+// (k8s.gpu.nvidia.com/claim=<claim UID>-<device>), accumulated. share_id is unset: the
 // driver's devices are not allocated several times over; pods share one by
 // sharing its claim.
 func (n *Node) claimResources(i int) *podresourcesv1.DynamicResource {
 	p := n.sc.Pods[i]
 	uid := ClaimUID(n.sc.Node, p.Namespace, p.Claim)
 	dr := &podresourcesv1.DynamicResource{ClaimName: p.Claim, ClaimNamespace: p.Namespace}
+	// The kubelet gathers a driver's CDI devices in one slice that each
+	// device's ClaimResource is handed as it grows, so the n-th device of
+	// a driver lists the CDI devices of the first n
+	// (pkg/kubelet/cm/container_manager_linux.go GetDynamicResources).
+	var cdi []*podresourcesv1.CDIDevice
 	for _, name := range n.devIDs.draName[i] {
+		cdi = append(cdi, &podresourcesv1.CDIDevice{Name: "k8s." + DRADriver + "/claim=" + uid + "-" + name})
 		dr.ClaimResources = append(dr.ClaimResources, &podresourcesv1.ClaimResource{
 			DriverName: DRADriver,
 			PoolName:   n.sc.Node,
 			DeviceName: name,
-			CdiDevices: []*podresourcesv1.CDIDevice{{Name: "k8s." + DRADriver + "/claim=" + uid + "-" + name}},
+			CdiDevices: cdi,
 		})
 	}
 	return dr

@@ -290,6 +290,9 @@ func (n *Node) Pod(namespace, name string) (collector.Pod, bool) {
 	if i, ok := n.ids.byName[podKey{namespace, name}]; ok {
 		return n.pod(i), true
 	}
+	if p, ok := n.reservationPod(namespace, name); ok {
+		return p, true
+	}
 	if f, ok := n.ghost(namespace, name); ok {
 		return collector.Pod{UID: PodUID(n.sc.Node, namespace, name), Namespace: namespace, Name: name, Phase: f.Phase}, true
 	}

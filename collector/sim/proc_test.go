@@ -255,7 +255,8 @@ func TestPodSource(t *testing.T) {
 // busy.
 func TestUnattributedDriver(t *testing.T) {
 	t.Parallel()
-	src := head + `pods:
+	src := head + `driver: {process_samples: per-period}
+pods:
   - namespace: a
     name: p
     resource: nvidia.com/gpu.shared
@@ -339,10 +340,12 @@ unattributed:
 	}
 }
 
-// TestSharedScenario plays test/scenarios/shared.yaml and integrates each
-// time-sliced pod's own per-process samples: the busy pod gets its 70%, the
-// idle one is idle all its time, as Truth says, and the process outside any
-// pod is sampled on its own GPU only.
+// TestSharedScenario plays test/scenarios/shared.yaml in the driver's
+// default shape, one entry per process per read, and integrates each entry
+// over the time since its process's previous entry: the busy pod gets its
+// 70%, the idle one is never listed, and the process outside any pod is
+// sampled on its own GPU only. What no entry reports is each process's last
+// window before it ends, at most one refresh.
 func TestSharedScenario(t *testing.T) {
 	t.Parallel()
 	sc, err := LoadScenario(filepath.Join("..", "..", "test", "scenarios", "shared.yaml"))
@@ -354,71 +357,55 @@ func TestSharedScenario(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	const threshold = 0.05
-	period := SamplePeriod.Seconds()
-	type acc struct{ allocated, idle, active float64 }
-	got := make([]acc, len(sc.Pods))
-	var unattributed float64
+	busy := map[uint32]float64{} // busy seconds by PID
+	prev := map[uint32]uint64{}  // each PID's previous stamp
+	for i, p := range sc.Pods {
+		prev[sc.PID(i, 0)] = uint64(sc.Start.Add(p.From).UnixMicro())
+	}
+	u := sc.Unattributed[0]
+	prev[u.PID] = uint64(sc.Start.Add(u.From).UnixMicro())
 	lastSeen := make([]uint64, sc.GPUs)
 	for s := 1; s <= int(sc.Duration/time.Second)+2; s++ {
 		clock.Set(sc.Start.Add(time.Duration(s) * time.Second))
 		for g := 0; g < sc.GPUs; g++ {
-			d := device(t, n, g)
-			_, samples, ret := d.GetSamples(nvml.GPU_UTILIZATION_SAMPLES, lastSeen[g])
-			if ret != nvml.SUCCESS {
-				t.Fatalf("GetSamples(gpu:%d) at %ds = %v", g, s, ret)
+			procs, ret := device(t, n, g).GetProcessUtilization(lastSeen[g])
+			if ret != nvml.SUCCESS && ret != nvml.ERROR_NOT_FOUND {
+				t.Fatalf("GetProcessUtilization(gpu:%d) at %ds = %v", g, s, ret)
 			}
-			procs, _ := d.GetProcessUtilization(lastSeen[g])
-			byStamp := map[uint64]map[uint32]uint32{}
+			seen := map[uint32]bool{}
 			for _, p := range procs {
-				if byStamp[p.TimeStamp] == nil {
-					byStamp[p.TimeStamp] = map[uint32]uint32{}
+				if seen[p.Pid] {
+					t.Fatalf("at %ds: gpu:%d lists process %d twice", s, g, p.Pid)
 				}
-				byStamp[p.TimeStamp][p.Pid] = p.SmUtil
-				if p.Pid == sc.Unattributed[0].PID {
-					if g != sc.Unattributed[0].GPU {
-						t.Fatalf("process %d sampled on gpu:%d", p.Pid, g)
-					}
-					unattributed += period * float64(p.SmUtil) / 100
+				seen[p.Pid] = true
+				if p.Pid == u.PID && g != u.GPU {
+					t.Fatalf("process %d sampled on gpu:%d", p.Pid, g)
 				}
-			}
-			for _, smp := range samples {
-				end := time.UnixMicro(int64(smp.TimeStamp)).Sub(sc.Start)
-				for i, p := range sc.Pods {
-					if !holds(p, g) || end <= p.From || end > p.To+SamplePeriod/2 || end > sc.Duration {
-						continue
-					}
-					v := float64(byStamp[smp.TimeStamp][sc.PID(i, 0)]) / 100
-					got[i].allocated += period
-					got[i].active += period * v
-					if v < threshold {
-						got[i].idle += period
-					}
+				if p.TimeStamp <= prev[p.Pid] {
+					t.Fatalf("at %ds: process %d stamped %d, not after its previous %d", s, p.Pid, p.TimeStamp, prev[p.Pid])
 				}
-			}
-			lastSeen[g] = samples[len(samples)-1].TimeStamp
-		}
-	}
-	for i, w := range sc.Truth(threshold) {
-		for _, c := range []struct {
-			what      string
-			got, want float64
-		}{
-			{"allocated", got[i].allocated, w.AllocatedSeconds},
-			{"idle", got[i].idle, w.IdleSeconds},
-			{"active", got[i].active, w.ActiveSeconds},
-		} {
-			if !near(c.got, c.want, 0.001) {
-				t.Errorf("%s/%s %s: integrated %.3f s, truth %.3f s", w.Namespace, w.Pod, c.what, c.got, c.want)
+				busy[p.Pid] += float64(p.TimeStamp-prev[p.Pid]) / 1e6 * float64(p.SmUtil) / 100
+				prev[p.Pid] = p.TimeStamp
+				lastSeen[g] = max(lastSeen[g], p.TimeStamp)
 			}
 		}
 	}
-	truth := sc.Truth(threshold)
+	refresh := DefaultProcessRefresh.Seconds()
+	truth := sc.Truth(0.05)
 	if truth[0].IdleSeconds != 0 || truth[0].ActiveSeconds != 0.7*1800 || truth[1].IdleSeconds != 1800 {
 		t.Errorf("shared.yaml truth %+v: want the busy pod never idle at 70%%, the idle one idle 1800 s", truth)
 	}
-	if !near(unattributed, 0.3*15*60, 0.001) {
-		t.Errorf("unattributed process: %.3f busy seconds, want %.3f", unattributed, 0.3*15*60)
+	for _, c := range []struct {
+		what      string
+		got, want float64
+	}{
+		{"busy pod", busy[sc.PID(0, 0)], truth[0].ActiveSeconds},
+		{"idle pod", busy[sc.PID(1, 0)], 0},
+		{"unattributed process", busy[u.PID], 0.3 * 15 * 60},
+	} {
+		if c.got > c.want+1e-6 || c.got < c.want-refresh {
+			t.Errorf("%s: %.3f busy seconds, want %.3f less at most one refresh", c.what, c.got, c.want)
+		}
 	}
 }
 

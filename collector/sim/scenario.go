@@ -1,9 +1,11 @@
 package sim
 
 import (
+	"bytes"
 	_ "embed"
 	"errors"
 	"fmt"
+	"io"
 	"math"
 	"os"
 	"path/filepath"
@@ -42,7 +44,8 @@ type Scenario struct {
 	MIGDynamic map[int]bool
 	// Allocation is how the node's pods get their GPUs unless a pod says
 	// otherwise: AllocationDevicePlugin (the default) or AllocationDRA.
-	Allocation  string
+	Allocation string
+	NodeAllocation
 	Pods        []Pod
 	Unallocated []UnallocatedStep
 
@@ -54,6 +57,8 @@ type Scenario struct {
 	// Faults are the failures injected into the simulated driver and
 	// kubelet, in file order.
 	Faults []Fault
+	// Traps are the driver behaviours the `driver:` keys ask for.
+	Traps DriverTraps
 
 	// LeadIn is how much of the scenario `agent --simulate` plays at once,
 	// as fast as it can poll, before it follows the wall clock: the live
@@ -69,6 +74,9 @@ type Scenario struct {
 	// Kueue are the cluster's Kueue ClusterQueues, whose metrics KubeState
 	// serves with kube-state-metrics'.
 	Kueue []ClusterQueue
+	// Driver is how the simulated driver answers where real drivers differ
+	// or nvml.h leaves it open (the `driver` key).
+	Driver Driver
 }
 
 // Pod is one simulated pod with a single container holding GPUs.
@@ -107,11 +115,20 @@ type Pod struct {
 	// PriorityClass is the pod's priority class, one of the scenario's
 	// PriorityClasses; empty for none. Its Kueue queues are labels.
 	PriorityClass string
+	PodAllocation
 	// Static marks a static pod, which the kubelet runs from a manifest:
 	// the API server knows it by its mirror pod, owned by the node, whose
 	// UID (PodUID) is not the UID its cgroups carry (StaticPodUID); the
 	// mirror's kubernetes.io/config.mirror annotation names the latter.
 	Static bool
+	// SMFraction is the share of the GPU's SMs the pod's kernels occupy
+	// while they run (1 unless the file says): GPM's SM_UTIL is the busy
+	// ratio times it, GRAPHICS_UTIL and the utilization samples the busy
+	// ratio. A decode server keeps kernels running on a few SMs.
+	SMFraction float64
+	// Engine is the inference server the pod runs, whose own metrics the
+	// simulation serves (engines.go); nil for none.
+	Engine *Engine
 }
 
 // Owner is the controller that owns a pod (ReplicaSet, Job, StatefulSet, …).
@@ -227,11 +244,25 @@ func LoadScenario(path string) (*Scenario, error) {
 // yamlLine finds the line in yaml.v3's own syntax errors ("yaml: line 3: …").
 var yamlLine = regexp.MustCompile(`^yaml: line (\d+): (.*)$`)
 
+// Bounds of a scenario beyond its file's size.
+const (
+	// MaxDuration bounds a scenario's duration: 90 days, more than a
+	// capacity report reads, and a replay of it at 1 s polls takes hours.
+	MaxDuration = 90 * 24 * time.Hour
+	// MaxLeadIn bounds lead_in, which `agent --simulate` plays before it
+	// serves: a day of it takes about half a minute.
+	MaxLeadIn = 24 * time.Hour
+	// MaxAliasNodes bounds the YAML nodes that aliases add to a scenario
+	// once expanded: a 2 MB file of nested aliases expanded past 4 GB.
+	MaxAliasNodes = 100_000
+)
+
 // ParseScenario parses and validates a scenario; name is the file name used
 // in errors. Every error is a *ScenarioError.
 func ParseScenario(data []byte, name string) (*Scenario, error) {
+	dec := yaml.NewDecoder(bytes.NewReader(data))
 	var doc yaml.Node
-	if err := yaml.Unmarshal(data, &doc); err != nil {
+	if err := dec.Decode(&doc); err != nil && !errors.Is(err, io.EOF) {
 		msg := err.Error()
 		if m := yamlLine.FindStringSubmatch(msg); m != nil {
 			line, _ := strconv.Atoi(m[1])
@@ -241,6 +272,18 @@ func ParseScenario(data []byte, name string) (*Scenario, error) {
 	}
 	if doc.Kind != yaml.DocumentNode || len(doc.Content) == 0 {
 		return nil, &ScenarioError{File: name, Msg: "empty scenario"}
+	}
+	var next yaml.Node
+	if err := dec.Decode(&next); !errors.Is(err, io.EOF) {
+		line := next.Line
+		if err != nil {
+			line = 0 // a syntax error in what follows: still a second document
+		}
+		return nil, &ScenarioError{File: name, Line: line, Msg: "a second YAML document (after ---): a scenario is one document"}
+	}
+	literal, expanded := nodeCounts(&doc)
+	if expanded-literal > MaxAliasNodes {
+		return nil, &ScenarioError{File: name, Msg: fmt.Sprintf("its aliases expand to more than %d YAML nodes beyond the file's %d; write the values out", MaxAliasNodes, literal)}
 	}
 	d := &decoder{file: name}
 	s, err := d.scenario(doc.Content[0])
@@ -268,6 +311,52 @@ type decoder struct {
 
 func (d *decoder) errf(n *yaml.Node, field, format string, args ...any) error {
 	return &ScenarioError{File: d.file, Line: n.Line, Field: field, Msg: fmt.Sprintf(format, args...)}
+}
+
+// nodeCounts returns the YAML nodes of n as written, and as the decoder
+// walks them with each alias expanded, counted without expanding (each
+// node's expanded size is computed once): so that a file of nested
+// aliases is refused before it is walked. A count that passes the bound
+// stops growing.
+func nodeCounts(n *yaml.Node) (literal, expanded int64) {
+	const stop = math.MaxInt64 / 4
+	memo := map[*yaml.Node]int64{}
+	var size func(n *yaml.Node, depth int) int64
+	size = func(n *yaml.Node, depth int) int64 {
+		if n == nil {
+			return 0
+		}
+		if v, ok := memo[n]; ok {
+			return v
+		}
+		if depth > 10_000 {
+			return stop // a cycle, or nesting no scenario has
+		}
+		memo[n] = stop // while in progress: a cycle counts as unbounded
+		var total int64 = 1
+		if n.Kind == yaml.AliasNode {
+			total = size(n.Alias, depth+1)
+		} else {
+			for _, c := range n.Content {
+				total += size(c, depth+1)
+				if total >= stop {
+					total = stop
+					break
+				}
+			}
+		}
+		memo[n] = total
+		return total
+	}
+	var count func(n *yaml.Node)
+	count = func(n *yaml.Node) {
+		literal++
+		for _, c := range n.Content {
+			count(c)
+		}
+	}
+	count(n)
+	return literal, size(n, 0)
 }
 
 func join(path, key string) string {
@@ -602,7 +691,7 @@ func (d *decoder) step(n *yaml.Node, m map[string]*yaml.Node, path string, total
 }
 
 func (d *decoder) scenario(root *yaml.Node) (*Scenario, error) {
-	m, err := d.mapping(root, "", "start", "duration", "lead_in", "node", "system", "gpus", "allocation", "mig", "pods", "unallocated", "cgroup", "unattributed", "faults", "unscheduled", "priority_classes", "kueue")
+	m, err := d.mapping(root, "", append([]string{"start", "duration", "lead_in", "node", "system", "gpus", "allocation", "mig", "pods", "unallocated", "cgroup", "unattributed", "faults", "unscheduled", "priority_classes", "kueue", "driver"}, nodeAllocationKeys...)...)
 	if err != nil {
 		return nil, err
 	}
@@ -620,11 +709,19 @@ func (d *decoder) scenario(root *yaml.Node) (*Scenario, error) {
 	if s.Start, err = time.Parse(time.RFC3339, v); err != nil {
 		return nil, d.errf(m["start"], "start", "%q is not a time such as 2026-12-01T08:00:00Z", v)
 	}
+	if s.Start.Before(time.Unix(0, 0)) {
+		// NVML stamps samples in microseconds since 1970, unsigned: a
+		// run before it would have no sample, and count nothing.
+		return nil, d.errf(m["start"], "start", "%s is before 1970, where NVML's sample stamps begin", v)
+	}
 	if s.Duration, err = d.duration(m["duration"], "duration"); err != nil {
 		return nil, err
 	}
 	if s.Duration == 0 {
 		return nil, d.errf(m["duration"], "duration", "must be longer than 0s")
+	}
+	if s.Duration > MaxDuration {
+		return nil, d.errf(m["duration"], "duration", "%s is longer than the %s a scenario may last", fmtDur(s.Duration), fmtDur(MaxDuration))
 	}
 	if n := m["lead_in"]; n != nil {
 		if s.LeadIn, err = d.duration(n, "lead_in"); err != nil {
@@ -632,6 +729,9 @@ func (d *decoder) scenario(root *yaml.Node) (*Scenario, error) {
 		}
 		if s.LeadIn >= s.Duration {
 			return nil, d.errf(n, "lead_in", "%s is not before the scenario's end at %s", fmtDur(s.LeadIn), fmtDur(s.Duration))
+		}
+		if s.LeadIn > MaxLeadIn {
+			return nil, d.errf(n, "lead_in", "%s is longer than the %s played before the agent serves", fmtDur(s.LeadIn), fmtDur(MaxLeadIn))
 		}
 	}
 	if n := m["node"]; n != nil {
@@ -656,10 +756,16 @@ func (d *decoder) scenario(root *yaml.Node) (*Scenario, error) {
 			return nil, err
 		}
 	}
+	if err := d.nodeAllocation(m, s); err != nil {
+		return nil, err
+	}
 	if n := m["mig"]; n != nil {
 		if err := d.mig(n, s); err != nil {
 			return nil, err
 		}
+	}
+	if err := d.driverShapes(nil, s); err != nil { // the defaults; `driver:` is decoded below
+		return nil, err
 	}
 	if n := m["priority_classes"]; n != nil {
 		if err := d.priorityClasses(n, s); err != nil {
@@ -687,11 +793,19 @@ func (d *decoder) scenario(root *yaml.Node) (*Scenario, error) {
 	if err := d.crossCheck(s); err != nil {
 		return nil, err
 	}
+	if err := d.allocationCheck(s); err != nil {
+		return nil, err
+	}
 	if err := d.planCheck(s); err != nil {
 		return nil, err
 	}
 	if err := d.processes(m, s); err != nil {
 		return nil, err
+	}
+	if n := m["driver"]; n != nil {
+		if err := d.driver(n, s); err != nil {
+			return nil, err
+		}
 	}
 	if n := m["faults"]; n != nil {
 		if err := d.faults(n, s); err != nil {
@@ -706,7 +820,7 @@ func (d *decoder) scenario(root *yaml.Node) (*Scenario, error) {
 	return s, nil
 }
 
-var podKeys = []string{"namespace", "name", "container", "owner", "labels", "cmdline", "parent_cmdline", "allocation", "claim", "resource", "pid", "devices", "from", "to", "memory", "util", "priority_class", "static"}
+var podKeys = append([]string{"namespace", "name", "container", "owner", "labels", "cmdline", "parent_cmdline", "allocation", "claim", "resource", "pid", "devices", "from", "to", "memory", "util", "priority_class", "static", "sm_fraction", "engine"}, podAllocationKeys...)
 
 func (d *decoder) pods(n *yaml.Node, s *Scenario) error {
 	items, err := d.seq(n, "pods")
@@ -721,7 +835,7 @@ func (d *decoder) pods(n *yaml.Node, s *Scenario) error {
 		if err != nil {
 			return err
 		}
-		pod := Pod{Container: "main", Resource: ResourceGPU, To: s.Duration}
+		pod := Pod{Container: "main", Resource: ResourceGPU, To: s.Duration, SMFraction: 1}
 		for _, k := range []string{"namespace", "name", "devices"} {
 			if m[k] == nil {
 				return d.errf(it, join(p, k), "missing")
@@ -884,7 +998,23 @@ func (d *decoder) pods(n *yaml.Node, s *Scenario) error {
 				return err
 			}
 		}
+		if n := m["sm_fraction"]; n != nil {
+			if pod.SMFraction, err = d.ratio(n, p+".sm_fraction"); err != nil {
+				return err
+			}
+			if pod.SMFraction == 0 {
+				return d.errf(n, p+".sm_fraction", "0 is no share of the SMs; a pod whose kernels run occupies some")
+			}
+		}
+		if n := m["engine"]; n != nil {
+			if pod.Engine, err = d.engine(n, p+".engine", &pod, s); err != nil {
+				return err
+			}
+		}
 		if err := d.migPod(p, m, devs, &pod, s); err != nil {
+			return err
+		}
+		if err := d.podAllocation(p, m, devs, &pod, s); err != nil {
 			return err
 		}
 		s.Pods = append(s.Pods, pod)
@@ -966,7 +1096,7 @@ func (d *decoder) crossCheck(s *Scenario) error {
 		for di, db := range b.Devices {
 			for i := 0; i < j; i++ {
 				a := &s.Pods[i]
-				if a.From >= b.To || b.From >= a.To || s.sameClaim(i, j) {
+				if a.From >= b.To || b.From >= a.To || s.shareGPU(i, j) {
 					continue
 				}
 				for _, da := range a.Devices {

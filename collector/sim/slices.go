@@ -27,8 +27,9 @@ const (
 
 // The values of the type attribute.
 const (
-	DeviceTypeGPU = "gpu"
-	DeviceTypeMIG = "mig"
+	DeviceTypeGPU  = "gpu"
+	DeviceTypeMIG  = "mig"
+	DeviceTypeVFIO = "vfio"
 )
 
 // ResourceSlices are the node's ResourceSlices as NVIDIA's DRA driver
@@ -53,8 +54,13 @@ func (n *Node) ResourceSlices() []resourcev1.ResourceSlice {
 		}
 		var devs []resourcev1.Device
 		switch {
+		case n.sc.VFIO[g]:
+			devs = []resourcev1.Device{n.vfioDevice(g)}
 		case n.sc.MIGDynamic[g]:
 			devs = n.partitions(g, t)
+			if n.sys.migToggle() {
+				devs = append(devs, n.partitionableGPU(g))
+			}
 			counters = append(counters, n.counterSet(g))
 		case n.migEnabled(g):
 			for _, md := range n.mig[g] {
@@ -142,7 +148,7 @@ func (n *Node) gpuDevice(g int) resourcev1.Device {
 	attrs := n.commonAttributes(g)
 	attrs[AttrType], attrs[AttrUUID] = str(DeviceTypeGPU), str(n.uuids[g])
 	return resourcev1.Device{
-		Name:       GPUDeviceName(g),
+		Name:       GPUDeviceName(n.sc.minor(g)),
 		Attributes: attrs,
 		Capacity:   map[resourcev1.QualifiedName]resourcev1.DeviceCapacity{"memory": quantity(int64(n.sys.memTotal()))},
 	}
@@ -188,39 +194,41 @@ func (n *Node) staticMIGDevice(md *migDevice) resourcev1.Device {
 	for i := md.start; i < md.start+md.profile.memSlices; i++ {
 		capacity[resourcev1.QualifiedName(fmt.Sprintf("memorySlice%d", i))] = quantity(1)
 	}
-	return resourcev1.Device{Name: md.profile.draName(md.gpu, md.start), Attributes: attrs, Capacity: capacity}
+	return resourcev1.Device{Name: md.profile.draName(n.sc.minor(md.gpu), md.start), Attributes: attrs, Capacity: capacity}
 }
 
 // SetPartitionUUIDs says whether a dynamic MIG partition carries the uuid
-// of the MIG device made of it while that exists (the default), or never,
+// of the MIG device made of it while that exists, or never (the default),
 // as NVIDIA's driver publishes it: a reader then has to find the device
 // from the partition's parentUUID, profile and placement. Call it before
 // the node is used.
-func (n *Node) SetPartitionUUIDs(publish bool) { n.noPartitionUUIDs = !publish }
+func (n *Node) SetPartitionUUIDs(publish bool) { n.partitionUUIDs = publish }
 
-// counterSetName is the counter set of GPU g's partitions.
-func counterSetName(g int) string { return fmt.Sprintf("gpu-%d-counter-set", g) }
+// counterSetName is the counter set of the partitions of the GPU with
+// minor number minor.
+func counterSetName(minor int) string { return fmt.Sprintf("gpu-%d-counter-set", minor) }
 
 // partitions are the MIG devices a GPU in dynamic MIG mode offers: every
 // profile at every placement, each consuming its engines, memory and memory
-// slices from the GPU's counter set (partitionable devices). A partition
-// the driver has made a MIG device of, for a claim, carries that device's
-// UUID while it exists; the others have none (there is no device yet).
-// The GPU itself is not offered: its MIG mode would change, which takes a
-// reset.
+// slices from the GPU's counter set (partitionable devices). None carries
+// a uuid, as NVIDIA's driver announces them (partitions.go MigSpec
+// PartGetDevice: CommonAttributesMig, no uuid), whether or not a MIG
+// device has been made of it; with SetPartitionUUIDs(true), one the driver
+// has made a MIG device of carries that device's UUID while it exists.
 func (n *Node) partitions(g int, t time.Duration) []resourcev1.Device {
+	minor := n.sc.minor(g)
 	alive := map[string]string{}
 	for _, md := range n.mig[g] {
 		if md.holding != nil && md.alive(t) {
-			alive[md.profile.draName(g, md.start)] = md.uuid
+			alive[md.profile.draName(minor, md.start)] = md.uuid
 		}
 	}
 	var out []resourcev1.Device
 	for _, p := range n.sys.migProfiles() {
 		for _, st := range p.starts() {
-			name := p.draName(g, st)
+			name := p.draName(minor, st)
 			attrs := n.migAttributes(g, p)
-			if uuid, ok := alive[name]; ok && !n.noPartitionUUIDs {
+			if uuid, ok := alive[name]; ok && n.partitionUUIDs {
 				attrs[AttrUUID] = str(uuid)
 			}
 			counters := map[string]resourcev1.Counter{}
@@ -234,7 +242,7 @@ func (n *Node) partitions(g int, t time.Duration) []resourcev1.Device {
 				Name:             name,
 				Attributes:       attrs,
 				Capacity:         migCapacity(p),
-				ConsumesCounters: []resourcev1.DeviceCounterConsumption{{CounterSet: counterSetName(g), Counters: counters}},
+				ConsumesCounters: []resourcev1.DeviceCounterConsumption{{CounterSet: counterSetName(minor), Counters: counters}},
 			})
 		}
 	}
@@ -244,17 +252,72 @@ func (n *Node) partitions(g int, t time.Duration) []resourcev1.Device {
 // counterSet is what GPU g's partitions consume from: the largest of each
 // capacity over its profiles, and its eight memory slices.
 func (n *Node) counterSet(g int) resourcev1.CounterSet {
-	counters := map[string]resourcev1.Counter{}
+	return resourcev1.CounterSet{Name: counterSetName(n.sc.minor(g)), Counters: n.allCounters()}
+}
+
+// maxCapacities is the largest of each capacity over the GPU's profiles,
+// what the driver announces as the whole GPU's capacity in dynamic MIG
+// mode (deviceinfo.go AddDetailAfterWalkingMigProfiles, partitions.go
+// PartCapacities).
+func (n *Node) maxCapacities() map[resourcev1.QualifiedName]resourcev1.DeviceCapacity {
+	out := map[resourcev1.QualifiedName]resourcev1.DeviceCapacity{}
 	for _, p := range n.sys.migProfiles() {
 		for c, v := range migCapacity(p) {
-			name := counterNames[c]
-			if cur, ok := counters[name]; !ok || cur.Value.Cmp(v.Value) < 0 {
-				counters[name] = resourcev1.Counter{Value: v.Value}
+			if cur, ok := out[c]; !ok || cur.Value.Cmp(v.Value) < 0 {
+				out[c] = v
 			}
 		}
+	}
+	return out
+}
+
+// allCounters are maxCapacities as counters, and one counter per memory
+// slice.
+func (n *Node) allCounters() map[string]resourcev1.Counter {
+	counters := map[string]resourcev1.Counter{}
+	for c, v := range n.maxCapacities() {
+		counters[counterNames[c]] = resourcev1.Counter{Value: v.Value}
 	}
 	for i := range migMemorySlices {
 		counters[fmt.Sprintf("memory-slice-%d", i)] = resourcev1.Counter{Value: *resource.NewQuantity(1, resource.BinarySI)}
 	}
-	return resourcev1.CounterSet{Name: counterSetName(g), Counters: counters}
+	return counters
+}
+
+// partitionableGPU is the whole GPU as the driver offers it beside its
+// partitions where MIG mode changes without a reset (nvlib.go: "Hopper+
+// supports reset-less MIG mode toggling, so advertise both the full GPU
+// and the dynamic MIG profiles irrespective of current MIG state";
+// partitions.go GpuInfo PartGetDevice): gpu-<minor> with its uuid,
+// consuming every counter of its counter set, so that it and a partition
+// are never allocated at once.
+func (n *Node) partitionableGPU(g int) resourcev1.Device {
+	d := n.gpuDevice(g)
+	d.Capacity = n.maxCapacities()
+	d.ConsumesCounters = []resourcev1.DeviceCounterConsumption{{CounterSet: counterSetName(n.sc.minor(g)), Counters: n.allCounters()}}
+	return d
+}
+
+// vfioDevice is a GPU bound to vfio-pci as the driver announces it for
+// passthrough (deviceinfo.go VfioDeviceInfo GetDevice): gpu-vfio-<n>, n
+// its place among the node's NVIDIA PCI devices, type vfio, and a uuid
+// the driver derives from its PCI address (nvlib.go getVfioDeviceInfo:
+// uuid.NewSHA1(uuid.NameSpaceDNS, address)), which NVML never reports.
+func (n *Node) vfioDevice(g int) resourcev1.Device {
+	dev := n.srv.Devices[g].(*server.Device)
+	numa := int64(n.sc.numaNodes(g)[0])
+	return resourcev1.Device{
+		Name: VFIODeviceName(g),
+		Attributes: map[resourcev1.QualifiedName]resourcev1.DeviceAttribute{
+			AttrType:         str(DeviceTypeVFIO),
+			AttrUUID:         str(VFIOUUID(dev.PciBusID)),
+			"deviceID":       str(fmt.Sprintf("0x%04x", dev.Config.PciDeviceId>>16)),
+			"vendorID":       str("0x10de"),
+			"numa":           {IntValue: &numa},
+			AttrProductName:  str(dev.Config.Name),
+			"iommuFDEnabled": {BoolValue: new(bool)},
+			AttrPCIBusID:     str(dev.PciBusID),
+		},
+		Capacity: map[resourcev1.QualifiedName]resourcev1.DeviceCapacity{"addressableMemory": quantity(int64(n.sys.memTotal()))},
+	}
 }

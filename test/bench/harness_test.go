@@ -22,6 +22,7 @@ import (
 	"github.com/gpuxray/gpuxray/collector/sim"
 	"github.com/gpuxray/gpuxray/test/bench/scenario"
 	"github.com/gpuxray/gpuxray/test/bench/simnode"
+	"github.com/gpuxray/gpuxray/test/nvmlfake"
 )
 
 var (
@@ -29,35 +30,54 @@ var (
 	harnessFor = flag.Duration("harness.duration", 2*time.Minute, "how long the harness runs the agent, after a 20 s warm-up")
 )
 
-// TestHarness builds gpuxray, runs `gpuxray agent --simulate` on the node-110
-// scenario (8 GPUs, 110 allocations, time-sliced, churn) in real time,
-// scrapes it every second, and reports what the agent costs: CPU seconds a
-// minute (utime+stime from /proc/<pid>/stat), peak RSS (VmHWM), heap after a
-// forced GC, scrape latency p50/p99 and series. The simulated driver and
-// kubelet run inside the agent's process, so their cost is included.
+// TestHarness builds gpuxray as the container image does (-tags nosim, no
+// simulator inside) and runs it, unmodified, on the node-110 scenario (8
+// GPUs, 110 allocations, time-sliced, churn) in real time through the fake
+// libnvidia-ml.so.1 (test/nvmlfake): the simulated driver, kubelet and
+// /proc tree run in this test's process, the agent alone in its own. It
+// scrapes every second and reports what the agent costs: CPU seconds a
+// minute (utime+stime from /proc/<pid>/stat), peak RSS (VmHWM), heap after
+// a forced GC, scrape latency p50/p99 and series. The fake library's side
+// of each NVML call (a round trip on a unix socket) runs in the agent's
+// threads and is counted, as the real library's would be. The agent runs
+// without an API server: no pod source, so shared GPUs are attributed by
+// device, not by process.
 func TestHarness(t *testing.T) {
 	if !*harness {
 		t.Skip("run with -harness (make bench)")
 	}
+	if err := nvmlfake.HaveCompiler(); err != nil {
+		t.Fatal(err)
+	}
 	dir := t.TempDir()
 	load0 := loadAvg(t)
 	bin := filepath.Join(dir, "gpuxray")
-	build := exec.Command("go", "build", "-trimpath", "-o", bin, "../../cmd/gpuxray")
+	build := exec.Command("go", "build", "-tags", "nosim", "-trimpath", "-o", bin, "../../cmd/gpuxray")
 	build.Env = append(os.Environ(), "CGO_CFLAGS=-Wno-deprecated-declarations")
 	if out, err := build.CombinedOutput(); err != nil {
 		t.Fatalf("go build: %v\n%s", err, out)
 	}
-	file := filepath.Join(dir, "node-110.yaml")
-	if err := os.WriteFile(file, scenario.Node110(), 0o644); err != nil {
+	lib, err := nvmlfake.Build(dir, nvmlfake.Current)
+	if err != nil {
 		t.Fatal(err)
 	}
+	sc, err := sim.ParseScenario(scenario.Node110(), "node-110.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	node, err := nvmlfake.StartNode(sc, lib)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer node.Close()
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
 	addr := l.Addr().String()
 	l.Close()
-	cmd := exec.Command(bin, "agent", "--web.listen-address", addr, "--web.enable-pprof", "--log.level", "warn", "--simulate", file)
+	cmd := exec.Command(bin, append([]string{"agent", "--web.listen-address", addr, "--web.enable-pprof", "--log.level", "warn"}, node.Args()...)...)
+	cmd.Env = append(os.Environ(), node.Env()...)
 	cmd.Stderr = os.Stderr
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
@@ -153,7 +173,7 @@ func TestHarness(t *testing.T) {
 		}
 	}
 	hwm := procStatus(t, pid, "VmHWM")
-	t.Logf("node-110, %s at a 1 s poll and a 1 s scrape, GOMAXPROCS %d:", *harnessFor, runtime.GOMAXPROCS(0))
+	t.Logf("node-110, the production binary on the fake NVML library, %s at a 1 s poll and a 1 s scrape, GOMAXPROCS %d:", *harnessFor, runtime.GOMAXPROCS(0))
 	t.Logf("  CPU            %.3f s/min (%.2f%% of one core; target ≤ 0.5%%), by the profile's samples:", cpu, 100*cpu/60)
 	for _, p := range cpuParts {
 		t.Logf("    %-11s  %5.1f%%  %.3f s/min (%.2f%% of one core)", p.name, 100*shares[p.name], cpu*shares[p.name], 100*cpu*shares[p.name]/60)
@@ -172,7 +192,7 @@ func TestHarness(t *testing.T) {
 		time.Now().UTC().Format("2006-01-02 15:04"), load0, loadAvg(t), 100*agent/60, float64(hwm)/1024,
 		float64(procStatus(t, pid, "RssAnon"))/1024, float64(procStatus(t, pid, "RssFile"))/1024,
 		metric(after, "go_memstats_heap_alloc_bytes")/(1<<20), pct(0.5).Round(10*time.Microsecond), pct(0.99).Round(10*time.Microsecond), series)
-	t.Logf("  (the simulator runs in the agent's process: its code's pages and its heap are in these figures; see docs/benchmarks.md for the production binary's share)")
+	t.Logf("  (the production binary, -tags nosim, on the fake libnvidia-ml.so.1: the simulator runs in the test's process, not in these figures)")
 }
 
 // loadAvg is the machine's 1-minute load average.
@@ -229,14 +249,19 @@ func TestChurnReturnsToBaseline(t *testing.T) {
 }
 
 // cpuParts classify a CPU profile's samples by their stacks, first match
-// first: the simulated driver, kubelet and their gRPC server, which run in
-// the agent's process under --simulate but not on a node; scrapes; polls;
-// and the rest (garbage collection, scheduler, timers), which serves both.
+// first: the simulated driver, kubelet and their gRPC server (which ran in
+// the agent's process when the harness used --simulate; none now); the
+// NVML library's C calls; scrapes; polls; and the rest (garbage
+// collection, scheduler, timers), which serves both.
 var cpuParts = []struct {
 	name string
 	re   *regexp.Regexp
 }{
 	{"simulator", regexp.MustCompile(`gpuxray/collector/sim\.|go-nvml/pkg/nvml/mock|grpc\.\(\*Server\)|transport\.\(\*http2Server\)|_PodResourcesLister_`)},
+	// The NVML library's calls, in C (the fake's unix-socket round trips
+	// here, the driver's ioctls on a node): cgo frames, or samples taken
+	// outside Go.
+	{"nvml calls", regexp.MustCompile(`_Cfunc_nvml|runtime\.cgocall|runtime\._ExternalCode`)},
 	{"scrape", regexp.MustCompile(`promhttp\.|gpuxray/exporter\.`)},
 	{"poll", regexp.MustCompile(`gpuxray/agent\.|gpuxray/collector/|grpc\.`)},
 	{"other", regexp.MustCompile(``)},

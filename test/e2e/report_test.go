@@ -13,6 +13,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -123,7 +124,10 @@ func truthOf(t *testing.T, scs []*sim.Scenario, from, to time.Time, quantile flo
 		inRange := !at.Before(from) && at.Before(to)
 		peak := sched.At(at)
 		var idleGPUs, unalloc, unallocActive float64
-		for _, sc := range scs {
+		// room is what each node could give a waiting pod: its GPUs held
+		// by idle pods, and the free part of those nobody holds.
+		room := make([]float64, len(scs))
+		for n, sc := range scs {
 			held := map[int]bool{}
 			for i, p := range sc.Pods {
 				key := sc.Node + "/" + p.Namespace + "/" + p.Name
@@ -160,6 +164,7 @@ func truthOf(t *testing.T, scs []*sim.Scenario, from, to time.Time, quantile flo
 				}
 				if idle {
 					idleGPUs += n
+					room[slices.Index(scs, sc)] += n
 					w.Idle += n * h
 					if peak {
 						w.PeakIdle += n * h
@@ -171,6 +176,7 @@ func truthOf(t *testing.T, scs []*sim.Scenario, from, to time.Time, quantile flo
 				if !held[gpu] {
 					unalloc++
 					unallocActive += sc.GPUUtilAt(gpu, mid)
+					room[n] += 1 - sc.GPUUtilAt(gpu, mid)
 				}
 			}
 		}
@@ -182,9 +188,36 @@ func truthOf(t *testing.T, scs []*sim.Scenario, from, to time.Time, quantile flo
 			owned += float64(sc.GPUs)
 		}
 		var pending float64
+		var waiting []float64
 		for _, p := range reportPending {
 			if p.node == "" && mid >= p.from && mid < p.to {
 				pending += float64(p.gpus)
+				waiting = append(waiting, float64(p.gpus))
+			}
+		}
+		// A pod runs on one node with room for all its GPUs (the waiters
+		// here are of one size, so the order does not matter); what no
+		// node holds could run had the idle GPUs been on one node when the
+		// cluster's room left holds it (fragmented), else it is short.
+		short := 0.0
+		left := slices.Clone(room)
+		var unplaced []float64
+		for _, g := range waiting {
+			if n := slices.IndexFunc(left, func(r float64) bool { return r >= g-1e-9 }); n >= 0 {
+				left[n] -= g
+			} else {
+				unplaced = append(unplaced, g)
+			}
+		}
+		total := 0.0
+		for _, r := range left {
+			total += r
+		}
+		for _, g := range unplaced {
+			if total >= g-1e-9 {
+				total -= g
+			} else {
+				short += g
 			}
 		}
 		for _, f := range []*report.Funnel{&tr.all, &tr.peak} {
@@ -206,9 +239,9 @@ func truthOf(t *testing.T, scs []*sim.Scenario, from, to time.Time, quantile flo
 			dm.PeakHours += h
 			dm.PendingGPUHours += pending * h
 			dm.ReclaimableGPUHours += reclaim * h
-			dm.CoveredGPUHours += min(pending, reclaim) * h
-			dm.ShortfallGPUHours += max(0, pending-reclaim) * h
-			shortfall = append(shortfall, max(0, pending-reclaim))
+			dm.CoveredGPUHours += (pending - short) * h
+			dm.ShortfallGPUHours += short * h
+			shortfall = append(shortfall, short)
 		}
 	}
 	for _, w := range tr.workloads {
@@ -239,7 +272,7 @@ func near(t *testing.T, what string, got, want float64) {
 // kube-state-metrics' pending pods into a real Prometheus, and checks every
 // figure of `gpuxray report --format json` against the scenarios for Monday
 // (idle allocation covers the waiting job: fix first) and Tuesday (demand
-// exceeds capacity by 5 GPUs after reclaiming); then renders the HTML report
+// exceeds capacity by 6 GPUs after reclaiming); then renders the HTML report
 // in headless Chromium.
 func TestReport(t *testing.T) {
 	t.Parallel()
@@ -314,7 +347,9 @@ func TestReport(t *testing.T) {
 		gpusShort int
 	}{
 		{"Monday: fix first", scs[0].Start.Add(24 * time.Hour), report.VerdictFixFirst, 0},
-		{"Tuesday: short", scs[0].Start.Add(48 * time.Hour), report.VerdictShort, 5},
+		// Three pods of 2 GPUs wait while one GPU is idle: none fits a
+		// node, all six are short (pending less reclaimable would say 5).
+		{"Tuesday: short", scs[0].Start.Add(48 * time.Hour), report.VerdictShort, 6},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			r := reportJSON(t, addr, "--step=10m", "--range=1d", "--end="+c.end.Format(time.RFC3339))
@@ -581,11 +616,13 @@ func needChromium(t *testing.T) string {
 // data (an agent that has run 21 minutes, on a Sunday night, without
 // kube-state-metrics). The default week's report, its end minutes after
 // the first sample, covers those minutes and lists the rest as missing
-// (it failed: the end, rounded down to the step, fell before any data);
-// every GPU count is over the time covered, so the 8-GPU node owns 8 GPUs,
-// not 2.8; the verdict, with no peak time, is over all hours and says so;
-// the HTML chart draws no pending line for unknown demand; the pods
-// time-slicing a GPU are not told to share one.
+// (it failed: the end, rounded down to the step, fell before any data),
+// from the real time of the first sample; every GPU count is over the time
+// covered, so the 8-GPU node owns 8 GPUs, not 2.8; the verdict, with no
+// peak time, is over all hours and says so; the HTML chart draws no pending
+// line for unknown demand; the pods time-slicing a GPU are not told to
+// share one; right-sizing hints are withheld from 21 minutes of data unless
+// --hints.min-time allows them.
 func TestReportFewMinutes(t *testing.T) {
 	t.Parallel()
 	promtool := need(t, "promtool")
@@ -602,10 +639,15 @@ func TestReportFewMinutes(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var stderr bytes.Buffer
+	var stdout, stderr bytes.Buffer
 	cmd := exec.Command(binary, "replay", "--format=openmetrics", "--scrape.interval=15s", "--poll.interval=5s", scenario)
-	cmd.Stdout, cmd.Stderr = f, &stderr
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
 	err = cmd.Run()
+	if err == nil {
+		// Without kube-state-metrics: the agent's series only, not the
+		// cluster series replay writes beside them.
+		_, err = f.Write(agentOnly(stdout.Bytes()))
+	}
 	f.Close()
 	if err != nil {
 		t.Fatalf("replay %s: %v\n%s", scenario, err, stderr.String())
@@ -657,17 +699,19 @@ func TestReportFewMinutes(t *testing.T) {
 		}
 		within("week", r.Funnel.All.Hours, 4*time.Minute)
 		near(t, "owned GPUs", r.Funnel.All.GPUs(r.Funnel.All.Owned), 8)
-		missing("week", r, end.Add(-7*24*time.Hour), d0.Add(-time.Minute))
+		// The data begins at the first scrape, 02:00:20, not at 01:59:20
+		// (the start of the step it fell in).
+		missing("week", r, end.Add(-7*24*time.Hour), d0)
 	})
 
 	end := d0.Add(21 * time.Minute)
-	r := jsonReport("--range=1h", "--end="+end.Format(time.RFC3339))
+	r := jsonReport("--range=1h", "--end="+end.Format(time.RFC3339), "--hints.min-time=10m")
 	t.Run("an hour with 21 minutes of data", func(t *testing.T) {
 		approx := func(what string, got, want float64) { t.Helper(); near(t, what, got, want) }
 		approx("range hours", r.Range.Hours, 1)
 		within("hour", r.Funnel.All.Hours, 21*time.Minute)
 		approx("owned GPUs", r.Funnel.All.GPUs(r.Funnel.All.Owned), 8)
-		missing("hour", r, end.Add(-time.Hour), d0.Add(-4*time.Minute))
+		missing("hour", r, end.Add(-time.Hour), d0)
 		for _, p := range r.Timeline {
 			if p.Covered > 0.5 {
 				approx("timeline owned GPUs at "+p.Start.Format("15:04"), p.OwnedGPUs, 8)
@@ -703,6 +747,16 @@ func TestReportFewMinutes(t *testing.T) {
 			t.Errorf("hints %v, want the notebook and the idle time-sliced pod to fit a 1g.10gb slice", kinds)
 		}
 	})
+	t.Run("no hints from 21 minutes by default", func(t *testing.T) {
+		d := jsonReport("--range=1h", "--end="+end.Format(time.RFC3339))
+		if len(d.Hints) != 0 || d.HintsWithheld.Workloads != len(r.Hints) || d.HintsWithheld.MinHours != 1 {
+			t.Errorf("hints %+v, withheld %+v; want none, the %d of --hints.min-time=10m withheld for want of an hour", d.Hints, d.HintsWithheld, len(r.Hints))
+		}
+		text := string(gpuxrayReport("--range=1h", "--end="+end.Format(time.RFC3339)))
+		if !strings.Contains(text, fmt.Sprintf("%d hints withheld for lack of data: a hint needs 1h of a workload's activity", len(r.Hints))) {
+			t.Errorf("the text report does not say hints were withheld:\n%s", text)
+		}
+	})
 	t.Run("text and HTML", func(t *testing.T) {
 		text := string(gpuxrayReport("--range=1h", "--end="+end.Format(time.RFC3339)))
 		if header, _, _ := strings.Cut(text, "\n"); !strings.Contains(header, "(1h range, 21m covered by gpuxray data, 0m of it peak)") {
@@ -716,4 +770,88 @@ func TestReportFewMinutes(t *testing.T) {
 			t.Error("the HTML chart draws a pending line, or no note, for unknown demand")
 		}
 	})
+}
+
+// waitingOpenMetrics is kube-state-metrics' series of one pod that waits,
+// unscheduled, for gpus GPUs: a scrape every `every` from start for d.
+func waitingOpenMetrics(start time.Time, d, every time.Duration, namespace, pod string, gpus int) []byte {
+	var phase, req bytes.Buffer
+	for _, ph := range []string{"Pending", "Running"} {
+		v := 0
+		if ph == "Pending" {
+			v = 1
+		}
+		for at := time.Duration(0); at <= d; at += every {
+			fmt.Fprintf(&phase, "kube_pod_status_phase{instance=\"ksm:8080\",job=\"kube-state-metrics\",namespace=%q,phase=%q,pod=%q} %d %d.000\n", namespace, ph, pod, v, start.Add(at).Unix())
+		}
+	}
+	for at := time.Duration(0); at <= d; at += every {
+		fmt.Fprintf(&req, "kube_pod_container_resource_requests{container=\"main\",instance=\"ksm:8080\",job=\"kube-state-metrics\",namespace=%q,pod=%q,resource=\"nvidia_com_gpu\",unit=\"integer\"} %d %d.000\n", namespace, pod, gpus, start.Add(at).Unix())
+	}
+	return []byte("# TYPE kube_pod_status_phase gauge\n# HELP kube_pod_status_phase The pods current phase.\n" + phase.String() +
+		"# TYPE kube_pod_container_resource_requests gauge\n# HELP kube_pod_container_resource_requests The number of requested request resource by a container.\n" + req.String() + "# EOF\n")
+}
+
+// TestReportWaitingFromFirstScrape: the agent's first 21 minutes
+// (report-minutes.yaml) and kube-state-metrics' from the same first scrape,
+// in which a pod waits for 2 GPUs all along, in a real Prometheus. Seven
+// minutes in, as a demo's first report is, the report's first step began
+// before the data, and its middle fell before the first scrape while its
+// covered time counted: demand read 1.38 GPUs. It reads 2, over an hour's
+// range and the default week's, in the verdict, the timeline and the queue.
+func TestReportWaitingFromFirstScrape(t *testing.T) {
+	t.Parallel()
+	promtool := need(t, "promtool")
+	prom := need(t, "prometheus")
+	const scenario = "testdata/report-minutes.yaml"
+	sc, err := sim.LoadScenario(scenario)
+	if err != nil {
+		t.Fatal(err)
+	}
+	d0 := sc.Start
+	dir := t.TempDir()
+	data := filepath.Join(dir, "data")
+	replayBlocks(t, promtool, scenario, filepath.Join(dir, "agent"), "15s", "5s")
+	moveBlocks(t, filepath.Join(dir, "agent"), data)
+	ksm := filepath.Join(dir, "ksm.om")
+	if err := os.WriteFile(ksm, waitingOpenMetrics(d0, sc.Duration, 30*time.Second, "research", "waiter-0", 2), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	backfillOpenMetrics(t, promtool, ksm, filepath.Join(dir, "ksm"))
+	moveBlocks(t, filepath.Join(dir, "ksm"), data)
+	_, addr := startPrometheus(t, prom, filepath.Join(dir, "prom"), data, "global: {}\n")
+
+	end := d0.Add(7 * time.Minute)
+	for _, rng := range []string{"1h", "7d"} {
+		r := reportJSON(t, addr, "--range="+rng, "--end="+end.Format(time.RFC3339))
+		what := rng + " range: "
+		if !r.Demand.Available {
+			t.Fatalf("%sdemand unknown: no kube-state-metrics series found", what)
+		}
+		near(t, what+"pending GPUs", r.Demand.PendingGPUs, 2)
+		near(t, what+"most pending at once", r.Demand.MaxPendingGPUs, 2)
+		near(t, what+"the queue's pending GPUs", r.Queue.All.PendingGPUHours/r.Queue.All.Hours, 2)
+		for _, p := range r.Timeline {
+			if p.Covered > 0 {
+				near(t, what+"timeline pending GPUs at "+p.Start.Format("15:04:05"), p.PendingGPUs, 2)
+			}
+		}
+	}
+}
+
+// agentOnly is an OpenMetrics exposition of `gpuxray replay` without the
+// cluster series it writes as job="kube-state-metrics": the families of
+// the agent, gpuxray_*, and the end.
+func agentOnly(om []byte) []byte {
+	var out bytes.Buffer
+	keep := false
+	for _, line := range strings.SplitAfter(string(om), "\n") {
+		if f := strings.Fields(line); len(f) >= 3 && f[0] == "#" && (f[1] == "TYPE" || f[1] == "HELP") {
+			keep = strings.HasPrefix(f[2], "gpuxray_")
+		}
+		if keep || strings.HasPrefix(line, "# EOF") {
+			out.WriteString(line)
+		}
+	}
+	return out.Bytes()
 }

@@ -113,10 +113,11 @@ func startPrometheus(t *testing.T, prom, dir, dataDir, config string) (*process,
 }
 
 // ksmMetrics is kube-state-metrics' exposition for a research pod that has
-// waited, unscheduled, for two GPUs, and a running serving pod; and, from
+// waited, unscheduled, for two H100s, and a running serving pod; from
 // deploy/kube-state-metrics/resourceclaims.yaml, a DRA claim of research's
 // train-2 (priority class training, as train-1) waiting for one GPU and one
-// allocated.
+// allocated; and from deploy/kube-state-metrics/kueue.yaml, a Job Kueue
+// keeps suspended, waiting for eight GPUs.
 const ksmMetrics = `# HELP kube_pod_status_phase The pods current phase.
 # TYPE kube_pod_status_phase gauge
 kube_pod_status_phase{namespace="research",pod="train-1",uid="2b9c",phase="Pending"} 1
@@ -146,6 +147,33 @@ kueue_cluster_queue_nominal_quota{cohort="ml",cluster_queue="research",flavor="d
 # HELP kueue_cluster_queue_resource_usage Reports the cluster_queue's total resource usage within all the flavors
 # TYPE kueue_cluster_queue_resource_usage gauge
 kueue_cluster_queue_resource_usage{cohort="ml",cluster_queue="research",flavor="default",resource="nvidia.com/gpu"} 4
+# HELP kueue_cluster_queue_resource_pending Reports the cluster_queue's total pending resource requests. Unlike resource_reservation, pending workloads have not yet been assigned to flavors.
+# TYPE kueue_cluster_queue_resource_pending gauge
+kueue_cluster_queue_resource_pending{cluster_queue="research",resource="nvidia.com/gpu"} 10
+# HELP kube_pod_created [STABLE] Unix creation timestamp
+# TYPE kube_pod_created gauge
+kube_pod_created{namespace="research",pod="train-1",uid="2b9c"} 1.7648e+09
+kube_pod_created{namespace="research",pod="train-2",uid="5d0a"} 1.7648e+09
+kube_pod_created{namespace="inference",pod="vllm-0",uid="8f1e"} 1.7648e+09
+# HELP kube_pod_nodeselectors Describes the Pod nodeSelectors.
+# TYPE kube_pod_nodeselectors gauge
+kube_pod_nodeselectors{namespace="research",pod="train-1",uid="2b9c",nodeselector_nvidia_com_gpu_product="NVIDIA-H100-80GB-HBM3"} 1
+kube_pod_nodeselectors{namespace="inference",pod="vllm-0",uid="8f1e"} 1
+# HELP kube_customresource_kueue_workload_pending_gpus GPUs (nvidia.com/gpu) a pod set of a Kueue Workload not admitted asks for, all its pods (status.resourceRequests).
+# TYPE kube_customresource_kueue_workload_pending_gpus gauge
+kube_customresource_kueue_workload_pending_gpus{customresource_group="kueue.x-k8s.io",customresource_kind="Workload",customresource_version="v1beta2",namespace="research",workload="job-sweep-4f2a1",podset="main"} 8
+# HELP kube_customresource_kueue_workload_info A Kueue Workload's LocalQueue and priority class.
+# TYPE kube_customresource_kueue_workload_info gauge
+kube_customresource_kueue_workload_info{customresource_group="kueue.x-k8s.io",customresource_kind="Workload",customresource_version="v1beta2",namespace="research",workload="job-sweep-4f2a1",queue="team-a",priority_class="training"} 1
+# HELP kube_customresource_kueue_workload_podset_pods Pods of a pod set of a Kueue Workload, with the GPU product its node selector names.
+# TYPE kube_customresource_kueue_workload_podset_pods gauge
+kube_customresource_kueue_workload_podset_pods{customresource_group="kueue.x-k8s.io",customresource_kind="Workload",customresource_version="v1beta2",namespace="research",workload="job-sweep-4f2a1",podset="main"} 2
+# HELP kube_customresource_kueue_workload_created A Kueue Workload's creation time, Unix seconds.
+# TYPE kube_customresource_kueue_workload_created gauge
+kube_customresource_kueue_workload_created{customresource_group="kueue.x-k8s.io",customresource_kind="Workload",customresource_version="v1beta2",namespace="research",workload="job-sweep-4f2a1"} 1.7648e+09
+# HELP kube_customresource_kueue_workload_owner_info An owner of a Kueue Workload (the Job or Pod it stands for).
+# TYPE kube_customresource_kueue_workload_owner_info gauge
+kube_customresource_kueue_workload_owner_info{customresource_group="kueue.x-k8s.io",customresource_kind="Workload",customresource_version="v1beta2",namespace="research",workload="job-sweep-4f2a1",owner_kind="Job",owner_name="sweep"} 1
 # HELP kube_customresource_resourceclaim_request_devices Devices a request of a DRA ResourceClaim asks for (exactly.count).
 # TYPE kube_customresource_resourceclaim_request_devices gauge
 kube_customresource_resourceclaim_request_devices{customresource_group="resource.k8s.io",customresource_kind="ResourceClaim",customresource_version="v1",namespace="research",resourceclaim="train-2-gpu",request="gpu",device_class="gpu.nvidia.com",allocation_mode="ExactCount"} 1
@@ -198,6 +226,9 @@ func TestRulesAndDashboardsLive(t *testing.T) {
 			}
 		}
 	}
+	// The cost rules price idle GPUs at a price series the user records.
+	rules.Groups = append(rules.Groups, promrules.RuleGroup{Name: "gpuxray.prices", Rules: []promrules.Rule{
+		{Record: "gpuxray_gpu_hourly_price", Expr: "vector(2.5)", Labels: map[string]string{"gpu_type": "*", "currency": "USD"}}}})
 	dir := t.TempDir()
 	rulePath := ruleFile(t, dir, "rules.yaml", rules)
 	_, promAddr := startPrometheus(t, prom, dir, filepath.Join(dir, "data"), fmt.Sprintf(`global:
@@ -268,6 +299,8 @@ scrape_configs:
 		{`sum(cluster_window:gpuxray_device_observed_seconds:rate5m{window="offpeak"})`, 0, 0, "nothing off-peak"},
 		{`sum(namespace_workload_model_window:gpuxray_allocated_idle_seconds:rate5m{namespace="data-science"})`, 0.9, 1.1, "the notebook holds one GPU idle"},
 		{`cluster:gpuxray_idle_gpus:rate5m`, 6.5, 8.5, "idle capacity: the stalled training job's four GPUs, the notebook, the idle slice, the quiet vLLM server, half the GPU nobody holds"},
+		{`sum(cluster_gpu_type_window:gpuxray_idle_allocated_cost:rate5m) / sum(cluster_gpu_type_window:gpuxray_device_allocated_idle_seconds:rate5m)`, 2.4999, 2.5001, "idle GPUs priced at the * price"},
+		{`count(uuid:gpuxray_device_gpu_type:info{gpu_type="NVIDIA-H100-80GB-HBM3"})`, 8, 8, "the demo's eight GPUs are of GFD type NVIDIA-H100-80GB-HBM3"},
 	}
 	deadline = time.Now().Add(30 * time.Second)
 	for len(checks) > 0 {

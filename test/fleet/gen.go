@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/gpuxray/gpuxray/collector/sim"
+	"github.com/gpuxray/gpuxray/report"
 )
 
 // GenConfig says which fleet Generate makes.
@@ -54,6 +55,10 @@ const (
 
 var nodeKinds = []string{KindH100, KindA100}
 
+// h100Product is GPU Feature Discovery's product label of the fleet's
+// H100s, which waiters select.
+var h100Product = report.GPUProduct(sim.ProductName("dgxh100"))
+
 // GPUsPerNode is every generated node's GPU count.
 const GPUsPerNode = 8
 
@@ -83,7 +88,9 @@ type Node struct {
 //     last poll to the pods the kubelet lists then: a pod idle at both ends
 //     of its allocation is credited with exactly its own time.
 //   - No pod starts or ends at a peak window's boundary (09:00, 18:00), for
-//     the same reason.
+//     the same reason; nor does a pod on a time-sliced GPU change its use
+//     there: the agent spreads a process sample's busy time over the
+//     refresh it covers, and would move some across the boundary.
 //   - Bursts fall on the simulated driver's sample grid (sim.SamplePeriod,
 //     166,667 µs from the scenario's start): a sample that straddled a
 //     burst's edge would be neither idle nor busy as the truth says.
@@ -263,7 +270,7 @@ func (g *nodeGen) h100() {
 	g.timeSliced(5, 2)
 	g.outsideThenNotebook(6)
 	g.migGPM(7)
-	g.pending(2)
+	g.pending("", h100Product)
 }
 
 // a100 fills a DGX A100.
@@ -271,7 +278,7 @@ func (g *nodeGen) a100() {
 	g.system = "dgxa100"
 	g.migNotebooks(0, 4)
 	g.inference(4, 4)
-	g.pending(1)
+	g.pending(h100Product)
 }
 
 // train runs a queue of training jobs on GPUs [first, first+n): each holds
@@ -358,7 +365,7 @@ func (g *nodeGen) timeSliced(gpu, replicas int) {
 		}
 		for _, d := range g.days() {
 			if d+9*time.Hour > from {
-				u = append(u, value(d+9*time.Hour, busy), value(d+17*time.Hour, 0))
+				u = append(u, value(g.offBoundary(d+9*time.Hour), busy), value(d+17*time.Hour, 0))
 			}
 		}
 		g.pods = append(g.pods, genPod{
@@ -501,10 +508,18 @@ func (g *nodeGen) inference(first, n int) {
 // pending adds n jobs that wait, unscheduled: the demand the report sets
 // against reclaimable capacity. The first waits from the start (the live
 // run sees it), the others at peak; their spans fall on 15 minutes, the
-// report's step.
-func (g *nodeGen) pending(n int) {
+// report's step. A job is a sweep of one to four trials, a pod of one GPU
+// each, that select a GPU type through GPU Feature Discovery's
+// nvidia.com/gpu.product (the fleet's H100s, its A100s) or take any: the
+// report matches waiters to the idle GPUs of their type. One-GPU pods fit
+// any node with a GPU to give, so the truth needs no node placement; the
+// scenarios of test/scenarios check that (docs/fleet.md). Job j selects
+// products[j] ("" for any type): an H100 node's first job takes any GPU,
+// its second an H100; an A100 node's job wants an H100, which its own
+// GPUs cannot give.
+func (g *nodeGen) pending(products ...string) {
 	days := g.days()
-	for j := 0; j < n; j++ {
+	for j, product := range products {
 		var from, to time.Duration
 		if j == 0 {
 			from, to = 0, min(2*time.Hour, g.dur)
@@ -517,8 +532,15 @@ func (g *nodeGen) pending(n int) {
 			}
 		}
 		owner := fmt.Sprintf("sweep-%s-%d", g.name, j)
-		g.unscheduled = append(g.unscheduled, fmt.Sprintf("{namespace: research, name: %s-0, owner: {kind: Job, name: %s}, gpus: %d, from: %s, to: %s}",
-			owner, owner, 1+g.r.IntN(4), fmtDur(from), fmtDur(to)))
+		trials := 1 + g.r.IntN(4)
+		selector := ""
+		if product != "" {
+			selector = fmt.Sprintf(", node_selector: {%s: %s}", sim.ProductLabel, product)
+		}
+		for k := range trials {
+			g.unscheduled = append(g.unscheduled, fmt.Sprintf("{namespace: research, name: %s-%d, owner: {kind: Job, name: %s}, gpus: 1, from: %s, to: %s%s}",
+				owner, k, owner, fmtDur(from), fmtDur(to), selector))
+		}
 	}
 }
 

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/gpuxray/gpuxray/collector/sim"
+	"github.com/gpuxray/gpuxray/report"
 )
 
 var monday = time.Date(2026, 11, 23, 0, 0, 0, 0, time.UTC)
@@ -58,6 +59,16 @@ func TestGenerateMix(t *testing.T) {
 		if len(sc.Unscheduled) > 0 {
 			has["pending demand"] = true
 		}
+		for _, u := range sc.Unscheduled {
+			switch u.NodeSelector[sim.ProductLabel] {
+			case "":
+				has["waiting for any GPU type"] = true
+			case report.GPUProduct(sim.ProductName(sc.System)):
+				has["waiting for the node's own GPU type"] = true
+			default:
+				has["waiting for another GPU type"] = true
+			}
+		}
 		ends := 0
 		for _, p := range sc.Pods {
 			for _, d := range p.Devices {
@@ -91,7 +102,7 @@ func TestGenerateMix(t *testing.T) {
 	}
 	for _, want := range []string{"system dgxh100", "system dgxa100", "work outside Kubernetes", "pending demand",
 		"MIG without an activity source (A100)", "MIG measured by GPM (H100)", "time-slicing", "multi-GPU training",
-		"bursty inference", "notebooks", "churn"} {
+		"bursty inference", "notebooks", "churn", "waiting for any GPU type", "waiting for the node's own GPU type", "waiting for another GPU type"} {
 		if !has[want] {
 			t.Errorf("the fleet has no %s", want)
 		}
@@ -172,5 +183,26 @@ func TestGenerateRefuses(t *testing.T) {
 		if _, err := Generate(c); err == nil {
 			t.Errorf("Generate(%+v) accepted", c)
 		}
+	}
+}
+
+// TestShortByType: the truth's shortfall by GPU type. A type is short of
+// what its waiters want beyond its free and idle GPUs; waiters of any
+// type take what the typed ones left.
+func TestShortByType(t *testing.T) {
+	t.Parallel()
+	h, a := "NVIDIA-H100-80GB-HBM3", "NVIDIA-A100-SXM4-40GB"
+	st := stepTruth{waiting: map[string]float64{h: 3, a: 1, report.GPUTypeAny: 4}, supply: map[string]float64{h: 1, a: 3.5}, peak: 1}
+	sh := st.short()
+	// H100: 3 wanted, 1 idle: 2 short. A100: 1 of 3.5: 2.5 left for any,
+	// which wants 4: 1.5 short.
+	if sh[h] != 2 || sh[a] != 0 || sh[report.GPUTypeAny] != 1.5 || st.shortTotal() != 3.5 {
+		t.Errorf("short %v (total %g), want H100 2, A100 0, any 1.5", sh, st.shortTotal())
+	}
+	steps := []stepTruth{st, st, {waiting: map[string]float64{h: 1}, supply: map[string]float64{}, peak: 1}}
+	// The 95th percentile of three peak steps is the largest: H100 2,
+	// any 1.5 (2 GPUs): 4.
+	if got := shortByType(steps, report.BasisPeak, 0.95); got != 4 {
+		t.Errorf("GPUs short %d, want 4", got)
 	}
 }

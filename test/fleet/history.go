@@ -8,16 +8,10 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"sort"
 	"strings"
 	"sync/atomic"
 	"syscall"
 	"time"
-
-	"github.com/prometheus/client_golang/prometheus"
-	dto "github.com/prometheus/client_model/go"
-
-	"github.com/gpuxray/gpuxray/collector/sim"
 )
 
 // HistoryConfig is how a node's history is replayed.
@@ -41,8 +35,8 @@ type importStats struct {
 
 // replayImport replays src's scenario file with `gpuxray replay` and
 // imports it, with its timestamps, once under each identity, into the
-// engine at vmAddr, with kube-state-metrics' series of the scenario's pods
-// at the same scrapes. It writes them as a scraper would, by Prometheus
+// engine at vmAddr, with the cluster's series of the scenario's pods that
+// replay writes at the same scrapes (job="kube-state-metrics"). It writes them as a scraper would, by Prometheus
 // remote write, with a staleness marker where a series goes. With omPath, the (renamed, shifted) exposition is also written
 // there for `promtool tsdb create-blocks-from openmetrics`.
 func replayImport(ctx context.Context, t Tools, dir string, src *Node, copies []identity, vmAddr string, c HistoryConfig, omPath string) (importStats, error) {
@@ -113,7 +107,7 @@ func replayImport(ctx context.Context, t Tools, dir string, src *Node, copies []
 	if om != nil {
 		comment = func(line []byte) error {
 			if string(line) == "# EOF" {
-				return nil // kube-state-metrics' families follow
+				return nil // written once, after every copy
 			}
 			_, err := om.Write(append(line, '\n'))
 			return err
@@ -123,16 +117,6 @@ func replayImport(ctx context.Context, t Tools, dir string, src *Node, copies []
 	werr := cmd.Wait()
 	st.replay = time.Since(started)
 	st.bytes = n.Load()
-	if rerr == nil && werr == nil {
-		rerr = kubeStateHistory(src.Scenario, c.Scrape, func(s *series, typ string) error {
-			if om != nil && typ != "" {
-				if _, err := fmt.Fprintf(om, "# TYPE %s %s\n", s.name, typ); err != nil {
-					return err
-				}
-			}
-			return emit(s)
-		})
-	}
 	if om != nil && rerr == nil {
 		if _, err := om.WriteString("# EOF\n"); err != nil {
 			rerr = err
@@ -161,81 +145,6 @@ func (c *countReader) Read(p []byte) (int, error) {
 	n, err := c.r.Read(p)
 	c.n.Add(int64(n))
 	return n, err
-}
-
-// kubeStateHistory writes the series kube-state-metrics would have served
-// for the scenario's pods (sim.Node.KubeState) at replay's scrapes: the
-// start, every scrape interval, and the end. Series of one family come
-// together, the family's first with its type.
-func kubeStateHistory(sc *sim.Scenario, every time.Duration, each func(s *series, typ string) error) error {
-	clock := sim.NewVirtualClock(sc.Start)
-	node, err := sim.NewNode(sc, clock)
-	if err != nil {
-		return err
-	}
-	defer node.Close()
-	reg := prometheus.NewPedanticRegistry()
-	if err := reg.Register(node.KubeState()); err != nil {
-		return err
-	}
-	type key struct{ family, labels string }
-	byKey := map[key]*series{}
-	end := sc.Start.Add(sc.Duration)
-	for t := sc.Start; !t.After(end); t = t.Add(every) {
-		clock.Set(t)
-		mfs, err := reg.Gather()
-		if err != nil {
-			return err
-		}
-		for _, mf := range mfs {
-			for _, m := range mf.GetMetric() {
-				ls := []label{{"instance", "kube-state-metrics"}, {"job", "kube-state-metrics"}}
-				for _, lp := range m.GetLabel() {
-					ls = append(ls, label{lp.GetName(), lp.GetValue()})
-				}
-				sort.Slice(ls, func(a, b int) bool { return ls[a].name < ls[b].name })
-				var kb strings.Builder
-				for _, l := range ls {
-					kb.WriteString(l.name + "=" + l.value + ",")
-				}
-				k := key{mf.GetName(), kb.String()}
-				s := byKey[k]
-				if s == nil {
-					s = &series{name: mf.GetName(), labels: ls}
-					byKey[k] = s
-				}
-				s.ts = append(s.ts, t.UnixMilli())
-				s.vals = append(s.vals, gaugeValue(m))
-			}
-		}
-	}
-	keys := make([]key, 0, len(byKey))
-	for k := range byKey {
-		keys = append(keys, k)
-	}
-	sort.Slice(keys, func(a, b int) bool {
-		if keys[a].family != keys[b].family {
-			return keys[a].family < keys[b].family
-		}
-		return keys[a].labels < keys[b].labels
-	})
-	for i, k := range keys {
-		typ := ""
-		if i == 0 || keys[i-1].family != k.family {
-			typ = "gauge"
-		}
-		if err := each(byKey[k], typ); err != nil {
-			return err
-		}
-	}
-	return nil
-}
-
-func gaugeValue(m *dto.Metric) float64 {
-	if g := m.GetGauge(); g != nil {
-		return g.GetValue()
-	}
-	return m.GetUntyped().GetValue()
 }
 
 // forceFlush makes what VictoriaMetrics was sent searchable now.

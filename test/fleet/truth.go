@@ -36,7 +36,11 @@ func (p *podSeconds) add(o podSeconds, sign float64) {
 // whole GPUs (each GPU once), and pod-seconds by workload.
 type totals struct {
 	Observed, Allocated, AllocIdle, AllocActive, Unallocated, UnallocActive float64
-	Work                                                                    map[wkey]podSeconds
+	// WholeIdle and WholeFree are the idle allocated time and the free
+	// time (unallocated, less busy outside Kubernetes) of the GPUs not in
+	// MIG mode: what the queue X-ray's waiters could have run on.
+	WholeIdle, WholeFree float64
+	Work                 map[wkey]podSeconds
 
 	// byPod are the pod-seconds of each pod of the truther's scenario, by
 	// its index there; a cumulative truth's only (add leaves them).
@@ -53,6 +57,8 @@ func (t *totals) add(o *totals, sign float64, rename func(string) string) {
 	t.AllocActive += sign * o.AllocActive
 	t.Unallocated += sign * o.Unallocated
 	t.UnallocActive += sign * o.UnallocActive
+	t.WholeIdle += sign * o.WholeIdle
+	t.WholeFree += sign * o.WholeFree
 	for k, v := range o.Work {
 		if rename != nil {
 			k.Workload = rename(k.Workload)
@@ -173,6 +179,10 @@ func (tr *truther) cumulative(t time.Duration) *totals {
 			out.Observed += g.ObservedSeconds
 			out.Allocated += g.AllocatedSeconds
 			out.Unallocated += g.UnallocatedSeconds
+			if !mig {
+				out.WholeIdle += g.AllocatedIdleSeconds
+				out.WholeFree += max(0, g.UnallocatedSeconds-g.UnallocatedActiveSeconds)
+			}
 			if mig && blind {
 				continue
 			}

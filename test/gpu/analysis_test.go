@@ -47,6 +47,10 @@ type Phase struct {
 	BusyS  float64 `json:"busy_s,omitempty"`
 	Kernel string  `json:"kernel,omitempty"`
 	DryRun bool    `json:"dry_run,omitempty"`
+	// BusyPID and SpinPID are the pair phase's two processes: one running
+	// matmuls back to back, one spinning a single block.
+	BusyPID uint32 `json:"busy_pid,omitempty"`
+	SpinPID uint32 `json:"spin_pid,omitempty"`
 }
 
 // ReadTruth parses load.py's JSON lines.

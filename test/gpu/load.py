@@ -16,6 +16,10 @@ tiny   one tiny kernel at a time, then synchronize, in a loop: a single
        thread spinning (torch.cuda._sleep) or a one-element add. NVML's
        utilization ("a kernel was running") reads high; GPM SM activity
        (fraction of SMs with a warp resident) stays near zero.
+pair   two processes at once (issue #26): this one runs matmuls back to
+       back, a second (started at the beginning, --spinner) spins one block
+       of one thread; the line carries busy_pid and spin_pid, so that the
+       driver probes can count each PID's per-process entries.
 
 --dry-run imports no torch and only sleeps through the phases, writing the
 same lines (with a synthetic duty cycle), so that the format can be checked
@@ -24,13 +28,15 @@ where there is no GPU.
 
 import argparse
 import json
+import os
+import subprocess
 import sys
 import time
 
 BURST_S = 0.1  # busy part of a duty cycle
 PERIOD_S = 0.5  # duty cycle period
 HOLD_BYTES = 8 << 30  # memory held from the idle phase on
-PHASES = ("busy", "idle", "duty", "tiny")
+PHASES = ("busy", "idle", "duty", "tiny", "pair")
 
 
 def log(msg):
@@ -75,15 +81,37 @@ def dry_run(args, w):
             rec["period_s"], rec["burst_s"] = PERIOD_S, BURST_S
         if name == "tiny":
             rec["kernel"] = "dry-run"
+        if name == "pair":
+            rec["busy_pid"], rec["spin_pid"] = os.getpid(), os.getpid() + 1
         sleep_until(end)
         rec["end"] = time.time()
         rec["dry_run"] = True
         w.phase(rec)
 
 
+def spinner(args):
+    """The pair phase's second process: initialises CUDA, says ready, waits
+    for a line on stdin, then spins one block for --phase-seconds."""
+    import torch  # noqa: PLC0415 - only on the GPU machine
+
+    torch.cuda.set_device(0)
+    torch.cuda._sleep(1000)
+    torch.cuda.synchronize()
+    print("ready", flush=True)
+    sys.stdin.readline()
+    end = time.time() + args.phase_seconds
+    while time.time() < end:
+        torch.cuda._sleep(args.sleep_cycles)
+        torch.cuda.synchronize()
+
+
 def real_run(args, w):
     import torch  # noqa: PLC0415 - only on the GPU machine
 
+    # The pair phase's spinner starts now: its torch import and CUDA
+    # context take seconds, which the phases before it hide.
+    spin = subprocess.Popen([sys.executable, __file__, "--spinner", "--phase-seconds", str(args.phase_seconds),
+                             "--sleep-cycles", str(args.sleep_cycles)], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
     dev = torch.device("cuda:0")
     torch.cuda.set_device(dev)
     n = args.matrix
@@ -165,6 +193,20 @@ def real_run(args, w):
              "launches": launches, "sleep_cycles": args.sleep_cycles if kernel == "sleep" else 0})
     del hold
 
+    # pair: matmuls here, one spinning block in the spinner, at once.
+    if spin.stdout.readline().strip() != "ready":
+        raise RuntimeError("the spinner did not start")
+    start = time.time()
+    spin.stdin.write("go\n")
+    spin.stdin.flush()
+    end = start + args.phase_seconds
+    while time.time() < end:
+        for _ in range(20):
+            torch.matmul(a, b, out=c)
+        torch.cuda.synchronize()
+    spin.wait(timeout=args.phase_seconds + 30)
+    w.phase({"phase": "pair", "start": start, "end": time.time(), "busy_pid": os.getpid(), "spin_pid": spin.pid})
+
 
 def main():
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -176,7 +218,11 @@ def main():
                    help="tiny phase kernel: torch.cuda._sleep (one spinning thread) or a one-element add")
     p.add_argument("--sleep-cycles", type=int, default=1000000,
                    help="cycles of each torch.cuda._sleep kernel (default 1e6, ~0.5 ms)")
+    p.add_argument("--spinner", action="store_true", help="internal: the pair phase's one-block process")
     args = p.parse_args()
+    if args.spinner:
+        spinner(args)
+        return
     w = Writer(args.out)
     try:
         if args.dry_run:

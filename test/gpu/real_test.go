@@ -104,6 +104,14 @@ func runLoad(t *testing.T, lib gonvml.Interface, clock nvml.Clock, dir string, p
 
 	st := newStack(t, lib, clock, uuid, log)
 
+	// The driver probes (issue #26), beside the agent's reads.
+	probes := DriverProbes{Devices: deviceIDs(lib)}
+	dp := &driverProbe{lib: lib, dev: dev}
+	probeCtx, stopProbe := context.WithCancel(context.Background())
+	probeDone := make(chan struct{})
+	go func() { defer close(probeDone); dp.run(probeCtx) }()
+	defer func() { stopProbe(); <-probeDone }()
+
 	// The load, in the background.
 	truthPath := filepath.Join(dir, "truth.jsonl")
 	loadLog, err := os.Create(filepath.Join(dir, "load.log"))
@@ -148,6 +156,12 @@ func runLoad(t *testing.T, lib gonvml.Interface, clock nvml.Clock, dir string, p
 		}
 	}
 	info.RingAtEnd = readRing(lib, dev)
+	stopProbe()
+	<-probeDone
+	probes.Calls = dp.results()
+	if assert {
+		probes.MIG = runMIGProbes(t)
+	}
 	if loadErr != nil {
 		t.Fatalf("the load failed: %v (see %s)", loadErr, filepath.Join(dir, "load.log"))
 	}
@@ -155,6 +169,7 @@ func runLoad(t *testing.T, lib gonvml.Interface, clock nvml.Clock, dir string, p
 	if err != nil {
 		t.Fatal(err)
 	}
+	reportDriver(t, dir, probes, truth)
 	report(t, dir, info, st.recs, truth, Options{NoAssert: !assert})
 }
 

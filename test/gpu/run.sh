@@ -30,7 +30,7 @@ echo "== the binary: TestRealGPU skips without -gpu; the dry run passes"
 echo "== rehearsal: TestRealGPU's path (subprocess, wall clock, truth file) on the simulated driver"
 echo "   (its targets are reported, not asserted: the dry load's phases do not follow the simulated pattern, so FAIL lines are expected)"
 "./$bin" -test.run TestRehearsal -test.v -gpu.rehearse -gpu.load test/gpu/load.py 2>&1 |
-	grep -E '^(--- |PASS|FAIL|ok)|result:|phase|busy |idle |duty |tiny |sample period|ring'
+	grep -E '^(--- |PASS|FAIL|ok)|result:|phase|busy |idle |duty |tiny |pair |sample period|ring|sample clock|per-process|index vs'
 
 echo "== load.py: compiles, and --dry-run writes its truth"
 tmp=$(mktemp -d)
@@ -40,7 +40,8 @@ python3 test/gpu/load.py --dry-run --phase-seconds 5 --out "$tmp/truth.jsonl" 2>
 python3 - "$tmp/truth.jsonl" <<'EOF'
 import json, sys
 phases = [json.loads(l) for l in open(sys.argv[1])]
-assert [p["phase"] for p in phases] == ["busy", "idle", "duty", "tiny"], phases
+assert [p["phase"] for p in phases] == ["busy", "idle", "duty", "tiny", "pair"], phases
+assert phases[4]["busy_pid"] and phases[4]["spin_pid"], phases[4]
 for p in phases:
     assert p["end"] > p["start"], p
 duty = phases[2]
@@ -50,11 +51,11 @@ EOF
 
 cat <<'EOF'
 
-== the device call (the `run` tool), ~2.5 min of device time; timeout leaves room for one rerun
+== the device call (the `run` tool), ~3 min of device time; timeout leaves room for one rerun
 carry: ["test/gpu/gpucheck.test"]
 timeout_s: 300
 command:
 EOF
 cat <<'EOF'
-set -o pipefail; mkdir -p "$OUT"; (nvidia-smi; nvidia-smi -q -d CLOCK,PERFORMANCE,COMPUTE) > "$OUT/nvidia-smi.txt" 2>&1; (uname -a; ldd --version | head -1; python3 -c 'import torch; print("torch", torch.__version__, "cuda", torch.version.cuda, torch.cuda.is_available())') > "$OUT/env.txt" 2>&1; ./test/gpu/gpucheck.test -test.run TestRealGPU -test.v -test.timeout 280s -gpu -gpu.python python3 -gpu.load test/gpu/load.py -gpu.load-timeout 220s -gpu.out "$OUT" 2>&1 | tee "$OUT/test.log" | tail -60
+set -o pipefail; mkdir -p "$OUT"; (nvidia-smi; nvidia-smi -q -d CLOCK,PERFORMANCE,COMPUTE) > "$OUT/nvidia-smi.txt" 2>&1; (uname -a; ldd --version | head -1; python3 -c 'import torch; print("torch", torch.__version__, "cuda", torch.version.cuda, torch.cuda.is_available())') > "$OUT/env.txt" 2>&1; ./test/gpu/gpucheck.test -test.run TestRealGPU -test.v -test.timeout 285s -gpu -gpu.python python3 -gpu.load test/gpu/load.py -gpu.phase-seconds 25 -gpu.load-timeout 230s -gpu.out "$OUT" 2>&1 | tee "$OUT/test.log" | tail -40; cat "$OUT/driver.txt"
 EOF

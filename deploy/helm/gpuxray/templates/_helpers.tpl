@@ -146,3 +146,63 @@ groups:
   - {{- toYaml (set (omit $group "rules") "rules" $rules) | nindent 4 }}
   {{- end }}
 {{- end }}
+
+{{/* The agents' PriorityClass: priorityClassName, else the release's own, else none. */}}
+{{- define "gpuxray.priorityClassName" -}}
+{{- if .Values.priorityClassName }}
+{{- .Values.priorityClassName }}
+{{- else if .Values.priorityClass.create }}
+{{- include "gpuxray.fullname" . }}
+{{- end }}
+{{- end }}
+
+{{/*
+The bytes of a Kubernetes memory quantity: a plain number, or one with a
+suffix k, M, G, T, Ki, Mi, Gi or Ti; "" when it is not one of those.
+*/}}
+{{- define "gpuxray.quantityBytes" -}}
+{{- if kindIs "float64" . }}
+{{- . | int64 }}
+{{- else if kindIs "int" . }}
+{{- . }}
+{{- else }}
+{{- $q := toString . }}
+{{- if regexMatch "^[0-9]+(\\.[0-9]+)?(k|M|G|T|Ki|Mi|Gi|Ti)?$" $q }}
+{{- $n := regexReplaceAll "[A-Za-z]+$" $q "" | float64 }}
+{{- $unit := regexReplaceAll "^[0-9.]+" $q "" }}
+{{- $mult := get (dict "" 1.0 "k" 1e3 "M" 1e6 "G" 1e9 "T" 1e12 "Ki" 1024.0 "Mi" 1048576.0 "Gi" 1073741824.0 "Ti" 1099511627776.0) $unit }}
+{{- mulf $n $mult | int64 }}
+{{- end }}
+{{- end }}
+{{- end }}
+
+{{/* The bytes of a GOMEMLIMIT value (runtime/debug: N with B, KiB, MiB, GiB or TiB). */}}
+{{- define "gpuxray.goSizeBytes" -}}
+{{- $n := regexReplaceAll "[A-Za-z]+$" . "" | float64 }}
+{{- $unit := regexReplaceAll "^[0-9]+" . "" }}
+{{- mulf $n (get (dict "" 1.0 "B" 1.0 "KiB" 1024.0 "MiB" 1048576.0 "GiB" 1073741824.0 "TiB" 1099511627776.0) $unit) | int64 }}
+{{- end }}
+
+{{/*
+GOMEMLIMIT: goMemLimit, checked below the memory limit, or 75% of the limit
+in MiB. The limit must leave 32 MiB beside it for the binary's own pages.
+*/}}
+{{- define "gpuxray.goMemLimit" -}}
+{{- $limit := "" }}
+{{- with .Values.resources }}{{ with .limits }}{{ with .memory }}{{ $limit = include "gpuxray.quantityBytes" . }}{{ end }}{{ end }}{{ end }}
+{{- if not $limit }}
+{{- fail "resources.limits.memory: no memory limit, or not a quantity the chart reads (128Mi, 1Gi): GOMEMLIMIT is set from it" }}
+{{- end }}
+{{- $limit = $limit | int64 }}
+{{- if lt $limit 134217728 }}
+{{- fail (printf "resources.limits.memory %v is too small: the agent peaks near 55 MiB and maps up to 32 MiB of its binary; give it 128Mi or more (docs/install.md)" .Values.resources.limits.memory) }}
+{{- end }}
+{{- if .Values.goMemLimit }}
+{{- if ge (include "gpuxray.goSizeBytes" .Values.goMemLimit | int64) (sub $limit 33554432 | int64) }}
+{{- fail (printf "goMemLimit %s is not below resources.limits.memory %v by 32 MiB: the hard limit would kill the agent before the GC reacts" .Values.goMemLimit .Values.resources.limits.memory) }}
+{{- end }}
+{{- .Values.goMemLimit }}
+{{- else }}
+{{- printf "%dMiB" (div (div (mul $limit 3) 4) 1048576 | int64) }}
+{{- end }}
+{{- end }}
