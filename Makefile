@@ -77,7 +77,7 @@ fuzz:
 	  go test -run '^$$' -fuzz "^$$name\$$" -fuzztime $(FUZZTIME) $$pkg; \
 	done
 
-## lint: formatting and vet
+## lint: formatting, and vet of the default, e2e and image builds
 lint: fmt vet
 
 fmt:
@@ -85,6 +85,7 @@ fmt:
 
 vet:
 	go vet ./...
+	go vet -tags e2e ./...
 	go vet -tags "$(IMAGE_TAGS)" ./cmd/gpuxray
 
 ## fleet: NODES simulated nodes (8 GPUs each) served live by one process, scraped by two
