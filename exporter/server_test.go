@@ -373,7 +373,8 @@ func TestInFlightQueue(t *testing.T) {
 	if code := <-get("0.4"); code != http.StatusServiceUnavailable {
 		t.Errorf("a scrape finding no slot for half its 0.4 s timeout = %d, want 503", code)
 	}
-	if d := time.Since(start); d < 200*time.Millisecond || d > 5*time.Second {
+	// At least half its timeout; a loaded machine only makes it longer.
+	if d := time.Since(start); d < 200*time.Millisecond {
 		t.Errorf("it waited %s for a slot, want 0.2 s", d)
 	}
 	waiting := get("10") // waits up to 5 s
