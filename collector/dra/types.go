@@ -140,7 +140,7 @@ type ResourceClaim struct {
 // ResourceClaimStatus is a claim's allocation and the consumers it is
 // reserved for.
 type ResourceClaimStatus struct {
-	Allocation  *AllocationResult  `json:"allocation,omitempty"`
+	Allocation  *AllocationResult   `json:"allocation,omitempty"`
 	ReservedFor []ConsumerReference `json:"reservedFor,omitempty"`
 }
 
