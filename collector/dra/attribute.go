@@ -37,10 +37,10 @@ type ClaimPods interface {
 //     every device under every container that names the claim
 //     (pkg/kubelet/cm/dra/manager.go GetResources).
 //
-// With wait, each List waits for newly wanted claims to be listed (a
-// replay, whose answers must not depend on the loopback API server's
-// speed). It returns r.
-func (r *Resolver) WithClaims(claims *Claims, pods ClaimPods, wait bool) *Resolver {
+// While wait (nil: never) returns true, each List waits for newly wanted
+// claims to be listed (a replay, whose answers must not depend on the
+// loopback API server's speed, but for while it is down). It returns r.
+func (r *Resolver) WithClaims(claims *Claims, pods ClaimPods, wait func() bool) *Resolver {
 	r.claims, r.pods, r.waitClaims = claims, pods, wait
 	return r
 }
@@ -85,7 +85,7 @@ func (r *Resolver) applyClaims(ctx context.Context, list collector.AllocationLis
 	if fresh && r.claims != nil {
 		r.claims.Want(want)
 	}
-	if r.waitClaims && r.claims != nil {
+	if r.waitClaims != nil && r.claims != nil && r.waitClaims() {
 		wctx, cancel := context.WithTimeout(ctx, waitSyncedFor)
 		if err := r.claims.WaitSynced(wctx); err != nil {
 			r.log.Warn("ResourceClaims not listed in time", zap.Error(err))

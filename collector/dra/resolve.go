@@ -44,7 +44,7 @@ type Resolver struct {
 	// nil: not read.
 	claims     *Claims
 	pods       ClaimPods
-	waitClaims bool
+	waitClaims func() bool
 	// noDyn are the containers' claims the latest fresh answer lacked,
 	// each counted once while it stays so.
 	noDyn map[ctrClaim]bool
