@@ -95,5 +95,23 @@ func draAllocations(kube dra.Lister, src *dra.Source, claims *dra.Claims, pods d
 	if src == nil {
 		return r, nil
 	}
-	return r, []agent.Option{agent.WithDRA(src)}
+	if claims == nil {
+		return r, []agent.Option{agent.WithDRA(src)}
+	}
+	return r, []agent.Option{agent.WithDRA(slicesAndClaims{src, claims})}
+}
+
+// slicesAndClaims is source "dra": the node's ResourceSlices and its pods'
+// ResourceClaims. Claims that cannot be read (RBAC without resourceclaims,
+// the API server down) are counted and take the source down: behind a
+// kubelet without dynamic_resources their GPUs then read unattributed.
+type slicesAndClaims struct {
+	slices *dra.Source
+	claims *dra.Claims
+}
+
+func (s slicesAndClaims) Health() (bool, []error) {
+	up, errs := s.slices.Health()
+	cup, cerrs := s.claims.Health()
+	return up && cup, append(errs, cerrs...)
 }
