@@ -209,6 +209,20 @@ type Pod struct {
 	// Sharing is what a GPU-sharing scheduler wrote on the pod about the
 	// GPUs it uses, where the kubelet does not say.
 	Sharing Sharing
+	// Claims are the ResourceClaims the pod's containers use, from its
+	// spec and status: one per container and claim reference, sidecars
+	// and containers only (the kubelet never lists regular init
+	// containers), and DRAExtendedResource's request mappings.
+	Claims []PodClaim
+}
+
+// PodClaim is one container's use of a ResourceClaim: the claim's name (in
+// the pod's namespace; empty until the pod's status names a claim made from
+// a template) and the request it uses, empty for all of the claim's.
+type PodClaim struct {
+	Container string
+	Claim     string
+	Request   string
 }
 
 // Sharing is what HAMi and KAI Scheduler write on a pod about its GPUs

@@ -14,6 +14,7 @@ import (
 	"golang.org/x/sync/errgroup"
 
 	"github.com/gpuxray/gpuxray/agent"
+	"github.com/gpuxray/gpuxray/collector/dra"
 	"github.com/gpuxray/gpuxray/collector/kubelet"
 	"github.com/gpuxray/gpuxray/collector/node"
 	"github.com/gpuxray/gpuxray/collector/nvml"
@@ -160,12 +161,16 @@ func runAgent(ctx context.Context, args []string, stderr io.Writer) error {
 		if pcs != nil {
 			classes = pcs
 		}
-		src, err := startDRASource(gctx, draCfg, podCfg, logger, g.Go)
+		src, claims, err := startDRASource(gctx, draCfg, podCfg, logger, g.Go)
 		if err != nil {
 			return err
 		}
+		var claimPods dra.ClaimPods
+		if podSrc != nil {
+			claimPods = podSrc
+		}
 		var draOpts []agent.Option
-		allocs, draOpts = draAllocations(kubelet.NewSharing(kube, lookup, logger.Named("kubelet")), src, draCfg, podCfg.nodeName, logger)
+		allocs, draOpts = draAllocations(kubelet.NewSharing(kube, lookup, logger.Named("kubelet")), src, claims, claimPods, nil, draCfg, podCfg.nodeName, logger)
 		engineOpts = append(opts, draOpts...)
 	} else {
 		var draOpts []agent.Option

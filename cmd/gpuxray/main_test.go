@@ -144,6 +144,17 @@ func checkTruth(t *testing.T, path string) {
 	if checked == 0 {
 		t.Error("the scenario has no allocation to check")
 	}
+	// A pod whose claim has admin access (a monitor) holds nothing.
+	for _, p := range sc.Pods {
+		if !p.AdminAccess {
+			continue
+		}
+		for _, m := range mfs["gpuxray_allocated_seconds_total"].GetMetric() {
+			if label(m, "pod") == p.Name {
+				t.Errorf("%s/%s has admin access and holds nothing, yet is credited %.0f s on %s", p.Namespace, p.Name, m.GetCounter().GetValue(), label(m, "uuid"))
+			}
+		}
+	}
 	// Every GPU's own time counts once, however many pods share it: the
 	// device-level counters against the GPU's truth, within 1% of its time.
 	for _, g := range sc.GPUTruth(0.05) {

@@ -218,8 +218,15 @@ func (s *simulation) allocations(ctx context.Context, kube dra.Lister, c draSour
 		return nil, nil, usageError{err}
 	}
 	run(func() error { return src.Run(ctx) })
+	claims, err := dra.NewClaims(c.config(node), client, logger.Named("dra"))
+	if err != nil {
+		return nil, nil, usageError{err}
+	}
+	run(func() error { return claims.Run(ctx) })
 	s.draSrc = src
-	allocs, opts := draAllocations(kube, src, c, node, logger)
+	// The node's pods stand in for the pod source; a replay waits for
+	// each new claim's first list, so its output is the same every run.
+	allocs, opts := draAllocations(kube, src, claims, s.node, func() bool { return !s.api.Down() }, c, node, logger)
 	return allocs, opts, s.syncDRA(ctx)
 }
 

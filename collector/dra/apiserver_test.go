@@ -250,7 +250,15 @@ func (s *apiServer) serve(w http.ResponseWriter, r *http.Request) {
 			s.t.Errorf("encode status: %v", err)
 		}
 	}
+	s.mu.Lock()
+	anyServed := len(s.served) > 0
+	s.mu.Unlock()
 	switch {
+	case r.URL.Path == "/apis/resource.k8s.io" && anyServed:
+		// Discovery of the group: its versions are not read.
+		answer(http.StatusOK, jsonType)
+		_, _ = w.Write([]byte(`{"kind":"APIGroup","apiVersion":"v1","name":"resource.k8s.io","versions":[]}`))
+		return
 	case !ok || !ok2 || !served:
 		fail(apierrors.NewNotFound(schema.GroupResource{}, ""))
 		return

@@ -433,6 +433,47 @@ func TestNotServed(t *testing.T) {
 	}
 }
 
+// TestNotServedAsksOnce: a cluster without resource.k8s.io is found so by
+// the first list's three GETs; lists after that make no request until
+// RecheckNotServed has passed, then one GET of the group, and the lists
+// again once the group is served (an upgrade).
+func TestNotServedAsksOnce(t *testing.T) {
+	t.Parallel()
+	api := newAPIServer(t, false, false)
+	client, err := NewClient(api.restConfig())
+	if err != nil {
+		t.Fatal(err)
+	}
+	now := time.Unix(1e9, 0)
+	client.now = func() time.Time { return now }
+	ctx := context.Background()
+	for i := range 5 {
+		if _, err := client.List(ctx, metav1.ListOptions{}); !errors.Is(err, ErrNotServed) {
+			t.Fatalf("list %d: %v, want ErrNotServed", i, err)
+		}
+		if _, err := client.ListClaims(ctx, "ml", metav1.ListOptions{}); !errors.Is(err, ErrNotServed) {
+			t.Fatalf("claims list %d: %v, want ErrNotServed", i, err)
+		}
+	}
+	if n := len(api.requests()); n != 3 {
+		t.Errorf("%d requests for ten lists, want the first list's 3", n)
+	}
+	now = now.Add(RecheckNotServed)
+	for range 3 {
+		if _, err := client.List(ctx, metav1.ListOptions{}); !errors.Is(err, ErrNotServed) {
+			t.Fatalf("after %s: %v, want ErrNotServed", RecheckNotServed, err)
+		}
+	}
+	if n := len(api.requests()); n != 4 {
+		t.Errorf("%d requests, want 4: one more GET of the group after %s", n, RecheckNotServed)
+	}
+	api.set(func(s *apiServer) { s.served["v1"] = true })
+	now = now.Add(RecheckNotServed)
+	if _, err := client.List(ctx, metav1.ListOptions{FieldSelector: "spec.nodeName=" + node}); err != nil {
+		t.Fatalf("after the upgrade: %v", err)
+	}
+}
+
 // TestBookmark: a bookmark moves the resource version on without an
 // object; WaitForResourceVersion sees it.
 func TestBookmark(t *testing.T) {

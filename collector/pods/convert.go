@@ -42,7 +42,48 @@ func (s *Source) convert(p *Pod) collector.Pod {
 		ContainerIDs: containerIDs(p),
 		Scheduling:   sched,
 		Sharing:      sharing(p),
+		Claims:       claims(p),
 	}
+}
+
+// claims lists the claims p's sidecars and containers use, by claim name
+// (pkg/kubelet/cm/dra/manager.go resolves them the same way: a pod claim's
+// resourceClaimName, else the name its status gives the claim made from
+// its template), and DRAExtendedResource's request mappings.
+func claims(p *Pod) []collector.PodClaim {
+	names := make(map[string]string, len(p.Spec.ResourceClaims))
+	for _, c := range p.Spec.ResourceClaims {
+		names[c.Name] = c.ResourceClaimName
+	}
+	for _, c := range p.Status.ResourceClaimStatuses {
+		if names[c.Name] == "" {
+			names[c.Name] = c.ResourceClaimName
+		}
+	}
+	var out []collector.PodClaim
+	add := func(ctr string, claims []ContainerClaim) {
+		for _, c := range claims {
+			if len(out) < MaxClaims {
+				out = append(out, collector.PodClaim{Container: ctr, Claim: names[c.Name], Request: c.Request})
+			}
+		}
+	}
+	for _, c := range p.Spec.InitContainers {
+		if c.RestartPolicy == "Always" {
+			add(c.Name, c.Resources.Claims)
+		}
+	}
+	for _, c := range p.Spec.Containers {
+		add(c.Name, c.Resources.Claims)
+	}
+	if e := p.Status.ExtendedResourceClaimStatus; e != nil && e.ResourceClaimName != "" {
+		for _, m := range e.RequestMappings {
+			if len(out) < MaxClaims {
+				out = append(out, collector.PodClaim{Container: m.ContainerName, Claim: e.ResourceClaimName, Request: m.RequestName})
+			}
+		}
+	}
+	return out
 }
 
 // staticUID returns the static pod's UID that mirror pod p stands for,
@@ -61,6 +102,10 @@ const (
 	maxUIDBytes         = 128 // a UID is 36 bytes, a static pod's hash 32
 	maxPhaseBytes       = 32  // Pending, Running, Succeeded, Failed, Unknown
 	maxContainerIDBytes = 256 // a runtime's scheme and 64 hex digits
+	// MaxClaims bounds the claim references kept of one pod: the API
+	// allows 32 claims a pod (core/v1 validation), each named by a few
+	// containers.
+	MaxClaims = 128
 )
 
 // checkPod refuses a pod that no API server stores: a name, namespace or

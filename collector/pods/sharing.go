@@ -59,3 +59,15 @@ func sharing(p *Pod) collector.Sharing {
 	}
 	return sh
 }
+
+// ClaimPods returns the known pods whose containers use ResourceClaims:
+// the DRA resolver reads their claims where the kubelet does not list them.
+func (s *Source) ClaimPods() []collector.Pod {
+	var out []collector.Pod
+	s.lw.Range(func(_ string, p collector.Pod) {
+		if len(p.Claims) > 0 {
+			out = append(out, p)
+		}
+	})
+	return out
+}

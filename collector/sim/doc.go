@@ -446,6 +446,35 @@
 //     and the pod source's collector.Pod.Sharing.Devices names the true
 //     one.
 //
+// ResourceClaims (claims.go) and three keys shape how DRA claims reach the
+// agent, each read in kubernetes/kubernetes at 0021a864:
+//
+//   - `kubelet: {dynamic_resources: false}` (default true) is a kubelet
+//     without the gate KubeletPodResourcesDynamicResources (alpha and off
+//     by default from 1.27 to 1.33, pkg/features/kube_features.go): its
+//     List names every container and no claim
+//     (pkg/kubelet/apis/podresources/server_v1.go fills DynamicResources
+//     only with the gate).
+//   - `admin_access: true` on a DRA pod is a claim allocated with admin
+//     access (KEP-5018; k8s.io/api resource/v1 DeviceRequestAllocationResult
+//     .AdminAccess): its results carry adminAccess, it may name devices
+//     other claims hold, runs no kernels (util must stay 0), and holds
+//     nothing in Truth; the kubelet lists it like any claim.
+//   - `request: <name>` is the request of its claim the pod's container
+//     uses (core/v1 ResourceClaim.Request): pods naming one claim with
+//     different requests hold their own devices, and the kubelet lists
+//     the claim's every device under each (pkg/kubelet/cm/dra/manager.go
+//     GetResources gathers a claim's devices per container by claim). A
+//     pod without it uses the whole claim, whose one request is "gpu".
+//
+// The simulated API server serves the node's claims namespaced, with the
+// field selectors the API server has for them — metadata.name and
+// metadata.namespace only (pkg/registry/resource/resourceclaim/strategy.go
+// toSelectableFields) — allocated throughout the run, each device's
+// request, driver, pool (the node) and name in status.allocation, and its
+// pods in status.reservedFor. Node.ClaimPods is the pod source's view of
+// the pods' claims (spec.resourceClaims and containers' resources.claims).
+//
 // A pod with `gpu_fraction: F` (0 < F ≤ 1) is a KAI Scheduler fraction of
 // its one GPU (NVIDIA/KAI-Scheduler at 72de64fc, docs/gpu-sharing,
 // pkg/binder/binding/resourcereservation/resource_reservation.go): it

@@ -1172,7 +1172,12 @@ func (d *decoder) crossCheck(s *Scenario) error {
 	return nil
 }
 
+// holds reports whether pod p holds GPU gpu: a pod with admin access
+// holds nothing.
 func holds(p Pod, gpu int) bool {
+	if p.AdminAccess {
+		return false
+	}
 	for _, d := range p.Devices {
 		if d.GPU == gpu {
 			return true
@@ -1292,6 +1297,9 @@ func (s *Scenario) Truth(threshold float64) []TruthRow {
 	plan, _ := s.migPlan()
 	ids := s.identities(plan)
 	for i, p := range s.Pods {
+		if p.AdminAccess {
+			continue // it holds nothing
+		}
 		ser := s.podSeries(i)
 		for k, dev := range p.Devices {
 			rows = append(rows, TruthRow{

@@ -224,18 +224,26 @@ func asReadBy(r, from, to *report.Report) *report.Report {
 //     custom-resource-state metrics (DRA demand), for the fleet's
 //     kube-state-metrics, like collector/sim's, serves pods only;
 //   - the queue X-ray's (gpuxray.queue.rules), for the generated fleet has
-//     no priority classes or Kueue queues: its pods all rank 0.
+//     no priority classes or Kueue queues: its pods all rank 0;
+//   - those that count no GPUs (notGPUs).
 //
 // deploy/prometheus/tests checks both with promtool, and report's tests the
 // queue X-ray's matching.
 func fleetRules(exprs map[string]string) map[string]string {
 	out := map[string]string{}
 	for name, e := range exprs {
-		if !strings.Contains(e, "kube_customresource_") && !queueRule(e) {
+		if !strings.Contains(e, "kube_customresource_") && !queueRule(e) && !notGPUs(name) {
 			out[name] = e
 		}
 	}
 	return out
+}
+
+// notGPUs: a recorded series that is no number of GPUs: the join of a
+// GPU's type (1 per GPU) and the priced rules (currency per hour, from a
+// price series the fleet does not serve).
+func notGPUs(name string) bool {
+	return strings.HasSuffix(name, ":info") || strings.Contains(name, "_cost:")
 }
 
 // queueRule is whether expression e is one of the queue X-ray's: it reads

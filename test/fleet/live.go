@@ -465,7 +465,7 @@ type recorded struct {
 
 // exportRecorded reads back every sample the recording rules wrote.
 func exportRecorded(ctx context.Context, vm string, from time.Time) ([]recorded, error) {
-	q := `{__name__=~"cluster_window:gpuxray_.+|namespace_workload_model_window:gpuxray_.+|cluster:gpuxray_idle_gpus:rate5m|namespace:kube_pod_container_resource_requests_gpu_pending:sum|cluster:kube_pod_container_resource_requests_gpu_pending:sum"}`
+	q := `{__name__=~"cluster_window:gpuxray_.+|cluster_gpu_type_window:gpuxray_device_.+|namespace_gpu_type_window:gpuxray_allocated_.+|namespace_workload_model_window:gpuxray_.+|cluster:gpuxray_idle_gpus:rate5m|namespace:kube_pod_container_resource_requests_gpu_pending:sum|cluster:kube_pod_container_resource_requests_gpu_pending:sum"}`
 	code, b, err := httpGet(ctx, fmt.Sprintf("http://%s/api/v1/export?match[]=%s&start=%d", vm, url.QueryEscape(q), from.Unix()))
 	if err != nil {
 		return nil, err
@@ -703,6 +703,14 @@ func (l *liveRun) checkRules(ctx context.Context, res *Result) {
 // window that opened during it) is not judged alone; the run's table
 // counts them. Its seconds are still judged, in the cluster-wide rules
 // that sum them.
+// typedRule: the recorded idle allocated time by GPU type and window
+// (cluster_gpu_type_window: of the devices, namespace_gpu_type_window: of
+// the pods), which the price rules multiply.
+func typedRule(rule string) bool {
+	return strings.HasPrefix(rule, "cluster_gpu_type_window:gpuxray_device_allocated_idle_seconds") ||
+		strings.HasPrefix(rule, "namespace_gpu_type_window:gpuxray_allocated_idle_seconds")
+}
+
 func perWorkload(rule string) bool {
 	return strings.HasPrefix(rule, "namespace_workload_model_window:")
 }
@@ -805,6 +813,30 @@ func (l *liveRun) truthOf(trs []*truther, r recorded, start, end time.Time, metr
 		return v / secs
 	}
 	metric := strings.SplitN(name, ":", 3)[1]
+	if typedRule(name) {
+		// Idle allocated time on the type's GPUs: the devices' (a GPU in
+		// MIG mode carries its instances' time weighted by their slices,
+		// as GPUTruth), or the namespace's pods' on GPUs not in MIG mode
+		// (an instance's UUID has no type in the rules' join).
+		typ := r.labels["gpu_type"]
+		var v float64
+		for i, sp := range wt.nodes {
+			if typ != report.GPUProduct(sim.ProductName(l.agents[i].scenario.System)) {
+				continue
+			}
+			for _, t := range sp {
+				if window != "" && (window == "peak") != (t == sp[0]) {
+					continue
+				}
+				if strings.HasPrefix(name, "namespace_") {
+					v += podField(metric, t.WholeNS[r.labels["namespace"]])
+				} else {
+					v += totalsFor(name, metric, r.labels, t)
+				}
+			}
+		}
+		return v / secs
+	}
 	var v float64
 	add := func(sp [2]*totals) {
 		for _, t := range sp {
