@@ -703,6 +703,48 @@ func (l *liveRun) checkRules(ctx context.Context, res *Result) {
 // window that opened during it) is not judged alone; the run's table
 // counts them. Its seconds are still judged, in the cluster-wide rules
 // that sum them.
+// sharedChange: whether a pod came to, left or changed its use of a
+// shared GPU that a pod of workload k holds, from agent.MaxProcessWait and
+// a scrape before start to end. A shared GPU's periods wait in the agent
+// for their processes' samples (docs/accounting.md), and NVML gives none
+// for an idle process: its counters run behind by a lag that changes when
+// a process comes, goes, or starts or stops working. A window's rate over
+// such a change reads the lag's change (up to 10 s of a 5-minute window:
+// 1.028 GPUs for 1 at seed 13), which the agent makes up after. The agents' own counters are judged
+// without it (agentcheck.go).
+func (l *liveRun) sharedChange(k wkey, start, end time.Time) bool {
+	from := start.Add(-agent.MaxProcessWait - l.scrape)
+	for _, a := range l.agents {
+		sc := a.scenario
+		gpus := map[int]bool{}
+		for _, p := range sc.Pods {
+			if p.Resource == sim.ResourceGPUShared && workloadOf(p) == k {
+				for _, d := range p.Devices {
+					gpus[d.GPU] = !d.MIG
+				}
+			}
+		}
+		if len(gpus) == 0 {
+			continue
+		}
+		for _, p := range sc.Pods {
+			if p.Resource != sim.ResourceGPUShared || !slices.ContainsFunc(p.Devices, func(d sim.DeviceSpec) bool { return !d.MIG && gpus[d.GPU] }) {
+				continue
+			}
+			changes := []time.Duration{p.From, p.To}
+			for _, u := range p.Util {
+				changes = append(changes, u.At)
+			}
+			for _, b := range changes {
+				if at := sc.Start.Add(b); b > 0 && b < sc.Duration && !at.Before(from) && !at.After(end) {
+					return true
+				}
+			}
+		}
+	}
+	return false
+}
+
 // typedRule: the recorded idle allocated time by GPU type and window
 // (cluster_gpu_type_window: of the devices, namespace_gpu_type_window: of
 // the pods), which the price rules multiply.
@@ -859,6 +901,9 @@ func (l *liveRun) truthOf(trs []*truther, r recorded, start, end time.Time, metr
 	podSeries := metricsQL && strings.HasPrefix(metric, "gpuxray_allocated_")
 	if perWorkload(name) {
 		k := labelsWkey(r.labels)
+		if l.sharedChange(k, start, end) {
+			return math.NaN()
+		}
 		for _, i := range wt.work[k] {
 			add(wt.nodes[i])
 		}
