@@ -19,7 +19,7 @@ import (
 	promrules "github.com/gpuxray/gpuxray/deploy/prometheus"
 )
 
-// demoPrometheus is the Prometheus configuration README's "See the alerts"
+// demoPrometheus is the Prometheus configuration docs/demo.md's "See the alerts"
 // runs against the demo.
 const demoPrometheus = "../../deploy/prometheus/demo-prometheus.yml"
 
@@ -108,7 +108,7 @@ func firstSample(addr, q string) (time.Time, error) {
 	return time.UnixMilli(int64(math.Round(first * 1000))), nil
 }
 
-// TestDemoAlerts runs README's "See the alerts": the demo agent, and a real
+// TestDemoAlerts runs docs/demo.md's "See the alerts": the demo agent, and a real
 // Prometheus on deploy/prometheus/demo-prometheus.yml (its two targets moved
 // to the agent's port) with the shipped rules unchanged. Within two minutes
 // GPUAllocatedButIdle fires for the notebook and for alice's slice, and
@@ -203,7 +203,7 @@ func TestDemoAlerts(t *testing.T) {
 			el := reached.Sub(firstScrape)
 			t.Logf("%s after %s of Prometheus' time (%s of the test's)", w, el.Round(time.Second), time.Since(began).Round(time.Second))
 			if el > within {
-				t.Errorf("%s only after %s from Prometheus' first scrape, README says within %s", w, el.Round(time.Second), within)
+				t.Errorf("%s only after %s from Prometheus' first scrape, docs/demo.md says within %s", w, el.Round(time.Second), within)
 			}
 		}
 		if want = left; len(want) == 0 {
