@@ -110,8 +110,4 @@ type slicesAndClaims struct {
 	claims *dra.Claims
 }
 
-func (s slicesAndClaims) Health() (bool, []error) {
-	up, errs := s.slices.Health()
-	cup, cerrs := s.claims.Health()
-	return up && cup, append(errs, cerrs...)
-}
+func (s slicesAndClaims) Health() (bool, []error) { return mergeHealth(s.slices, s.claims) }

@@ -223,8 +223,15 @@ type podsAndClasses struct {
 }
 
 // Health merges the two watches' health.
-func (p podsAndClasses) Health() (bool, []error) {
-	up, errs := p.Source.Health()
-	cup, cerrs := p.classes.Health()
-	return up && cup, append(errs, cerrs...)
+func (p podsAndClasses) Health() (bool, []error) { return mergeHealth(p.Source, p.classes) }
+
+// healther is a watch that reports its health.
+type healther interface{ Health() (bool, []error) }
+
+// mergeHealth is a and b as one source: up while both are, with both's
+// failures.
+func mergeHealth(a, b healther) (bool, []error) {
+	up, errs := a.Health()
+	bup, berrs := b.Health()
+	return up && bup, append(errs, berrs...)
 }
