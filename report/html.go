@@ -269,7 +269,7 @@ func timelineSVG(r *Report, loc *time.Location) template.HTML {
 		}
 	}
 	// A line per run of buckets with data: no data is a break, not a 0.
-	line := func(get func(TimelinePoint) float64, color, id string) {
+	line := func(get func(TimelinePoint) float64, covered func(TimelinePoint) float64, color, id string) {
 		fmt.Fprintf(&b, `<g id="%s" fill="none" stroke="%s" stroke-width="2">`, id, color)
 		var pts []string
 		flush := func() {
@@ -279,7 +279,7 @@ func timelineSVG(r *Report, loc *time.Location) template.HTML {
 			pts = pts[:0]
 		}
 		for i, p := range tl {
-			if p.Covered <= 0 {
+			if covered(p) <= 0 {
 				flush()
 				continue
 			}
@@ -288,11 +288,12 @@ func timelineSVG(r *Report, loc *time.Location) template.HTML {
 		flush()
 		b.WriteString(`</g>`)
 	}
-	line(func(p TimelinePoint) float64 { return p.OwnedGPUs }, "#a0a7b4", "owned")
-	line(func(p TimelinePoint) float64 { return p.ReclaimableGPUs }, "#2e9d5b", "reclaimable")
+	agents := func(p TimelinePoint) float64 { return p.Covered }
+	line(func(p TimelinePoint) float64 { return p.OwnedGPUs }, agents, "#a0a7b4", "owned")
+	line(func(p TimelinePoint) float64 { return p.ReclaimableGPUs }, agents, "#2e9d5b", "reclaimable")
 	// Unknown demand is no line: a 0 line would say nothing waited.
 	if r.Demand.Available {
-		line(func(p TimelinePoint) float64 { return p.PendingGPUs }, "#d1495b", "pending")
+		line(func(p TimelinePoint) float64 { return p.PendingGPUs }, func(p TimelinePoint) float64 { return p.DemandCovered }, "#d1495b", "pending")
 	}
 	for _, v := range []float64{0, hi / 2, hi} {
 		fmt.Fprintf(&b, `<text x="0" y="%g" font-size="11">%.0f</text>`, y(v)+4, v)
