@@ -234,7 +234,7 @@ func (s *Scenario) EngineTokens(pod int, t time.Duration) float64 {
 // labels, as a scrape of the pods by a pod-discovering Prometheus would
 // store them (docs/report.md's scrape configuration). A pod's engine is
 // there only within its [From, To). `agent --simulate` serves them at
-// /simulate/<kind>; collector/sim/doc.go cites each series' source.
+// /simulate/<kind>; docs/simulator.md cites each series' source.
 func (n *Node) Engines(kind string) prometheus.Collector {
 	return engineState{n: n, kind: kind}
 }
