@@ -91,20 +91,17 @@ func TestLatePollsKeepSharedTime(t *testing.T) {
 				}
 			}
 			to := countersOf(la, e.Snapshot())
-			pk, op := newTruther(asPolled(sc, cfg.PollInterval)).span(from.At.Sub(sc.Start), to.At.Sub(sc.Start), sched)
-			want := newTotals()
-			want.add(pk, 1, nil)
-			want.add(op, 1, nil)
+			want := countedTruth(newTruther(asPolled(sc, cfg.PollInterval)), from, to)
 			for _, f := range []struct {
 				name      string
 				got, want float64
 			}{
 				{"allocated active", to.AllocatedActive - from.AllocatedActive, want.AllocActive},
 				{"allocated idle", to.AllocatedIdle - from.AllocatedIdle, want.AllocIdle},
-				{"pod-seconds active", to.PodActive - from.PodActive, want.pods().Active},
-				{"pod-seconds idle", to.PodIdle - from.PodIdle, want.pods().Idle},
+				{"pod-seconds active", to.PodActive - from.PodActive, want.Pods.Active},
+				{"pod-seconds idle", to.PodIdle - from.PodIdle, want.Pods.Idle},
 			} {
-				if math.Abs(f.got-f.want) > 0.005*f.want+1 {
+				if math.Abs(f.got-f.want) > 0.001*f.want+0.5 {
 					t.Errorf("%s: %.1f s counted, %.1f s true", f.name, f.got, f.want)
 				}
 			}
