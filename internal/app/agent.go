@@ -109,6 +109,11 @@ func (c *agentConfig) Validate() error {
 	if err := c.pods.validate(); err != nil {
 		return err
 	}
+	if c.pods.enabled && c.pods.nodeName != "" {
+		if err := c.pods.config(c.identity).Validate(); err != nil {
+			return usageError{err}
+		}
+	}
 	if err := c.dra.validate(); err != nil {
 		return err
 	}
@@ -319,32 +324,37 @@ func (b Binary) runAgent(ctx context.Context, args []string, stderr io.Writer) e
 		routeKlog(logger)
 	}
 	defer logger.Sync() //nolint:errcheck // nothing to do if stderr is gone
-
-	var src *Sources
-	if c.simulate {
-		sc := SimulateConfig{Path: c.scenario, Identity: c.identity, DRA: c.dra.config(""), PollInterval: c.engine.PollInterval}
-		if c.socketGiven {
-			sc.GivenSocket = c.kubelet.Socket
-		}
-		if src, err = b.Simulator.Simulate(ctx, sc, logger); err != nil || src == nil {
-			return err // src is nil, with no error, when stopped before it started
-		}
-	} else {
-		if c.pods.nodeName != "" && (c.pods.enabled || c.dra.enabled) {
-			if err := c.pods.loadAPI(ctx); err != nil {
-				if ctx.Err() != nil {
-					return nil // stopped while reading it, as while reading a scenario
-				}
-				return err
-			}
-		}
-		src = hostSources(c, logger)
+	src, err := b.sources(ctx, c, logger)
+	if err != nil || src == nil {
+		return err // src is nil, with no error, when stopped before it started
 	}
 	a, err := buildAgent(ctx, c, src, logger, b.buildInfo())
 	if err != nil {
 		return err
 	}
 	return a.run(b.buildInfo().Version)
+}
+
+// sources are the simulated node's with --simulate, else the host's, with
+// the API server's configuration read (--kubeconfig). nil and no error
+// when ctx ended the reading of a scenario or kubeconfig.
+func (b Binary) sources(ctx context.Context, c *agentConfig, logger *zap.Logger) (*Sources, error) {
+	if c.simulate {
+		sc := SimulateConfig{Path: c.scenario, Identity: c.identity, DRA: c.dra.config(""), PollInterval: c.engine.PollInterval}
+		if c.socketGiven {
+			sc.GivenSocket = c.kubelet.Socket
+		}
+		return b.Simulator.Simulate(ctx, sc, logger)
+	}
+	if c.pods.nodeName != "" && (c.pods.enabled || c.dra.enabled) {
+		if err := c.pods.loadAPI(ctx); err != nil {
+			if ctx.Err() != nil {
+				return nil, nil // stopped while reading it, as while reading a scenario
+			}
+			return nil, err
+		}
+	}
+	return hostSources(c, logger), nil
 }
 
 // given reports whether the flag name was set, on the command line or by

@@ -85,6 +85,14 @@ func podSourceFlags(fs *flag.FlagSet, c *podSourceConfig) {
 	fs.StringVar(&c.procRoot, "proc.root", proc.DefaultConfig().Root, "the host's /proc (the pod needs hostPID, or mount the host's /proc here) for per-process attribution")
 }
 
+// config is the pod source's configuration, for the identity id; the
+// API server's is added once read (loadAPI).
+func (c podSourceConfig) config(id Identity) pods.Config {
+	cfg := pods.DefaultConfig(c.nodeName)
+	cfg.Kubeconfig, cfg.ModelKeys, cfg.ExtraLabels = c.kubeconfig, id.ModelKeys, id.ExtraLabels
+	return cfg
+}
+
 // validate checks what can be checked before start-up; errors are usage
 // errors.
 func (c podSourceConfig) validate() error {
@@ -152,15 +160,11 @@ func startPodSource(ctx context.Context, c podSourceConfig, id Identity, logger 
 		return nil, nil, nil, nil
 	}
 	procCfg := proc.Config{Root: c.procRoot}
-	cfg := pods.DefaultConfig(c.nodeName)
-	cfg.Kubeconfig, cfg.ModelKeys, cfg.ExtraLabels = c.kubeconfig, id.ModelKeys, id.ExtraLabels
+	cfg := c.config(id) // checked by agentConfig.Validate
 	if err := c.ensureAPI(ctx); err != nil {
 		return nil, nil, nil, err
 	}
 	cfg.REST = c.rest
-	if err := cfg.Validate(); err != nil {
-		return nil, nil, nil, usageError{err}
-	}
 	if c.rest == nil {
 		logger.Warn("no pod source: the API server cannot be reached from here; workloads, models and per-process attribution are off", zap.Error(c.restErr))
 		return nil, nil, nil, nil

@@ -39,7 +39,8 @@ func (p *priceOptions) setPrice(v string) error {
 }
 
 // sheet is the prices the flags give: the file's, with each --price
-// replacing its type's; in --currency, else the file's, else USD.
+// replacing its type's; in --currency, else the file's, else USD. p must
+// be valid.
 func (p *priceOptions) sheet() (report.PriceSheet, error) {
 	s := report.PriceSheet{Types: map[string]report.Price{}}
 	if p.file != "" {
@@ -53,12 +54,17 @@ func (p *priceOptions) sheet() (report.PriceSheet, error) {
 	}
 	switch {
 	case p.currency != "":
-		if !report.ValidCurrency(p.currency) {
-			return s, usagef("--currency %q is not a three-letter ISO 4217 code such as USD, EUR or JPY", p.currency)
-		}
 		s.Currency = p.currency
 	case s.Currency == "":
 		s.Currency = report.DefaultCurrency
 	}
 	return s, nil
+}
+
+// Validate checks --currency; the price file is checked as it is read.
+func (p *priceOptions) Validate() error {
+	if p.currency != "" && !report.ValidCurrency(p.currency) {
+		return usagef("--currency %q is not a three-letter ISO 4217 code such as USD, EUR or JPY", p.currency)
+	}
+	return nil
 }

@@ -33,11 +33,31 @@ type reportFlags struct {
 	insecure                        bool
 }
 
-func runReport(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+// reportConfig is the report command's configuration as its flags give
+// it. Validate checks it and derives the rest of report.Config.
+type reportConfig struct {
+	report  report.Config
+	flags   reportFlags
+	minTime time.Duration
+	peak    *peakFlags
+	prices  *priceOptions
+	args    []string
+	// scheduleGiven is whether --peak.schedule was set, on the command
+	// line or in the environment: only then does the report check it.
+	scheduleGiven bool
+
+	// Derived by Validate.
+	url   *url.URL
+	write func(io.Writer, *report.Report) error
+}
+
+// parseReport binds the report's flags and parses args (and the flags'
+// environment variables) into a configuration, not yet validated.
+func parseReport(args []string, stderr io.Writer) (*reportConfig, error) {
+	c := &reportConfig{report: report.DefaultConfig()}
+	cfg, f := &c.report, &c.flags
 	fs := flag.NewFlagSet("gpuxray report", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	cfg := report.DefaultConfig()
-	var f reportFlags
 	fs.StringVar(&f.prometheus, "prometheus", "", "URL of the Prometheus server that scrapes the agents (and kube-state-metrics), e.g. http://prometheus:9090")
 	fs.StringVar(&f.rangeStr, "range", "7d", "how far back from --end the report reaches, e.g. 7d, 30d, 36h")
 	fs.StringVar(&f.end, "end", "", "end of the range: RFC 3339 (2026-12-07T00:00:00Z) or a date (2026-12-07, midnight of --peak.timezone); now when empty")
@@ -48,8 +68,8 @@ func runReport(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	fs.Float64Var(&cfg.Quantile, "verdict.quantile", cfg.Quantile, "quantile of peak time at which pending demand beyond reclaimable capacity counts as a shortage")
 	fs.Float64Var(&cfg.Hints.ActivityThreshold, "hints.activity-threshold", cfg.Hints.ActivityThreshold, "right-sizing: a workload whose activity never exceeds this ratio is listed")
 	fs.Float64Var(&cfg.Hints.MemoryBound, "hints.memory-bound", cfg.Hints.MemoryBound, "right-sizing: share of its GPU's memory above which a compute-idle workload is memory-bound")
-	minTime := time.Duration(cfg.Hints.MinHours * float64(time.Hour))
-	fs.DurationVar(&minTime, "hints.min-time", minTime, "right-sizing: the least time a workload's activity must have been measured over for a hint (raised to --hints.min-share of the time covered); hints withheld are counted")
+	c.minTime = time.Duration(cfg.Hints.MinHours * float64(time.Hour))
+	fs.DurationVar(&c.minTime, "hints.min-time", c.minTime, "right-sizing: the least time a workload's activity must have been measured over for a hint (raised to --hints.min-share of the time covered); hints withheld are counted")
 	fs.Float64Var(&cfg.Hints.MinShare, "hints.min-share", cfg.Hints.MinShare, "right-sizing: the least share of the time the data covers that a workload's activity must have been measured over for a hint")
 	fs.DurationVar(&cfg.Timeout, "prometheus.timeout", cfg.Timeout, "deadline of each query: the server is asked to stop a tenth earlier; a query it does not answer at all is tried once more, halved, then the report gives up")
 	fs.IntVar(&cfg.MaxPoints, "prometheus.max-points", cfg.MaxPoints, "most steps per range query; longer ranges are split (and split further when the server refuses, or answers more than --prometheus.max-answer-bytes)")
@@ -65,12 +85,12 @@ func runReport(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	fs.StringVar(&f.serverName, "prometheus.tls.server-name", "", "server name to verify the certificate against")
 	fs.BoolVar(&f.insecure, "prometheus.tls.insecure-skip-verify", false, "do not verify the server's certificate")
 	var sched agent.Config // peakFlags checks each value as it is set
-	peak := &peakFlags{cfg: &sched, spec: agent.DefaultPeakSchedule, loc: time.UTC}
-	sched.Windows = peak.build()
-	fs.Func("peak.schedule", "the agents' --peak.schedule: the report follows the agents' window label and warns where it differs from this; unchecked when not given", peak.setSchedule)
-	fs.Func("peak.timezone", "the agents' --peak.timezone: the clock of the report's dates and hour-of-day heatmap", peak.setZone)
+	c.peak = &peakFlags{cfg: &sched, spec: agent.DefaultPeakSchedule, loc: time.UTC}
+	sched.Windows = c.peak.build()
+	fs.Func("peak.schedule", "the agents' --peak.schedule: the report follows the agents' window label and warns where it differs from this; unchecked when not given", c.peak.setSchedule)
+	fs.Func("peak.timezone", "the agents' --peak.timezone: the clock of the report's dates and hour-of-day heatmap", c.peak.setZone)
 	fs.Func("slo.wait", "a target for how long GPU jobs wait: CLASS=DURATION (a priority class, or * for every class without its own), the 95th-percentile wait the report holds each class to; repeatable", sloFlag(&cfg.SLOWait))
-	prices := priceFlags(fs)
+	c.prices = priceFlags(fs)
 	fs.Lookup("peak.schedule").DefValue = agent.DefaultPeakSchedule
 	fs.Lookup("peak.timezone").DefValue = "UTC"
 	fs.Usage = func() {
@@ -79,14 +99,22 @@ func runReport(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	}
 	positional, err := parseFlags(fs, args, os.Getenv)
 	if err != nil {
-		return err
+		return nil, err
 	}
-	if len(positional) != 0 {
-		return usagef("takes no arguments, got %q", positional)
+	c.args = positional
+	c.scheduleGiven = given(fs, "peak.schedule") || os.Getenv(envName("peak.schedule")) != ""
+	return c, nil
+}
+
+// Validate checks every setting, with one sentence for the first that is
+// wrong, and derives the range, the end, the peak schedule, the time zone
+// and the writer of the format. It is the report's only validation; the
+// files the flags name are read by buildReport.
+func (c *reportConfig) Validate() error {
+	f, cfg := &c.flags, &c.report
+	if len(c.args) != 0 {
+		return usagef("takes no arguments, got %q", c.args)
 	}
-	scheduleGiven := false
-	fs.Visit(func(fl *flag.Flag) { scheduleGiven = scheduleGiven || fl.Name == "peak.schedule" })
-	scheduleGiven = scheduleGiven || os.Getenv(envName("peak.schedule")) != ""
 	if f.prometheus == "" {
 		return usagef("--prometheus is required: the URL of the Prometheus server that scrapes the agents")
 	}
@@ -94,62 +122,89 @@ func runReport(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
 		return usagef("--prometheus %q is not an http:// or https:// URL", f.prometheus)
 	}
+	c.url = u
 	r, err := model.ParseDuration(f.rangeStr)
 	if err != nil || r <= 0 {
 		return usagef("--range %q is not a duration such as 7d, 36h or 2w", f.rangeStr)
 	}
 	cfg.Range = time.Duration(r)
-	cfg.Location = peak.loc
-	cfg.Hints.MinHours = minTime.Hours()
+	cfg.Location = c.peak.loc
+	cfg.Hints.MinHours = c.minTime.Hours()
 	if f.end != "" {
 		if cfg.End, err = time.Parse(time.RFC3339, f.end); err != nil {
-			if cfg.End, err = time.ParseInLocation(time.DateOnly, f.end, peak.loc); err != nil {
+			if cfg.End, err = time.ParseInLocation(time.DateOnly, f.end, c.peak.loc); err != nil {
 				return usagef("--end %q is not a time such as 2026-12-07T00:00:00Z or a date such as 2026-12-07", f.end)
 			}
 		}
 	}
-	if scheduleGiven {
-		s, err := agent.ParseSchedule(peak.spec, peak.loc)
+	if c.scheduleGiven {
+		s, err := agent.ParseSchedule(c.peak.spec, c.peak.loc)
 		if err != nil {
 			return usagef("--peak.schedule: %v", err)
 		}
-		cfg.Peak, cfg.PeakSchedule = s.At, peak.spec
+		cfg.Peak, cfg.PeakSchedule = s.At, c.peak.spec
 	}
-	var write func(io.Writer, *report.Report) error
 	switch f.format {
 	case "text":
-		write = report.WriteText
+		c.write = report.WriteText
 	case "html":
-		write = report.WriteHTML
+		c.write = report.WriteHTML
 	case "json":
-		write = report.WriteJSON
+		c.write = report.WriteJSON
 	default:
 		return usagef("--format %q is not one of text, html, json", f.format)
 	}
-	if cfg.Prices, err = prices.sheet(); err != nil {
+	if err := c.prices.Validate(); err != nil {
 		return err
 	}
 	if err := cfg.Validate(); err != nil {
 		return usageError{err}
 	}
-	httpCfg, err := f.httpConfig(ctx)
+	return nil
+}
+
+// reportRun is a report ready to be read from Prometheus.
+type reportRun struct {
+	cfg    report.Config
+	api    v1.API
+	write  func(io.Writer, *report.Report) error
+	output string
+}
+
+// buildReport reads the files a valid c names (the price file, the HTTP
+// client configuration and the secrets it names) and builds the
+// Prometheus client.
+func buildReport(ctx context.Context, c *reportConfig) (*reportRun, error) {
+	cfg := c.report
+	var err error
+	if cfg.Prices, err = c.prices.sheet(); err != nil {
+		return nil, err
+	}
+	httpCfg, err := c.flags.httpConfig(ctx)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	client, err := config.NewClientFromConfig(*httpCfg, "gpuxray-report")
 	if err != nil {
-		return usagef("Prometheus client configuration: %v", err)
+		return nil, usagef("Prometheus client configuration: %v", err)
 	}
 	client.Transport = report.LimitAnswers(client.Transport, cfg.MaxAnswerBytes)
-	apiClient, err := api.NewClient(api.Config{Address: f.prometheus, Client: client})
+	apiClient, err := api.NewClient(api.Config{Address: c.flags.prometheus, Client: client})
 	if err != nil {
-		return usagef("--prometheus %q: %v", f.prometheus, err)
+		return nil, usagef("--prometheus %q: %v", c.flags.prometheus, err)
 	}
-	cfg.Prometheus = u.Scheme + "://" + u.Host + u.Path
+	cfg.Prometheus = c.url.Scheme + "://" + c.url.Host + c.url.Path
+	return &reportRun{cfg: cfg, api: v1.NewAPI(apiClient), write: c.write, output: c.flags.output}, nil
+}
+
+// run reads Prometheus, builds the report and writes it whole: to
+// stdout, or to the output file through a rename.
+func (r *reportRun) run(ctx context.Context, stdout, stderr io.Writer) error {
+	cfg := r.cfg
 	if isTerminal(stderr) {
 		cfg.Progress = progressLine(stderr)
 	}
-	rep, err := report.Build(ctx, v1.NewAPI(apiClient), cfg)
+	rep, err := report.Build(ctx, r.api, cfg)
 	if cfg.Progress != nil {
 		fmt.Fprint(stderr, "\r\033[K")
 	}
@@ -157,15 +212,15 @@ func runReport(ctx context.Context, args []string, stdout, stderr io.Writer) err
 		return err
 	}
 	var buf bytes.Buffer
-	if err := write(&buf, rep); err != nil {
+	if err := r.write(&buf, rep); err != nil {
 		return err
 	}
-	if f.output == "" {
+	if r.output == "" {
 		_, err = stdout.Write(buf.Bytes())
 		return err
 	}
 	// Written whole, then renamed: a reader never sees half a report.
-	tmp, err := os.CreateTemp(filepath.Dir(f.output), ".gpuxray-report-*")
+	tmp, err := os.CreateTemp(filepath.Dir(r.output), ".gpuxray-report-*")
 	if err != nil {
 		return fmt.Errorf("--output: %w", err)
 	}
@@ -181,7 +236,23 @@ func runReport(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	if err := tmp.Close(); err != nil {
 		return fmt.Errorf("--output: %w", err)
 	}
-	return os.Rename(tmp.Name(), f.output)
+	return os.Rename(tmp.Name(), r.output)
+}
+
+// runReport is the report command: parse, validate, build, run.
+func runReport(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	c, err := parseReport(args, stderr)
+	if err != nil {
+		return err
+	}
+	if err := c.Validate(); err != nil {
+		return err
+	}
+	r, err := buildReport(ctx, c)
+	if err != nil {
+		return err
+	}
+	return r.run(ctx, stdout, stderr)
 }
 
 // httpConfig is --prometheus.http-config-file with the auth flags on top.
