@@ -57,3 +57,13 @@ func replayEngines(reg prometheus.Registerer, node *sim.Node) {
 		prometheus.WrapRegistererWith(prometheus.Labels{"job": kind, "instance": node.Scenario().Node}, reg).MustRegister(node.Engines(kind))
 	}
 }
+
+// Paths are the paths `agent --simulate` serves beside the agent's own:
+// the simulated kube-state-metrics and each inference engine kind's.
+func (simulator) Paths() map[string]string {
+	paths := map[string]string{kubeStatePath: "the simulated kube-state-metrics"}
+	for _, kind := range sim.EngineKinds {
+		paths[enginePathPrefix+kind] = "the simulated " + kind + " metrics"
+	}
+	return paths
+}

@@ -207,6 +207,15 @@ func TestSimulateKubeStatePathTaken(t *testing.T) {
 	if want := "gpuxray agent: --web.telemetry-path /simulate/kube-state-metrics is where --simulate serves the simulated kube-state-metrics; choose another path\n"; code != 2 || !strings.HasSuffix(errs, want) {
 		t.Errorf("exit %d, stderr %q; want 2 and %q", code, errs, want)
 	}
+	// An inference engine's path too, refused by the command's Validate
+	// before the scenario is read: the log has no "simulated node" line.
+	code, _, errs = runCmd(t, "agent", "--simulate", "--web.listen-address=127.0.0.1:0", "--web.telemetry-path=/simulate/vllm")
+	if want := "gpuxray agent: --web.telemetry-path /simulate/vllm is where --simulate serves the simulated vllm metrics; choose another path\n"; code != 2 || errs != want {
+		t.Errorf("exit %d, stderr %q; want 2 and only %q", code, errs, want)
+	}
+	if got := len(simulator{}.Paths()); got != 1+len(sim.EngineKinds) {
+		t.Errorf("the simulator names %d paths, want kube-state-metrics' and one per engine kind (%d)", got, 1+len(sim.EngineKinds))
+	}
 }
 
 // TestSimulateKubeStateMethods: the simulated kube-state-metrics answers

@@ -37,6 +37,8 @@ type agentConfig struct {
 	node          node.Config
 	log           logConfig
 	simulate      bool
+	// simPaths are the paths --simulate serves (Simulator.Paths).
+	simPaths map[string]string
 	// args are the command's arguments: --simulate's scenario FILE.
 	args []string
 	// socketGiven is whether --kubelet.pod-resources-socket was set, which
@@ -131,6 +133,9 @@ func (c *agentConfig) Validate() error {
 			return usageError{err}
 		}
 	}
+	if what, ok := c.simPaths[c.web.MetricsPath]; ok && c.simulate {
+		return usagef("--web.telemetry-path %s is where --simulate serves %s; choose another path", c.web.MetricsPath, what)
+	}
 	// The node watch reads the node the pod source names.
 	c.node.Name, c.node.Kubeconfig = c.pods.nodeName, c.pods.kubeconfig
 	return c.log.Validate()
@@ -205,6 +210,8 @@ func hostSources(c *agentConfig, logger *zap.Logger) *Sources {
 type agentRun struct {
 	engine *agent.Engine
 	srv    *exporter.Server
+	// group runs the agent's loops on ctx, its context: the watches
+	// buildAgent started, then those run starts.
 	group  *errgroup.Group
 	ctx    context.Context
 	src    *Sources
@@ -219,8 +226,14 @@ type agentRun struct {
 // and the HTTP server (whose listener opens). Nothing polls or serves
 // until run. On an error everything built is released.
 func buildAgent(ctx context.Context, c *agentConfig, src *Sources, logger *zap.Logger, bi exporter.BuildInfo) (a *agentRun, err error) {
+	ctx, cancel := context.WithCancel(ctx)
+	g, gctx := errgroup.WithContext(ctx)
+	// closeAll ends the loops (the watches started here, then the engine
+	// and the server), then releases in reverse order what was built.
 	var closers []func()
 	closeAll := func() {
+		cancel()
+		_ = g.Wait()
 		for i := len(closers) - 1; i >= 0; i-- {
 			closers[i]()
 		}
@@ -228,11 +241,6 @@ func buildAgent(ctx context.Context, c *agentConfig, src *Sources, logger *zap.L
 	if src.Stop != nil {
 		closers = append(closers, src.Stop)
 	}
-	ctx, cancel := context.WithCancel(ctx)
-	g, gctx := errgroup.WithContext(ctx)
-	// The watches started below end with the context, and are waited for,
-	// before the sources are stopped.
-	closers = append(closers, func() { cancel(); _ = g.Wait() })
 	defer func() {
 		if err != nil {
 			closeAll()
@@ -312,6 +320,9 @@ func (b Binary) runAgent(ctx context.Context, args []string, stderr io.Writer) e
 	}
 	if c.simulate && b.Simulator == nil {
 		return errNoSimulator("--simulate")
+	}
+	if c.simulate {
+		c.simPaths = b.Simulator.Paths()
 	}
 	if err := c.Validate(); err != nil {
 		return err

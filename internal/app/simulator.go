@@ -24,6 +24,10 @@ type Simulator interface {
 	// Replay plays c.Path on a virtual clock and writes its output to
 	// stdout.
 	Replay(ctx context.Context, c ReplayConfig, stdout io.Writer) error
+	// Paths are the paths `agent --simulate` serves beside the agent's
+	// own, each with what it serves ("the simulated kube-state-metrics"):
+	// --web.telemetry-path may be none of them.
+	Paths() map[string]string
 }
 
 // SimulateConfig is what `agent --simulate` asks of the simulated node.

@@ -2,6 +2,7 @@ package app
 
 import (
 	"errors"
+	"fmt"
 	"io"
 	"slices"
 	"strings"
@@ -106,5 +107,33 @@ func TestReportConfigValidate(t *testing.T) {
 	berlin, _ := time.LoadLocation("Europe/Berlin")
 	if c.report.Range != 48*time.Hour || !c.report.End.Equal(time.Date(2026, 12, 7, 0, 0, 0, 0, berlin)) || c.report.Location.String() != "Europe/Berlin" || c.write == nil || c.url.Host != "p:9090" {
 		t.Errorf("range %s, end %s, zone %s, writer %v, url %v", c.report.Range, c.report.End, c.report.Location, c.write != nil, c.url)
+	}
+}
+
+// TestSimulatedPathsValidated: with --simulate, Validate refuses a metrics
+// path the simulator serves, before the scenario is read; without, the
+// path is the agent's to take.
+func TestSimulatedPathsValidated(t *testing.T) {
+	t.Parallel()
+	paths := map[string]string{"/simulate/ksm": "the simulated kube-state-metrics"}
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--simulate", "--web.telemetry-path=/simulate/ksm"}, "--web.telemetry-path /simulate/ksm is where --simulate serves the simulated kube-state-metrics; choose another path"},
+		{[]string{"--web.telemetry-path=/simulate/ksm"}, ""},
+		{[]string{"--simulate", "--web.telemetry-path=/metrics"}, ""},
+	} {
+		c, err := parseAgent(tc.args, io.Discard)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if c.simulate {
+			c.simPaths = paths
+		}
+		err = c.Validate()
+		if got := fmt.Sprint(err); (tc.want == "" && err != nil) || (tc.want != "" && got != tc.want) {
+			t.Errorf("%q: Validate() = %v; want %q", tc.args, err, tc.want)
+		}
 	}
 }
