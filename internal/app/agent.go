@@ -318,10 +318,10 @@ func (b Binary) runAgent(ctx context.Context, args []string, stderr io.Writer) e
 	if err != nil {
 		return err
 	}
-	if c.simulate && b.Simulator == nil {
-		return errNoSimulator("--simulate")
-	}
 	if c.simulate {
+		if b.Simulator == nil {
+			return errNoSimulator("--simulate")
+		}
 		c.simPaths = b.Simulator.Paths()
 	}
 	if err := c.Validate(); err != nil {
