@@ -31,7 +31,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 	fs.IntVar(&c.CompareNodes, "engines.nodes", c.CompareNodes, "nodes of the history set in both VictoriaMetrics and Prometheus (0: no comparison)")
 	fs.DurationVar(&c.Scrape, "live.scrape", c.Scrape, "the vmagent shards' scrape interval (15s past 250 nodes)")
 	fs.DurationVar(&c.Poll, "live.poll", c.Poll, "the live agents' --poll.interval (5s past 250 nodes)")
-	gpuxray := fs.String("gpuxray", "bin/gpuxray", "the gpuxray binary (make build)")
+	gpuxray := fs.String("gpuxray", "bin/gpuxray-sim", "the gpuxray-sim binary, whose replay writes the history (make build)")
 	fs.StringVar(&c.Dir, "dir", "", "directory for the run's engine data and logs (a temporary one when empty)")
 	fs.BoolVar(&c.Keep, "keep", false, "keep the run's directory")
 	quiet := fs.Bool("quiet", false, "no progress lines")
