@@ -9,6 +9,7 @@ import (
 	"strings"
 
 	gonvml "github.com/NVIDIA/go-nvml/pkg/nvml"
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"go.uber.org/zap"
 	"golang.org/x/sync/errgroup"
@@ -167,11 +168,11 @@ func runAgent(ctx context.Context, args []string, stderr io.Writer) error {
 	if err != nil {
 		return usageError{err}
 	}
-	// exporter.Registry: text scrapes of the engine's series take the fast path.
-	reg := exporter.NewRegistry(exporter.NewCollector(engine, ptr(buildInfo()), exporter.WithExtraLabels(idCfg.labelNames()...)))
+	reg := prometheus.NewRegistry()
 	reg.MustRegister(
+		exporter.NewCollector(engine, ptr(buildInfo()), exporter.WithExtraLabels(idCfg.labelNames()...)),
 		collectors.NewGoCollector(),
-		exporter.NewProcessCollector(),
+		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
 	)
 	if classes != nil {
 		reg.MustRegister(exporter.NewPriorityClassCollector(classes))
