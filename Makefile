@@ -10,7 +10,7 @@ GOFLAGS_BUILD := -trimpath -ldflags "$(LDFLAGS)"
 # a 33 MB file (docs/benchmarks.md). make build, demo and fleet keep it.
 IMAGE_TAGS ?= nosim
 
-.PHONY: all build image-binaries test test-short lint fmt vet demo bench fuzz fleet clean
+.PHONY: all build image-binaries test test-e2e lint fmt vet demo bench fuzz fleet clean
 
 all: lint test build
 
@@ -38,13 +38,24 @@ image-binaries:
 	  GOOS=$$os GOARCH=$$arch CC=$$cc go build $(GOFLAGS_BUILD) -tags "$(IMAGE_TAGS)" -o $(BINDIR)/$${os}_$${arch}/gpuxray ./cmd/gpuxray; \
 	done
 
-## test: everything, with the race detector (needs promtool on PATH for the metrics checks)
+## test: the unit tests, with the race detector (a few minutes; CONTRIBUTING.md).
+## Tests that need promtool, helm or kustomize skip without them, and fail under CI=1.
 test:
-	go test -race -count=1 -timeout 20m ./...
+	go test -race -count=1 -timeout 15m ./...
 
-## test-short: quick unit tests
-test-short:
-	go test -short ./...
+## test-e2e: the tests in files tagged e2e (`//go:build e2e` atop the file): real
+## Prometheus, VictoriaMetrics and chromium, the gpuxray binary, the cross build,
+## replays of hours and days, floods. Only those files' tests run (-run takes their
+## names), in one go test so that packages run side by side.
+E2E_TIMEOUT ?= 60m
+E2E_FILES = $(shell grep -rlE --include='*_test.go' '^//go:build .*\<e2e\>' .)
+E2E_TESTS = $(shell sed -nE 's/^func (Test[A-Za-z0-9_]*)\(t \*testing\.T\).*/\1/p' $(E2E_FILES) | sort -u | paste -sd'|')
+## The race detector runs a replay about 7x slower: the replays over 30 virtual
+## minutes skip under it (skipLongUnderRace) and a second pass runs them without it.
+LONG_REPLAYS := TestReplayGoldenLong|TestReplayDriverShapes|TestReplayMIGModeSwitch|TestReplayFaultyDay
+test-e2e:
+	go test -race -count=1 -tags e2e -timeout $(E2E_TIMEOUT) -run '^($(E2E_TESTS))$$' $(sort $(dir $(E2E_FILES)))
+	go test -count=1 -tags e2e -timeout $(E2E_TIMEOUT) -run '^($(LONG_REPLAYS))$$' ./cmd/gpuxray
 
 ## bench: Go benchmarks (-count 6 for benchstat-style medians), then the real-binary
 ## harness and the 24-hour churn replay (docs/benchmarks.md)
@@ -59,14 +70,14 @@ FUZZTIME ?= 5s
 FUZZ_TARGETS := ./collector:FuzzParseDeviceID ./collector/proc:FuzzParseCgroup \
 	./agent:FuzzParseSchedule ./collector/sim:FuzzParseScenario \
 	./collector/workload:FuzzModelFromCmdline ./collector/workload:FuzzCapValue \
-	./collector/workload:FuzzSanitizeLabelName ./collector/proc:FuzzParseStartTime
+	./collector/workload:FuzzSanitizeLabelName ./collector/workload:FuzzCleanValue ./collector/proc:FuzzParseStartTime
 fuzz:
 	@set -e; for t in $(FUZZ_TARGETS); do \
 	  pkg=$${t%%:*}; name=$${t#*:}; echo "fuzz $$pkg $$name ($(FUZZTIME))"; \
 	  go test -run '^$$' -fuzz "^$$name\$$" -fuzztime $(FUZZTIME) $$pkg; \
 	done
 
-## lint: formatting and vet
+## lint: formatting, and vet of the default, e2e and image builds
 lint: fmt vet
 
 fmt:
@@ -74,6 +85,7 @@ fmt:
 
 vet:
 	go vet ./...
+	go vet -tags e2e ./...
 	go vet -tags "$(IMAGE_TAGS)" ./cmd/gpuxray
 
 ## fleet: NODES simulated nodes (8 GPUs each) served live by one process, scraped by two

@@ -61,7 +61,11 @@ func (e *Engine) owners(snap collector.DeviceSnapshot) map[uint32]procOwner {
 	if e.procs == nil || e.pods == nil {
 		return nil
 	}
-	pids := e.pids[:0]
+	n := 0
+	for _, rd := range snap.Devices {
+		n += len(rd.Processes) + len(rd.ProcessSamples)
+	}
+	pids := make([]uint32, 0, n)
 	for _, rd := range snap.Devices {
 		for _, p := range rd.Processes {
 			pids = append(pids, p.PID)
@@ -72,13 +76,16 @@ func (e *Engine) owners(snap collector.DeviceSnapshot) map[uint32]procOwner {
 	}
 	slices.Sort(pids)
 	pids = slices.Compact(pids)
-	e.pids = pids
 	infos, errs := e.procs.Resolve(pids)
 	e.observeSource(collector.SourceProc, nil, errs)
-	out := e.ownerMap
+	// The command lines of processes that have exited need not be kept.
+	for id := range e.noModel {
+		if info, ok := infos[id.pid]; !ok || info.StartTime != id.start {
+			delete(e.noModel, id)
+		}
+	}
+	out := e.ownerOf
 	clear(out)
-	checked := e.checked
-	clear(checked)
 	for pid, info := range infos {
 		if info.PodUID == "" {
 			out[pid] = procOwner{}
@@ -89,7 +96,7 @@ func (e *Engine) owners(snap collector.DeviceSnapshot) map[uint32]procOwner {
 			continue
 		}
 		if pod.Model == "" && e.cmdModels[pod.UID] == "" {
-			e.cmdlineModel(pid, pod.UID, info, checked)
+			e.cmdlineModel(pod.UID, info)
 		}
 		o := procOwner{namespace: pod.Namespace, pod: pod.Name}
 		if info.ContainerID != "" {
@@ -101,24 +108,25 @@ func (e *Engine) owners(snap collector.DeviceSnapshot) map[uint32]procOwner {
 		}
 		out[pid] = o
 	}
-	e.noModel, e.checked = checked, e.noModel
 	return out
 }
 
-// cmdlineModel looks for a model name in the command line of process pid
+// procID tells processes apart: a PID the kernel hands out again goes to a
+// process with another start time.
+type procID struct {
+	pid   uint32
+	start uint64
+}
+
+// cmdlineModel looks for a model name in the command line of process info
 // of pod uid, then in its parents' (a worker that titles itself carries
 // the model on a parent's), and keeps the first found. Only the model
-// name is kept; a command line can hold secrets. A command line that
-// names none is remembered in checked, and not parsed again while
-// collector/proc answers the PID from its cache.
-func (e *Engine) cmdlineModel(pid uint32, uid string, info collector.ProcessInfo, checked map[uint32]*string) {
-	var first *string // the read's identity: see Engine.noModel
-	if len(info.Cmdline) > 0 {
-		first = &info.Cmdline[0]
-		if e.noModel[pid] == first {
-			checked[pid] = first
-			return
-		}
+// name is kept; a command line can hold secrets. A process whose command
+// line names none is remembered, and not parsed again.
+func (e *Engine) cmdlineModel(uid string, info collector.ProcessInfo) {
+	id := procID{pid: info.PID, start: info.StartTime}
+	if e.noModel[id] {
+		return
 	}
 	if m := workload.ModelFromCmdline(info.Cmdline); m != "" {
 		e.cmdModels[uid] = m
@@ -130,8 +138,9 @@ func (e *Engine) cmdlineModel(pid uint32, uid string, info collector.ProcessInfo
 			return
 		}
 	}
-	if first != nil {
-		checked[pid] = first
+	// An empty command line was read mid-exec: the next read may name it.
+	if len(info.Cmdline) > 0 {
+		e.noModel[id] = true
 	}
 }
 

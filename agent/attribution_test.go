@@ -450,3 +450,62 @@ func TestModelFromCommandLine(t *testing.T) {
 		t.Error("a secret from a command line reached the snapshot")
 	}
 }
+
+// reusedPID is a resolver with one process, PID 20 in pod "bare", whose
+// start time and command line the test sets. Like a reader that reuses
+// its buffers, it answers every process's command line in one slice.
+type reusedPID struct {
+	start   uint64
+	cmdline []string
+}
+
+func (r *reusedPID) Resolve(pids []uint32) (map[uint32]collector.ProcessInfo, []error) {
+	out := map[uint32]collector.ProcessInfo{}
+	for _, pid := range pids {
+		if pid == 20 {
+			out[pid] = collector.ProcessInfo{PID: pid, StartTime: r.start, PodUID: "uid-bare",
+				ContainerID: fmt.Sprintf("%064x", len("bare")), Cmdline: r.cmdline}
+		}
+	}
+	return out, nil
+}
+
+// TestModelCachePIDReused: a command line that names no model is parsed
+// once per process, told apart by PID and start time, so that a process
+// that reuses the PID is parsed afresh.
+func TestModelCachePIDReused(t *testing.T) {
+	t.Parallel()
+	pods := newFakePods("bare")
+	p := pods.pods["bare"]
+	p.Model = ""
+	pods.pods["bare"] = p
+	devs := []*richDevice{{info: wholeGPU(0), util: constant(0.5), procs: []gpuProc{{pid: 20, memory: 1 << 30, util: constant(0.5)}}}}
+	procs := &reusedPID{start: 100, cmdline: []string{"python3", "serve.py", "--port", "8000"}}
+	c := &fakeClock{t: t0}
+	e, err := New(DefaultConfig(), &richDevices{clock: c, devs: devs}, &listKubelet{clock: c, allocs: []collector.Allocation{alloc("bare", uuidOf(0))}},
+		c, zap.NewNop(), WithPods(pods), WithProcesses(procs))
+	if err != nil {
+		t.Fatal(err)
+	}
+	model := func(polls int) string {
+		for range polls {
+			e.Poll(context.Background())
+			c.t = c.t.Add(time.Second)
+		}
+		return findAlloc(e.Snapshot(), "bare").Model
+	}
+	if m := model(3); m != "" {
+		t.Fatalf("model %q from a command line that names none", m)
+	}
+	// The same process, its command line answered in place: not parsed again.
+	copy(procs.cmdline, []string{"vllm", "serve", "meta-llama/Llama-3.1-8B-Instruct"})
+	procs.cmdline = procs.cmdline[:3]
+	if m := model(2); m != "" {
+		t.Errorf("model %q: the process was parsed again", m)
+	}
+	// The PID reused by a process that started later.
+	procs.start = 200
+	if m, want := model(2), "meta-llama/Llama-3.1-8B-Instruct"; m != want {
+		t.Errorf("model %q after the PID was reused, want %q", m, want)
+	}
+}

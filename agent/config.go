@@ -54,7 +54,7 @@ func DefaultConfig() Config {
 	}
 }
 
-// Validate returns one sentence naming the first bad value.
+// Validate reports every problem of c, one sentence each.
 func (c Config) Validate() error {
 	var errs []error
 	if c.PollInterval < 10*time.Millisecond {

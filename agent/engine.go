@@ -72,47 +72,20 @@ type Engine struct {
 	// by pod UID, for pods whose labels name none.
 	cmdModels map[string]string
 
-	snap atomic.Pointer[Snapshot]
-	// spare are published snapshots the engine may fill again once no
-	// reader holds them (see AcquireSnapshot).
-	spare []*Snapshot
-	// order is e.alloc's states sorted as the snapshot lists them; nil
-	// when an allocation came or went since it was sorted.
-	order []*allocState
-	// devOrder is e.dev's states, sorted as the snapshot lists them at
-	// each poll.
-	devOrder []*deviceState
-	// sourceNames are e.sources' names, sorted.
-	sourceNames []string
+	// noModel holds the processes whose command lines name no model, so
+	// that each is parsed once while it runs on a GPU.
+	noModel map[procID]bool
 
-	// Scratch space reused from poll to poll, so that a poll like the last
-	// one allocates next to nothing: see the fields' users.
+	snap atomic.Pointer[Snapshot] // the latest, never modified once stored
+
+	// Reused from poll to poll, as the profile asks (docs/benchmarks.md):
+	// ownerOf is the latest answer of Engine.owners and uids expire's set
+	// of pods, the largest maps a poll would make; states and statesAt are
+	// holderStates' answer, asked for every period credited.
+	ownerOf  map[uint32]procOwner
+	uids     map[string]bool
 	states   []*allocState
 	statesAt []int
-	// statesOf and statesLen identify the holders slice states are of
-	// (see holderStates).
-	statesOf     *allocKey
-	statesLen    int
-	statesShared bool
-	shares       []float64
-	seen         map[string]bool
-	seenPIDs     map[uint32]int
-	current      map[allocKey]bool
-	foldedNext   map[allocKey]bool
-	pids         []uint32
-	ownerMap     map[uint32]procOwner
-	uids         map[string]bool
-	// noModel remembers the command lines in which no model was found, by
-	// PID, so that a process's is parsed once, not at every poll: the
-	// value is the first argument's address, which changes when
-	// collector/proc reads the PID afresh (a new process). checked is
-	// the next poll's.
-	noModel, checked map[uint32]*string
-	// parts is split's result, and splitEmit the function that fills it,
-	// made once: a closure passed to Windows.Split at each call would be
-	// allocated at each call.
-	parts     [NumWindows]time.Duration
-	splitEmit func(Window, time.Duration)
 }
 
 type allocKey struct {
@@ -180,6 +153,10 @@ type allocState struct {
 	hasMemory bool
 	memory    uint64
 	pod       collector.Pod // identity from the pod source, when it knows the pod
+	// snap and info are the latest snapshot's record of the allocation
+	// and its info, published again while they stay the same.
+	snap *AllocationSnapshot
+	info *AllocationInfo
 }
 
 type sourceState struct {
@@ -206,20 +183,13 @@ func New(cfg Config, devices DeviceSource, allocs AllocationSource, clock Clock,
 		alloc:   map[allocKey]*allocState{},
 		sources: map[string]*sourceState{},
 		folded:  map[allocKey]bool{},
+		history: make([]holdings, 0, historyLen),
 
 		cmdModels: map[string]string{},
-
-		seen:       map[string]bool{},
-		seenPIDs:   map[uint32]int{},
-		current:    map[allocKey]bool{},
-		foldedNext: map[allocKey]bool{},
-		ownerMap:   map[uint32]procOwner{},
-		uids:       map[string]bool{},
-		noModel:    map[uint32]*string{},
-		checked:    map[uint32]*string{},
-		history:    make([]holdings, 0, historyLen),
+		noModel:   map[procID]bool{},
+		ownerOf:   map[uint32]procOwner{},
+		uids:      map[string]bool{},
 	}
-	e.splitEmit = func(w Window, d time.Duration) { e.parts[w] += d }
 	for _, o := range opts {
 		o(e)
 	}
@@ -236,65 +206,14 @@ func New(cfg Config, devices DeviceSource, allocs AllocationSource, clock Clock,
 	for _, s := range sources {
 		e.sources[s] = &sourceState{errors: map[string]uint64{}}
 	}
-	e.sourceNames = slices.Sorted(maps.Keys(e.sources))
-	e.snap.Store(&Snapshot{ref: &snapshotRef{}})
+	e.snap.Store(&Snapshot{})
 	return e, nil
 }
 
-// Snapshot returns the state after the latest poll, the caller's to keep:
-// the engine never reuses it. Safe for concurrent use.
-func (e *Engine) Snapshot() *Snapshot {
-	s := e.AcquireSnapshot()
-	s.ref.pinned.Store(true)
-	s.Release()
-	return s
-}
-
-// AcquireSnapshot returns the state after the latest poll, which stays as
-// it is until the caller calls its Release; after that, a later poll may
-// fill its memory with a newer state. A scrape holds a snapshot this way,
-// so that a poll allocates none. Safe for concurrent use.
-func (e *Engine) AcquireSnapshot() *Snapshot {
-	for {
-		s := e.snap.Load()
-		s.ref.refs.Add(1)
-		// A snapshot the engine may be filling is never the published
-		// one, and one filled since the Load has been published again,
-		// whole: either way the published one is held now.
-		if e.snap.Load() == s {
-			return s
-		}
-		s.ref.refs.Add(-1)
-	}
-}
-
-// maxSpare bounds the superseded snapshots kept for reuse: more are held
-// only while scrapes overlap, and are left to the garbage collector.
-const maxSpare = 3
-
-// spareSnapshot returns a superseded snapshot that no reader holds, to be
-// filled, or a new one.
-func (e *Engine) spareSnapshot() *Snapshot {
-	for i, s := range e.spare {
-		if s.ref.refs.Load() == 0 && !s.ref.pinned.Load() {
-			e.spare = slices.Delete(e.spare, i, i+1)
-			return s
-		}
-	}
-	return &Snapshot{ref: &snapshotRef{}}
-}
-
-// publish makes s the latest snapshot, and the one it replaces a spare.
-func (e *Engine) publish(s *Snapshot) {
-	old := e.snap.Swap(s)
-	e.spare = slices.DeleteFunc(e.spare, func(s *Snapshot) bool { return s.ref.pinned.Load() })
-	if !old.ref.pinned.Load() {
-		e.spare = append(e.spare, old)
-	}
-	if n := len(e.spare); n > maxSpare {
-		e.spare = slices.Delete(e.spare, 0, n-maxSpare)
-	}
-}
+// Snapshot returns the state after the latest poll. Each poll publishes a
+// new one, so the caller may keep it, but must not modify it. Safe for
+// concurrent use.
+func (e *Engine) Snapshot() *Snapshot { return e.snap.Load() }
 
 // Ready reports whether a poll has completed.
 func (e *Engine) Ready() bool { return e.snap.Load().Polls > 0 }
@@ -317,8 +236,6 @@ func (e *Engine) Run(ctx context.Context) error {
 func (e *Engine) Poll(ctx context.Context) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	// The holders slices of the history are reused from poll to poll.
-	e.statesOf, e.statesLen = nil, 0
 	ctx, cancel := context.WithTimeout(ctx, e.cfg.PollTimeout)
 	defer cancel()
 
@@ -334,31 +251,23 @@ func (e *Engine) Poll(ctx context.Context) {
 	e.observePods()
 	now := e.clock.Now()
 
-	if devErr != nil {
-		// Gauges of a source that cannot be read are not shown; counters stay.
-		for _, ds := range e.dev {
-			ds.present = false
-		}
-	} else {
-		seen := e.seen
-		clear(seen)
+	// Gauges of a device that cannot be read are not shown; counters stay.
+	for _, ds := range e.dev {
+		ds.present = false
+	}
+	if devErr == nil {
 		for _, rd := range devSnap.Devices {
-			seen[rd.Device.UUID] = true
 			ds := e.dev[rd.Device.UUID]
 			if ds == nil {
 				ds = &deviceState{}
 				e.dev[rd.Device.UUID] = ds
-				e.devOrder = nil
 			}
 			ds.info, ds.present, ds.reading = rd.Device, true, rd
 			ds.goneAt = time.Time{}
 		}
-		for uuid, ds := range e.dev {
-			if !seen[uuid] {
-				ds.present = false
-				if ds.goneAt.IsZero() {
-					ds.goneAt = now
-				}
+		for _, ds := range e.dev {
+			if !ds.present && ds.goneAt.IsZero() {
+				ds.goneAt = now
 			}
 		}
 	}
@@ -375,7 +284,7 @@ func (e *Engine) Poll(ctx context.Context) {
 	e.expire(now)
 	e.forget(now)
 	e.polls++
-	e.publish(e.buildSnapshot(now))
+	e.snap.Store(e.buildSnapshot(now))
 }
 
 func (e *Engine) observeSource(name string, err error, partial []error) {
@@ -428,9 +337,13 @@ func (e *Engine) updateAllocations(list collector.AllocationList, fresh bool, no
 	// A DRA device that could not be resolved is held, by whom is unknown:
 	// no device's time may be called unallocated meanwhile (holders).
 	unresolved := list.Unresolved
-	current, folded := e.current, e.foldedNext
-	clear(current)
-	clear(folded)
+	var folded map[allocKey]bool
+	// Every allocation has ended, but those the list names again.
+	for _, as := range e.alloc {
+		if as.live {
+			as.live, as.ended = false, now
+		}
+	}
 	nvmlUp := e.sources[collector.SourceNVML].up && len(e.dev) > 0
 	for _, a := range list.Allocations {
 		uuid, gpu, ok := e.resolve(a.Device)
@@ -470,22 +383,23 @@ func (e *Engine) updateAllocations(list collector.AllocationList, fresh bool, no
 			if !e.folded[k] {
 				e.overflowed++
 			}
+			if folded == nil {
+				folded = map[allocKey]bool{}
+			}
 			folded[k] = true
 			k = allocKey{UUID: uuid, Pod: OverflowPod}
 			pod = collector.Pod{}
 		}
-		if current[k] {
+		as := e.alloc[k]
+		if as != nil && as.live {
 			continue // the same device listed twice for one container, or folded
 		}
-		current[k] = true
 		if !expired {
 			h.byDevice[uuid] = append(h.byDevice[uuid], k)
 		}
-		as := e.alloc[k]
 		if as == nil {
 			as = &allocState{key: k}
 			e.alloc[k] = as
-			e.order = nil
 		}
 		as.gpu, as.resource, as.shared, as.pod, as.dra = gpu, a.Resource, a.Shared, pod, a.DRA
 		as.live, as.stale, as.ended = true, list.Stale || !fresh, time.Time{}
@@ -511,13 +425,8 @@ func (e *Engine) updateAllocations(list collector.AllocationList, fresh bool, no
 			e.alloc[k].shared = true
 		}
 	}
-	for k, as := range e.alloc {
-		if as.live && !current[k] {
-			as.live, as.ended = false, now
-		}
-	}
 	// An allocation is counted as overflowed once while it stays listed.
-	e.folded, e.foldedNext = folded, e.folded
+	e.folded = folded
 	e.history = append(e.history, h)
 }
 
@@ -761,12 +670,15 @@ func (e *Engine) integrate(ds *deviceState, rd collector.DeviceReading, now time
 			}
 		case !s.Since.IsZero():
 			// A GPM sample, or a dry ring's on a busy GPU: it covers the
-			// time since Since, and no more than a poll after a gap.
+			// time since Since. A GPM sample measured all of it, however
+			// late the poll that took it came (a CPU-starved agent, a
+			// poll that waited on a slow kubelet); a dry ring's busy
+			// ratio is the GPU's now, and covers no more than a poll.
 			if s.Since.After(from) {
 				e.gap(ds, from, s.Since)
 				from = s.Since
 			}
-			if s.Time.Sub(from) > e.cfg.MaxSampleGap {
+			if s.Dry && s.Time.Sub(from) > e.cfg.MaxSampleGap {
 				cut := s.Time.Add(-min(e.cfg.PollInterval, s.Time.Sub(from)))
 				e.gap(ds, from, cut)
 				from = cut
@@ -851,7 +763,6 @@ func (e *Engine) emit(ds *deviceState, from, to time.Time, v float64, known, pro
 		return
 	}
 	sh.enqueue(pendingPeriod{from: from, to: to, v: v, known: known, holdersKnown: holdersKnown, byProcess: byProcess}, holders)
-	e.statesOf = nil // holder sets are reused: see holderStates
 }
 
 // creditAt credits [from, to) to whoever held the device at to.
@@ -862,9 +773,7 @@ func (e *Engine) creditAt(ds *deviceState, from, to time.Time, v float64, known 
 
 // split returns how much of [from, to) falls in each window.
 func (e *Engine) split(from, to time.Time) [NumWindows]time.Duration {
-	e.parts = [NumWindows]time.Duration{}
-	e.cfg.Windows.Split(from, to, e.splitEmit)
-	return e.parts
+	return e.cfg.Windows.Durations(from, to)
 }
 
 func (e *Engine) gap(ds *deviceState, from, to time.Time) {
@@ -1033,14 +942,9 @@ func (e *Engine) credit(ds *deviceState, from, to time.Time, v float64, known bo
 }
 
 // holderStates returns the states of holders that the engine tracks, the
-// index in holders of each, and whether one of them is shared. Samples of
-// one device in one poll mostly have the same holders: the answer for the
-// last holders is kept until the next poll (Poll resets it), so that each
-// sample does not look every holder up.
+// index in holders of each, and whether one of them is shared. The slices
+// are valid until the next call.
 func (e *Engine) holderStates(holders []allocKey) (states []*allocState, at []int, shared bool) {
-	if len(holders) > 0 && &holders[0] == e.statesOf && len(holders) == e.statesLen {
-		return e.states, e.statesAt, e.statesShared
-	}
 	states, at = e.states[:0], e.statesAt[:0]
 	for i, k := range holders {
 		if as := e.alloc[k]; as != nil {
@@ -1049,11 +953,7 @@ func (e *Engine) holderStates(holders []allocKey) (states []*allocState, at []in
 			shared = shared || as.shared
 		}
 	}
-	e.states, e.statesAt, e.statesShared = states, at, shared
-	e.statesOf, e.statesLen = nil, 0
-	if len(holders) > 0 {
-		e.statesOf, e.statesLen = &holders[0], len(holders)
-	}
+	e.states, e.statesAt = states, at
 	return states, at, shared
 }
 
@@ -1072,7 +972,6 @@ func (e *Engine) expire(now time.Time) {
 	for k, as := range e.alloc {
 		if !as.live && now.Sub(as.ended) > e.cfg.Retention && as.ended.Before(oldest) {
 			delete(e.alloc, k)
-			e.order = nil
 			continue
 		}
 		uids[as.pod.UID] = true
@@ -1096,28 +995,20 @@ func (e *Engine) forget(now time.Time) {
 		}
 		if parent := e.dev[ds.info.ParentUUID]; parent != nil && parent.present {
 			delete(e.dev, uuid)
-			e.devOrder = nil
 		}
 	}
 }
 
-// buildSnapshot fills a spare snapshot with the state now: the devices and
-// allocations in the order they are listed (kept while no allocation
-// comes or goes), the sources' health.
+// buildSnapshot returns a new snapshot of the state now.
 func (e *Engine) buildSnapshot(now time.Time) *Snapshot {
-	s := e.spareSnapshot()
-	s.At, s.Polls, s.Overflowed = now, e.polls, e.overflowed
+	s := &Snapshot{At: now, Polls: e.polls, Overflowed: e.overflowed}
 
-	if e.devOrder == nil {
-		e.devOrder = slices.Collect(maps.Values(e.dev))
-	}
-	// A device's index may change (a GPU re-enumerated): sorted at each
-	// poll, a few dozen at most.
-	slices.SortFunc(e.devOrder, func(a, b *deviceState) int {
+	devs := slices.Collect(maps.Values(e.dev))
+	slices.SortFunc(devs, func(a, b *deviceState) int {
 		return cmp.Or(cmp.Compare(a.info.GPU, b.info.GPU), cmp.Compare(a.info.UUID, b.info.UUID))
 	})
-	s.Devices = s.Devices[:0]
-	for _, ds := range e.devOrder {
+	s.Devices = make([]DeviceSnapshot, 0, len(devs))
+	for _, ds := range devs {
 		d := DeviceSnapshot{
 			Device:         ds.info,
 			Present:        ds.present,
@@ -1136,59 +1027,68 @@ func (e *Engine) buildSnapshot(now time.Time) *Snapshot {
 		s.Devices = append(s.Devices, d)
 	}
 
-	if e.order == nil {
-		e.order = slices.Collect(maps.Values(e.alloc))
-		slices.SortFunc(e.order, func(a, b *allocState) int {
-			return cmp.Or(cmp.Compare(a.key.UUID, b.key.UUID), cmp.Compare(a.key.Namespace, b.key.Namespace),
-				cmp.Compare(a.key.Pod, b.key.Pod), cmp.Compare(a.key.Container, b.key.Container))
-		})
+	s.Allocations = make([]*AllocationSnapshot, 0, len(e.alloc))
+	for _, as := range e.alloc {
+		s.Allocations = append(s.Allocations, e.allocationSnapshot(as))
 	}
-	s.Allocations = s.Allocations[:0]
-	for _, as := range e.order {
-		attribution := "device"
-		if as.byProcess {
-			attribution = "process"
-		}
-		s.Allocations = append(s.Allocations, AllocationSnapshot{
-			UUID:            as.key.UUID,
-			GPU:             as.gpu,
-			Namespace:       as.key.Namespace,
-			Pod:             as.key.Pod,
-			Container:       as.key.Container,
-			Resource:        as.resource,
-			Shared:          as.shared,
-			Attribution:     attribution,
-			WorkloadKind:    as.pod.WorkloadKind,
-			Workload:        as.pod.Workload,
-			Model:           cmp.Or(as.pod.Model, e.cmdModels[as.pod.UID]),
-			ExtraLabels:     as.pod.ExtraLabels,
-			Scheduling:      as.pod.Scheduling,
-			DRA:             as.dra,
-			Live:            as.live,
-			Stale:           as.stale,
-			Counters:        as.c,
-			HasIdleStreak:   as.hasStreak && as.live,
-			IdleStreak:      as.streak.Seconds(),
-			HasMemory:       as.hasMemory && as.live,
-			MemoryUsedBytes: as.memory,
-		})
-	}
+	slices.SortFunc(s.Allocations, func(a, b *AllocationSnapshot) int {
+		return cmp.Or(cmp.Compare(a.UUID, b.UUID), cmp.Compare(a.Namespace, b.Namespace),
+			cmp.Compare(a.Pod, b.Pod), cmp.Compare(a.Container, b.Container))
+	})
 
-	if len(s.Sources) != len(e.sourceNames) {
-		s.Sources = make([]SourceSnapshot, len(e.sourceNames))
-	}
-	for i, name := range e.sourceNames {
-		st, src := e.sources[name], &s.Sources[i]
-		src.Name, src.Up = name, st.up
-		if src.Errors == nil {
-			src.Errors = make(map[string]uint64, len(st.errors))
-		}
-		clear(src.Errors)
-		for r, n := range st.errors {
-			src.Errors[r] = n
-		}
+	names := slices.Sorted(maps.Keys(e.sources))
+	s.Sources = make([]SourceSnapshot, len(names))
+	for i, name := range names {
+		st := e.sources[name]
+		s.Sources[i] = SourceSnapshot{Name: name, Up: st.up, Errors: maps.Clone(st.errors)}
 	}
 	return s
+}
+
+// allocationSnapshot returns the record of as for a new snapshot. While
+// it stays the same (an ended allocation's, during retention), the last
+// snapshot's record is returned again, and its info likewise, so that a
+// poll copies only what changed.
+func (e *Engine) allocationSnapshot(as *allocState) *AllocationSnapshot {
+	info := AllocationInfo{
+		UUID:         as.key.UUID,
+		GPU:          as.gpu,
+		Namespace:    as.key.Namespace,
+		Pod:          as.key.Pod,
+		Container:    as.key.Container,
+		Resource:     as.resource,
+		Shared:       as.shared,
+		WorkloadKind: as.pod.WorkloadKind,
+		Workload:     as.pod.Workload,
+		Model:        cmp.Or(as.pod.Model, e.cmdModels[as.pod.UID]),
+		ExtraLabels:  as.pod.ExtraLabels,
+		Scheduling:   as.pod.Scheduling,
+		DRA:          as.dra,
+	}
+	if as.info == nil || !as.info.equal(&info) {
+		changed := info
+		as.info = &changed
+	}
+	attribution := "device"
+	if as.byProcess {
+		attribution = "process"
+	}
+	a := AllocationSnapshot{
+		AllocationInfo:  as.info,
+		Attribution:     attribution,
+		Live:            as.live,
+		Stale:           as.stale,
+		Counters:        as.c,
+		HasIdleStreak:   as.hasStreak && as.live,
+		IdleStreak:      as.streak.Seconds(),
+		HasMemory:       as.hasMemory && as.live,
+		MemoryUsedBytes: as.memory,
+	}
+	if as.snap == nil || *as.snap != a {
+		changed := a
+		as.snap = &changed
+	}
+	return as.snap
 }
 
 // String describes the engine's configuration for the start-up log.

@@ -148,9 +148,9 @@ func (h *harness) run(until time.Duration) *Snapshot {
 }
 
 func findAlloc(s *Snapshot, pod string) *AllocationSnapshot {
-	for i := range s.Allocations {
-		if s.Allocations[i].Pod == pod {
-			return &s.Allocations[i]
+	for _, a := range s.Allocations {
+		if a.Pod == pod {
+			return a
 		}
 	}
 	return nil
@@ -442,6 +442,8 @@ func TestConfigValidate(t *testing.T) {
 		{"poll too short", func(c *Config) { c.PollInterval = time.Millisecond }, "poll interval 1ms is too short (at least 10ms)"},
 		{"negative retention", func(c *Config) { c.Retention = -time.Second }, "retention -1s must not be negative"},
 		{"negative stale grace", func(c *Config) { c.StaleGrace = -time.Second }, "kubelet stale grace -1s must not be negative"},
+		{"two bad values", func(c *Config) { c.IdleThreshold, c.Retention = 0, -time.Second },
+			"idle threshold 0 must be a ratio in (0, 1]\nretention -1s must not be negative"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

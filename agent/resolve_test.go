@@ -137,7 +137,7 @@ func TestDynamicMIGPlacement(t *testing.T) {
 	}
 	s := e.Snapshot()
 	for pod, uuid := range map[string]string{"a": uuidOf(104), "b": uuidOf(101), "late": uuidOf(103)} {
-		i := slices.IndexFunc(s.Allocations, func(a AllocationSnapshot) bool { return a.Pod == pod && a.Live })
+		i := slices.IndexFunc(s.Allocations, func(a *AllocationSnapshot) bool { return a.Pod == pod && a.Live })
 		if i < 0 || s.Allocations[i].UUID != uuid {
 			t.Errorf("%s's live allocation: %d of %+v, want one on %s", pod, i, s.Allocations, uuid)
 		}

@@ -286,3 +286,10 @@ func (s *Schedule) Split(from, to time.Time, emit func(Window, time.Duration)) {
 	}
 	emit(cur, acc)
 }
+
+// Durations returns how much of [from, to) is off-peak and peak.
+func (s *Schedule) Durations(from, to time.Time) [NumWindows]time.Duration {
+	var d [NumWindows]time.Duration
+	s.Split(from, to, func(w Window, part time.Duration) { d[w] += part })
+	return d
+}

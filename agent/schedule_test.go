@@ -16,8 +16,9 @@ func mustZone(t testing.TB, name string) *time.Location {
 }
 
 // splitTotals splits [from, to) and sums each window, checking that the parts
-// are positive, alternate, and add up to the interval.
-func splitTotals(t testing.TB, w Windows, from, to time.Time) (peak, offpeak time.Duration) {
+// are positive, alternate, and add up to the interval, and that Durations
+// gives the same sums.
+func splitTotals(t testing.TB, w *Schedule, from, to time.Time) (peak, offpeak time.Duration) {
 	t.Helper()
 	var parts int
 	last := NumWindows
@@ -41,6 +42,9 @@ func splitTotals(t testing.TB, w Windows, from, to time.Time) (peak, offpeak tim
 	}
 	if got := peak + offpeak; got != to.Sub(from) {
 		t.Errorf("Split(%s, %s) parts add up to %s, want %s", from, to, got, to.Sub(from))
+	}
+	if d := w.Durations(from, to); d[Peak] != peak || d[Offpeak] != offpeak {
+		t.Errorf("Durations(%s, %s) = peak %s, off-peak %s; Split's parts add up to %s, %s", from, to, d[Peak], d[Offpeak], peak, offpeak)
 	}
 	return peak, offpeak
 }
@@ -129,9 +133,11 @@ func TestScheduleWallClock(t *testing.T) {
 		{time.Date(2026, 3, 9, 22, 0, 0, 0, time.UTC), false},   // Mon 18:00 EDT
 		{time.Date(2026, 3, 7, 15, 0, 0, 0, time.UTC), false},   // Saturday
 	} {
-		if got := s.At(tc.at); got != tc.peak {
-			t.Errorf("At(%s = %s) = %v, want %v", tc.at, tc.at.In(ny).Format(time.RFC1123), got, tc.peak)
-		}
+		t.Run(tc.at.Format(time.RFC3339), func(t *testing.T) {
+			if got := s.At(tc.at); got != tc.peak {
+				t.Errorf("At(%s = %s) = %v, want %v", tc.at, tc.at.In(ny).Format(time.RFC1123), got, tc.peak)
+			}
+		})
 	}
 }
 
@@ -152,10 +158,12 @@ func TestParseScheduleErrors(t *testing.T) {
 		{"Mon-Fri +9:00-18:00", `"+9:00" is not a time of day as HH:MM`},
 	}
 	for _, tc := range tests {
-		_, err := ParseSchedule(tc.spec, nil)
-		if err == nil || !strings.Contains(err.Error(), tc.want) {
-			t.Errorf("ParseSchedule(%q) = %v, want an error containing %q", tc.spec, err, tc.want)
-		}
+		t.Run(tc.spec, func(t *testing.T) {
+			_, err := ParseSchedule(tc.spec, nil)
+			if err == nil || !strings.Contains(err.Error(), tc.want) {
+				t.Errorf("ParseSchedule(%q) = %v, want an error containing %q", tc.spec, err, tc.want)
+			}
+		})
 	}
 }
 
@@ -169,13 +177,15 @@ func TestScheduleString(t *testing.T) {
 		{DefaultPeakSchedule, nil, "Mon-Fri 09:00-18:00 UTC"},
 		{"", mustZone(t, "Asia/Tokyo"), "none Asia/Tokyo"},
 	} {
-		s, err := ParseSchedule(tc.spec, tc.loc)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if got := s.String(); got != tc.want {
-			t.Errorf("String() = %q, want %q", got, tc.want)
-		}
+		t.Run(tc.want, func(t *testing.T) {
+			s, err := ParseSchedule(tc.spec, tc.loc)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got := s.String(); got != tc.want {
+				t.Errorf("String() = %q, want %q", got, tc.want)
+			}
+		})
 	}
 }
 

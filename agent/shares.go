@@ -7,33 +7,12 @@ import (
 	"github.com/gpuxray/gpuxray/collector"
 )
 
-// How the engine credits a shared GPU to its holders' own processes.
-//
-// NVML's per-process samples (GetProcessUtilization) are not on the
-// device's sample grid. A real driver lists each busy process once per
-// call, stamped when it last refreshed that process's entry (every few
-// seconds, each process on its own schedule), valued over the time since
-// the caller's lastSeenTimeStamp (go-nvml #51, nvtop #110). Older drivers,
-// and the simulator before it was read against them, list one entry per
-// process per sample period. The engine takes each sample to cover the
-// time since its process's previous sample: one refresh, where a read
-// lists several samples of one process (per period), else since the
-// previous, at most twice the refresh or --sample.max-gap, whichever is
-// longer. It spreads the process's busy time over the device periods its
-// span covers in proportion to the device's own busy ratio in each (the
-// device's samples say when the GPU worked; the process's, how much of it
-// was this process's), so a bursty process alone on a GPU is busy in its
-// bursts and idle between them.
-//
-// A period of a shared GPU is credited once the process samples that cover
-// it have come: when every process seen on the device lately has been
-// sampled past its end, when the device was idle in it (then every
-// process was), when the driver lists a sample per period (the read that
-// brought the period brought its processes'), or at the latest processWait
-// after it ends: twice the refresh plus a poll, at least --sample.max-gap,
-// at most MaxProcessWait. A process not sampled by then was idle (NVML
-// lists only processes with some utilization). Shared pods' counters lag
-// by up to that much.
+// How the engine credits a shared GPU to its holders' own processes, as
+// docs/accounting.md describes: each process sample covers the time since
+// its process's previous one, and its busy time is spread over the device's
+// periods in that span in proportion to the device's busy ratio in each. A
+// period waits for the samples that cover it, at most MaxProcessWait; a
+// process not sampled by then was idle, as NVML lists only busy ones.
 
 // MaxProcessWait bounds how long a period of a shared GPU waits for the
 // process samples that cover it: its counters lag by up to that much.
@@ -208,8 +187,8 @@ func (e *Engine) resolved(rd collector.DeviceReading, owners map[uint32]procOwne
 }
 
 // ingest records the reading's processes and their samples: each sample
-// becomes a span of its process, from its previous sample (see the
-// package comment above), never before the time already credited.
+// becomes a span of its process, from its previous sample (see the top
+// of this file), never before the time already credited.
 func (e *Engine) ingest(ds *deviceState, rd collector.DeviceReading, owners map[uint32]procOwner, now time.Time) {
 	sh := &ds.share
 	if sh.procs == nil {
@@ -231,8 +210,7 @@ func (e *Engine) ingest(ds *deviceState, rd collector.DeviceReading, owners map[
 		track(p.PID)
 	}
 	// Several samples of one process in a read: one per period.
-	count := e.seenPIDs
-	clear(count)
+	count := make(map[uint32]int, len(rd.ProcessSamples))
 	for _, s := range rd.ProcessSamples {
 		count[s.PID]++
 		if count[s.PID] > 1 {
@@ -305,6 +283,7 @@ func (e *Engine) decide(ds *deviceState, now time.Time, force bool) {
 	sh := &ds.share
 	wait := e.wait(sh)
 	done := 0
+	var shares []float64 // the holders', reused from period to period
 	for i := range sh.pending {
 		p := &sh.pending[i]
 		idle := p.known && p.v == 0 // then every process was idle
@@ -316,14 +295,12 @@ func (e *Engine) decide(ds *deviceState, now time.Time, force bool) {
 		case !p.byProcess:
 			e.credit(ds, p.from, p.to, p.v, p.known, holders, p.holdersKnown, nil, 0)
 		case idle:
-			shares := slices.Grow(e.shares[:0], len(holders))[:len(holders)]
-			e.shares = shares
+			shares = slices.Grow(shares[:0], len(holders))[:len(holders)]
 			clear(shares)
 			e.credit(ds, p.from, p.to, p.v, p.known, holders, p.holdersKnown, shares, 0)
 			sh.cover(p)
 		default:
-			shares := slices.Grow(e.shares[:0], len(holders))[:len(holders)]
-			e.shares = shares
+			shares = slices.Grow(shares[:0], len(holders))[:len(holders)]
 			unattributed := e.periodShares(sh, i, holders, shares)
 			e.credit(ds, p.from, p.to, p.v, p.known, holders, p.holdersKnown, shares, unattributed)
 		}
@@ -346,7 +323,6 @@ func (e *Engine) decide(ds *deviceState, now time.Time, force bool) {
 	}
 	if len(sh.pending) == 0 {
 		sh.sets = sh.sets[:0]
-		e.statesOf = nil
 	}
 }
 
@@ -474,12 +450,11 @@ func overlap(a0, a1, b0, b1 time.Time) float64 {
 func (e *Engine) Settle() {
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	e.statesOf, e.statesLen = nil, 0
 	now := e.clock.Now()
 	for _, ds := range e.dev {
 		e.decide(ds, now, true)
 	}
-	e.publish(e.buildSnapshot(now))
+	e.snap.Store(e.buildSnapshot(now))
 }
 
 func maxTime(a, b time.Time) time.Time {

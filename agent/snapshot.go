@@ -1,47 +1,28 @@
 package agent
 
 import (
-	"sync/atomic"
+	"maps"
 	"time"
 
 	"github.com/gpuxray/gpuxray/collector"
 )
 
-// Snapshot is the engine's state after one poll. It is immutable once
-// published: the exporter renders it at scrape time without locks. One
-// from Engine.Snapshot is the caller's to keep; one from
-// Engine.AcquireSnapshot, until its Release.
+// Snapshot is the engine's state after one poll. Each poll publishes a new
+// one and never modifies it after: the exporter renders it at scrape time
+// without locks. Readers must not modify it either.
 type Snapshot struct {
 	// At is when the poll that made it finished.
 	At time.Time
 	// Polls is the number of polls completed.
-	Polls       uint64
-	Devices     []DeviceSnapshot     // sorted by GPU index, then UUID
-	Allocations []AllocationSnapshot // sorted by UUID, namespace, pod, container
-	Sources     []SourceSnapshot     // sorted by name
+	Polls   uint64
+	Devices []DeviceSnapshot // sorted by GPU index, then UUID
+	// Allocations are sorted by UUID, namespace, pod, container. A record
+	// that did not change since the last poll is the last snapshot's.
+	Allocations []*AllocationSnapshot
+	Sources     []SourceSnapshot // sorted by name
 	// Overflowed counts the allocations folded into OverflowPod by the
 	// MaxAllocations guard, each once while it stays listed.
 	Overflowed uint64
-
-	// ref is how many readers hold the snapshot; nil for one the engine
-	// did not make.
-	ref *snapshotRef
-}
-
-// snapshotRef is the state of an engine's snapshot that lets the engine
-// reuse its memory.
-type snapshotRef struct {
-	refs atomic.Int32 // readers that acquired it and have not released it
-	// pinned is set on a snapshot that Engine.Snapshot gave away: it is
-	// never reused.
-	pinned atomic.Bool
-}
-
-// Release ends the hold AcquireSnapshot took on s.
-func (s *Snapshot) Release() {
-	if s.ref != nil {
-		s.ref.refs.Add(-1)
-	}
 }
 
 // DeviceCounters are a device's monotonic counters in one window, in seconds.
@@ -63,16 +44,13 @@ type DeviceCounters struct {
 	Unattributed float64
 
 	// Allocated, AllocatedIdle and AllocatedActive count the device's own
-	// time once, however many pods share it: Allocated is observed time
-	// while at least one pod held it, AllocatedIdle the part of that in
-	// which every holder was idle, AllocatedActive the holders' busy ratio
-	// (capped at 1) weighted by time. They are the GPU-capacity figures; the
-	// allocations' counters are pod-seconds, which on a shared GPU add up
-	// to more than the GPU's time.
-	//
-	// On a GPU in MIG mode every counter is its instances', each weighted by
-	// its share of the GPU (Device.GPUFraction), plus the slices no instance
-	// occupies, counted as observed and unallocated: the GPU's time once.
+	// time once, however many pods share it: observed time while a pod held
+	// it, the part of that in which every holder was idle, and the holders'
+	// busy ratio (capped at 1) weighted by time; the allocations' counters
+	// are pod-seconds, which on a shared GPU add up to more. On a GPU in MIG
+	// mode every counter is its instances', each weighted by its share
+	// (Device.GPUFraction), plus the slices no instance occupies, counted as
+	// observed and unallocated.
 	Allocated       float64
 	AllocatedIdle   float64
 	AllocatedActive float64
@@ -121,29 +99,16 @@ type AllocationCounters struct {
 	Active float64
 }
 
-// AllocationSnapshot is one (device, container) allocation.
+// AllocationSnapshot is one (device, container) allocation: who holds
+// what, and the allocation's state at this poll.
 type AllocationSnapshot struct {
-	UUID      string
-	GPU       int // -1 when the device is not known to NVML
-	Namespace string
-	Pod       string
-	Container string
-	Resource  string
-	Shared    bool
+	// AllocationInfo changes rarely: successive snapshots share one until
+	// it does, so that a poll does not copy every allocation's labels.
+	*AllocationInfo
+
 	// Attribution says how activity was credited: "device" (the device's own
 	// samples) or, on shared GPUs with process data, "process".
-	Attribution  string
-	WorkloadKind string
-	Workload     string
-	Model        string
-	// ExtraLabels are the pod's extra Prometheus labels (name → value).
-	ExtraLabels map[string]string
-	// Scheduling is the pod's priority and Kueue queues, as the pod source
-	// knows them.
-	Scheduling collector.Scheduling
-	// DRA names the claim and the DRA device of an allocation made through
-	// Dynamic Resource Allocation; zero for a device plugin's.
-	DRA collector.DRADevice
+	Attribution string
 	// Live is true while the allocation is in the kubelet's latest list;
 	// false during retention after it ended.
 	Live bool
@@ -158,6 +123,37 @@ type AllocationSnapshot struct {
 
 	HasMemory       bool
 	MemoryUsedBytes uint64
+}
+
+// AllocationInfo is who holds which device: the allocation's identity and
+// the labels of its series.
+type AllocationInfo struct {
+	UUID         string
+	GPU          int // -1 when the device is not known to NVML
+	Namespace    string
+	Pod          string
+	Container    string
+	Resource     string
+	Shared       bool
+	WorkloadKind string
+	Workload     string
+	Model        string
+	// ExtraLabels are the pod's extra Prometheus labels (name → value).
+	ExtraLabels map[string]string
+	// Scheduling is the pod's priority and Kueue queues, as the pod source
+	// knows them.
+	Scheduling collector.Scheduling
+	// DRA names the claim and the DRA device of an allocation made through
+	// Dynamic Resource Allocation; zero for a device plugin's.
+	DRA collector.DRADevice
+}
+
+// equal reports whether a and b hold the same values.
+func (a *AllocationInfo) equal(b *AllocationInfo) bool {
+	return a.UUID == b.UUID && a.GPU == b.GPU && a.Namespace == b.Namespace && a.Pod == b.Pod &&
+		a.Container == b.Container && a.Resource == b.Resource && a.Shared == b.Shared &&
+		a.WorkloadKind == b.WorkloadKind && a.Workload == b.Workload && a.Model == b.Model &&
+		maps.Equal(a.ExtraLabels, b.ExtraLabels) && a.Scheduling == b.Scheduling && a.DRA == b.DRA
 }
 
 // SourceSnapshot is the health of one source.

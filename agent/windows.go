@@ -22,17 +22,16 @@ func (w Window) String() string {
 	return "offpeak"
 }
 
-// Windows splits an interval at window boundaries. Split calls emit for each
-// consecutive part of [from, to) with the part's window and length; the
-// lengths add up to to-from.
+// Windows tells how an interval falls into the windows. Durations returns
+// how much of [from, to) falls in each; the durations add up to to-from.
 type Windows interface {
-	Split(from, to time.Time, emit func(w Window, d time.Duration))
+	Durations(from, to time.Time) [NumWindows]time.Duration
 }
 
 // AllOffpeak is the Windows that puts all time off-peak.
 type AllOffpeak struct{}
 
-// Split emits the whole interval as off-peak.
-func (AllOffpeak) Split(from, to time.Time, emit func(Window, time.Duration)) {
-	emit(Offpeak, to.Sub(from))
+// Durations puts the whole interval off-peak.
+func (AllOffpeak) Durations(from, to time.Time) [NumWindows]time.Duration {
+	return [NumWindows]time.Duration{Offpeak: to.Sub(from)}
 }

@@ -209,6 +209,20 @@ type Pod struct {
 	// Sharing is what a GPU-sharing scheduler wrote on the pod about the
 	// GPUs it uses, where the kubelet does not say.
 	Sharing Sharing
+	// Claims are the ResourceClaims the pod's containers use, from its
+	// spec and status: one per container and claim reference, sidecars
+	// and containers only (the kubelet never lists regular init
+	// containers), and DRAExtendedResource's request mappings.
+	Claims []PodClaim
+}
+
+// PodClaim is one container's use of a ResourceClaim: the claim's name (in
+// the pod's namespace; empty until the pod's status names a claim made from
+// a template) and the request it uses, empty for all of the claim's.
+type PodClaim struct {
+	Container string
+	Claim     string
+	Request   string
 }
 
 // Sharing is what HAMi and KAI Scheduler write on a pod about its GPUs
@@ -255,7 +269,10 @@ func (p Pod) Terminal() bool { return p.Phase == "Succeeded" || p.Phase == "Fail
 
 // ProcessInfo is what /proc says of a host PID running on a GPU.
 type ProcessInfo struct {
-	PID         uint32
+	PID uint32
+	// StartTime is when the process started, in clock ticks since boot
+	// (/proc/<pid>/stat field 22): with PID, it tells processes apart.
+	StartTime   uint64
 	PodUID      string // empty when the process is not in a pod's cgroup
 	ContainerID string // 64-hex, empty when unknown
 	// Cmdline is the process's argument vector. It can hold secrets: only a

@@ -12,26 +12,10 @@ import (
 	"github.com/gpuxray/gpuxray/collector/workload"
 )
 
-// SnapshotSource gives the latest engine snapshot.
+// SnapshotSource gives the latest engine snapshot, which the collector
+// reads and never modifies.
 type SnapshotSource interface {
 	Snapshot() *agent.Snapshot
-}
-
-// snapshotLender is a SnapshotSource that lends its snapshots: one from
-// AcquireSnapshot stays as it is until its Release, then the source may
-// fill it again (agent.Engine). A scrape holds the snapshot it renders
-// this way, so that the engine's polls allocate none.
-type snapshotLender interface {
-	AcquireSnapshot() *agent.Snapshot
-}
-
-// snapshot returns the snapshot to render, to be released when rendered
-// (Release does nothing on a snapshot that was not lent).
-func (c *Collector) snapshot() *agent.Snapshot {
-	if l, ok := c.src.(snapshotLender); ok {
-		return l.AcquireSnapshot()
-	}
-	return c.src.Snapshot()
 }
 
 // BuildInfo identifies the running binary in gpuxray_build_info.
@@ -80,8 +64,7 @@ func (c *Collector) Describe(ch chan<- *prometheus.Desc) {
 
 // Collect renders the latest snapshot.
 func (c *Collector) Collect(ch chan<- prometheus.Metric) {
-	s := c.snapshot()
-	defer s.Release()
+	s := c.src.Snapshot()
 	d := c.d
 	gauge := func(desc *prometheus.Desc, v float64, lv ...string) {
 		ch <- prometheus.MustNewConstMetric(desc, prometheus.GaugeValue, v, labelValues(lv)...)
@@ -132,7 +115,7 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 		}
 	}
 	for i := range s.Allocations {
-		a := &s.Allocations[i]
+		a := s.Allocations[i]
 		lv := []string{a.UUID, formatGPU(a.GPU), a.Namespace, a.Pod, a.Container, a.WorkloadKind, a.Workload, a.Model}
 		for _, name := range c.extra {
 			lv = append(lv, a.ExtraLabels[name])

@@ -1,6 +1,7 @@
 package exporter
 
 import (
+	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -37,11 +38,11 @@ func testSnapshot() *agent.Snapshot {
 				HasEnergy: true, EnergyJoules: 1000,
 			},
 		}},
-		Allocations: []agent.AllocationSnapshot{
-			{UUID: uuid0, GPU: 0, Namespace: "ml", Pod: "train-0", Container: "main", Resource: "nvidia.com/gpu",
+		Allocations: []*agent.AllocationSnapshot{
+			{AllocationInfo: &agent.AllocationInfo{UUID: uuid0, GPU: 0, Namespace: "ml", Pod: "train-0", Container: "main", Resource: "nvidia.com/gpu"},
 				Attribution: "device", Live: true, HasIdleStreak: true, IdleStreak: 42, HasMemory: true, MemoryUsedBytes: 512 << 20},
-			{UUID: "GPU-11111111-0000-0000-0000-000000000000", GPU: -1, Namespace: "ml", Pod: "ended", Container: "main",
-				Resource: "nvidia.com/gpu", Attribution: "device", Live: false},
+			{AllocationInfo: &agent.AllocationInfo{UUID: "GPU-11111111-0000-0000-0000-000000000000", GPU: -1, Namespace: "ml", Pod: "ended", Container: "main",
+				Resource: "nvidia.com/gpu"}, Attribution: "device", Live: false},
 		},
 		Sources: []agent.SourceSnapshot{
 			{Name: "kubelet", Up: false, Errors: map[string]uint64{"unavailable": 2}},
@@ -148,11 +149,13 @@ func TestHandler(t *testing.T) {
 		{"/nope", true, 404, ""},
 	}
 	for _, tc := range tests {
-		ready = tc.ready
-		code, body := get(tc.path)
-		if code != tc.code || !strings.Contains(body, tc.contains) {
-			t.Errorf("GET %s (ready=%v) = %d %q, want %d containing %q", tc.path, tc.ready, code, body, tc.code, tc.contains)
-		}
+		t.Run(fmt.Sprintf("GET %s ready=%v", tc.path, tc.ready), func(t *testing.T) {
+			ready = tc.ready
+			code, body := get(tc.path)
+			if code != tc.code || !strings.Contains(body, tc.contains) {
+				t.Errorf("GET %s (ready=%v) = %d %q, want %d containing %q", tc.path, tc.ready, code, body, tc.code, tc.contains)
+			}
+		})
 	}
 }
 
@@ -163,7 +166,7 @@ func TestHandler(t *testing.T) {
 func TestCollectorBadLabelValues(t *testing.T) {
 	t.Parallel()
 	s := testSnapshot()
-	a := &s.Allocations[0]
+	a := s.Allocations[0]
 	a.Pod = "train-\xff\xfe"
 	a.Model = strings.Repeat("m", 10000)
 	a.Namespace = strings.Repeat("é", 200) // 400 bytes, cut at a character
@@ -198,10 +201,12 @@ func TestCollectorBadLabelValues(t *testing.T) {
 // plugin's.
 func TestAllocationInfoDRA(t *testing.T) {
 	t.Parallel()
-	s := &agent.Snapshot{Allocations: []agent.AllocationSnapshot{{
-		UUID: uuid0, GPU: 0, Namespace: "ml", Pod: "train-0", Container: "main", Resource: "gpu.nvidia.com",
+	s := &agent.Snapshot{Allocations: []*agent.AllocationSnapshot{{
+		AllocationInfo: &agent.AllocationInfo{
+			UUID: uuid0, GPU: 0, Namespace: "ml", Pod: "train-0", Container: "main", Resource: "gpu.nvidia.com",
+			DRA: collector.DRADevice{ClaimNamespace: "ml", Claim: "train-0-gpu", Driver: "gpu.nvidia.com", Pool: "node-1", Device: "gpu-0"},
+		},
 		Attribution: "device", Live: true,
-		DRA: collector.DRADevice{ClaimNamespace: "ml", Claim: "train-0-gpu", Driver: "gpu.nvidia.com", Pool: "node-1", Device: "gpu-0"},
 	}}}
 	s.Allocations[0].Counters[agent.Offpeak] = agent.AllocationCounters{Allocated: 3}
 	c := NewCollector(fixed{s}, nil)

@@ -275,28 +275,30 @@ func TestExpositionFamiliesOnce(t *testing.T) {
 		"text/plain;version=0.0.4",
 	} {
 		for _, p := range paths {
-			h := handler(p.r)
-			a := do(t, h, scrapeReq{name: p.name, method: http.MethodGet, accept: accept, encoding: "gzip", query: p.query})
-			where := p.name + ", " + accept
-			if a.code != http.StatusOK {
-				t.Fatalf("%s: status %d: %s", where, a.code, a.body)
-			}
-			e, err := checkExposition(a.body, a.headers.Get("Content-Type"))
-			if err != nil {
-				t.Errorf("%s (%s): %v", where, a.headers.Get("Content-Type"), err)
-				continue
-			}
-			if want := gatherSamples(t, p.r); e.series != want {
-				t.Errorf("%s: %d series parsed, %d gathered", where, e.series, want)
-			}
-			// Both of the clashing pair are served, under their names.
-			counter := model.MetricTypeCounter
-			if strings.HasPrefix(a.headers.Get("Content-Type"), "application/openmetrics-text") {
-				counter = model.MetricTypeUnknown
-			}
-			if g, c := e.types["go_memstats_alloc_bytes"], e.types["go_memstats_alloc_bytes_total"]; g != model.MetricTypeGauge || c != counter {
-				t.Errorf("%s: go_memstats_alloc_bytes is a %q, go_memstats_alloc_bytes_total a %q; want %q and %q", where, g, c, model.MetricTypeGauge, counter)
-			}
+			t.Run(p.name+", "+accept, func(t *testing.T) {
+				h := handler(p.r)
+				a := do(t, h, scrapeReq{name: p.name, method: http.MethodGet, accept: accept, encoding: "gzip", query: p.query})
+				where := p.name + ", " + accept
+				if a.code != http.StatusOK {
+					t.Fatalf("%s: status %d: %s", where, a.code, a.body)
+				}
+				e, err := checkExposition(a.body, a.headers.Get("Content-Type"))
+				if err != nil {
+					t.Errorf("%s (%s): %v", where, a.headers.Get("Content-Type"), err)
+					return
+				}
+				if want := gatherSamples(t, p.r); e.series != want {
+					t.Errorf("%s: %d series parsed, %d gathered", where, e.series, want)
+				}
+				// Both of the clashing pair are served, under their names.
+				counter := model.MetricTypeCounter
+				if strings.HasPrefix(a.headers.Get("Content-Type"), "application/openmetrics-text") {
+					counter = model.MetricTypeUnknown
+				}
+				if g, c := e.types["go_memstats_alloc_bytes"], e.types["go_memstats_alloc_bytes_total"]; g != model.MetricTypeGauge || c != counter {
+					t.Errorf("%s: go_memstats_alloc_bytes is a %q, go_memstats_alloc_bytes_total a %q; want %q and %q", where, g, c, model.MetricTypeGauge, counter)
+				}
+			})
 		}
 	}
 }

@@ -10,7 +10,10 @@ import (
 	"net"
 	"net/http"
 	"net/http/pprof"
+	"os"
 	"path"
+	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -20,6 +23,8 @@ import (
 	"github.com/prometheus/exporter-toolkit/web"
 	"go.uber.org/zap"
 	"go.uber.org/zap/exp/zapslog"
+	"go.yaml.in/yaml/v2" // exporter-toolkit's own: the image links no other
+	"golang.org/x/time/rate"
 )
 
 // Config is the HTTP server's configuration.
@@ -54,8 +59,8 @@ func DefaultConfig() Config {
 // configuration file and its certificates, so that a bad one ends the agent
 // at start-up rather than failing every scrape.
 func (c Config) Validate() error {
-	if _, _, err := net.SplitHostPort(c.ListenAddress); err != nil {
-		return fmt.Errorf("listen address %q is not host:port: %w", c.ListenAddress, err)
+	if err := validAddress("listen address", c.ListenAddress); err != nil {
+		return err
 	}
 	if err := validMetricsPath(c.MetricsPath); err != nil {
 		return err
@@ -64,15 +69,89 @@ func (c Config) Validate() error {
 		return fmt.Errorf("max requests %d must not be negative (0 is no limit)", c.MaxRequests)
 	}
 	if c.HealthListenAddress != "" {
-		if _, _, err := net.SplitHostPort(c.HealthListenAddress); err != nil {
-			return fmt.Errorf("health listen address %q is not host:port: %w", c.HealthListenAddress, err)
+		if err := validAddress("health listen address", c.HealthListenAddress); err != nil {
+			return err
 		}
 		if c.HealthListenAddress == c.ListenAddress {
 			return fmt.Errorf("health listen address %q is the listen address; leave it empty to serve health there", c.HealthListenAddress)
 		}
 	}
+	if c.ConfigFile != "" {
+		if err := checkWebConfigFiles(c.ConfigFile); err != nil {
+			return err
+		}
+	}
 	if err := web.Validate(c.ConfigFile); err != nil {
-		return fmt.Errorf("web config file %q: %w", c.ConfigFile, err)
+		// A YAML decoder lists its problems one a line.
+		return fmt.Errorf("web config file %q: %s", c.ConfigFile, strings.Join(strings.Fields(strings.ReplaceAll(err.Error(), ":\n", ";")), " "))
+	}
+	return nil
+}
+
+// validAddress checks that addr is host:port with a port Listen can bind:
+// a number from 0 to 65535, or a service name.
+func validAddress(what, addr string) error {
+	_, port, err := net.SplitHostPort(addr)
+	if err != nil {
+		return fmt.Errorf("%s %q is not host:port: %w", what, addr, err)
+	}
+	if _, err := net.LookupPort("tcp", port); err != nil {
+		return fmt.Errorf("%s %q: port %q is not a number from 0 to 65535 or a service name", what, addr, port)
+	}
+	return nil
+}
+
+// MaxWebConfigBytes bounds the web configuration file and each file it
+// names (certificates, key, client CAs).
+const MaxWebConfigBytes = 4 << 20
+
+// checkWebConfigFiles checks that the web configuration file, and each
+// certificate, key and CA file it names, is a regular file of at most
+// MaxWebConfigBytes, without opening them: exporter-toolkit reads them
+// again at each connection and request, and a FIFO would block that read
+// (at start-up, with SIGTERM ignored) and /dev/zero never end it.
+func checkWebConfigFiles(path string) error {
+	if err := checkRegular("web config file", path); err != nil {
+		return err
+	}
+	data, err := os.ReadFile(path) // regular and bounded: checked above
+	if err != nil {
+		return fmt.Errorf("web config file %q: %w", path, err)
+	}
+	var wc struct {
+		TLS struct {
+			Cert     string `yaml:"cert_file"`
+			Key      string `yaml:"key_file"`
+			ClientCA string `yaml:"client_ca_file"`
+		} `yaml:"tls_server_config"`
+	}
+	if err := yaml.Unmarshal(data, &wc); err != nil {
+		return nil // web.Validate says what is wrong, in its words
+	}
+	dir := filepath.Dir(path)
+	for _, f := range []string{wc.TLS.Cert, wc.TLS.Key, wc.TLS.ClientCA} {
+		if f == "" {
+			continue
+		}
+		if !filepath.IsAbs(f) {
+			f = filepath.Join(dir, f)
+		}
+		if err := checkRegular(fmt.Sprintf("web config file %q: the file", path), f); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func checkRegular(what, path string) error {
+	st, err := os.Stat(path)
+	switch {
+	case err != nil:
+		return fmt.Errorf("%s %q cannot be read: %w", what, path, err)
+	case !st.Mode().IsRegular():
+		return fmt.Errorf("%s %q is not a regular file: it is read again at each connection, which a pipe or a device cannot serve", what, path)
+	case st.Size() > MaxWebConfigBytes:
+		return fmt.Errorf("%s %q is larger than %d MiB", what, path, MaxWebConfigBytes>>20)
 	}
 	return nil
 }
@@ -185,10 +264,16 @@ func queueWait(r *http.Request) time.Duration {
 // onlyGetHead answers 405 to any method but GET and HEAD: the endpoints
 // change nothing, and a 200 to PUT or DELETE says they did.
 func onlyGetHead(h http.HandlerFunc) http.HandlerFunc {
+	return onlyMethods(h, http.MethodGet, http.MethodHead)
+}
+
+// onlyMethods answers 405, with Allow, to any method not in methods.
+func onlyMethods(h http.HandlerFunc, methods ...string) http.HandlerFunc {
+	allow := strings.Join(methods, ", ")
 	return func(w http.ResponseWriter, r *http.Request) {
-		if r.Method != http.MethodGet && r.Method != http.MethodHead {
-			w.Header().Set("Allow", "GET, HEAD")
-			http.Error(w, fmt.Sprintf("Method %s is not allowed; use GET or HEAD.", r.Method), http.StatusMethodNotAllowed)
+		if !slices.Contains(methods, r.Method) {
+			w.Header().Set("Allow", allow)
+			http.Error(w, fmt.Sprintf("Method %s is not allowed; use %s.", r.Method, strings.Join(methods, " or ")), http.StatusMethodNotAllowed)
 			return
 		}
 		h(w, r)
@@ -239,15 +324,17 @@ func NewHandler(g prometheus.Gatherer, metricsPath string, ready func() bool, lo
 
 // withPprof adds net/http/pprof's handlers in front of h; not
 // /debug/pprof/cmdline: no command line leaves the process. Profiles that
-// run for ?seconds= are bounded by boundSeconds.
+// run for ?seconds= are bounded by boundSeconds. They answer GET and HEAD
+// only (405 otherwise, as the other endpoints), but for the symbol
+// endpoint's POST, by which pprof's protocol sends addresses to look up.
 func withPprof(h http.Handler) http.Handler {
 	mux := http.NewServeMux()
 	// The named profiles (heap, allocs, block, mutex, goroutine, ...)
 	// take ?seconds= for a delta profile.
-	mux.HandleFunc("/debug/pprof/", boundSeconds(pprof.Index, false, false))
-	mux.HandleFunc("/debug/pprof/profile", boundSeconds(pprof.Profile, false, true))
-	mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
-	mux.HandleFunc("/debug/pprof/trace", boundSeconds(pprof.Trace, true, false))
+	mux.HandleFunc("/debug/pprof/", onlyGetHead(boundSeconds(pprof.Index, false, false)))
+	mux.HandleFunc("/debug/pprof/profile", onlyGetHead(boundSeconds(pprof.Profile, false, true)))
+	mux.HandleFunc("/debug/pprof/symbol", onlyMethods(pprof.Symbol, http.MethodGet, http.MethodHead, http.MethodPost))
+	mux.HandleFunc("/debug/pprof/trace", onlyGetHead(boundSeconds(pprof.Trace, true, false)))
 	mux.Handle("/", h)
 	return mux
 }
@@ -326,6 +413,10 @@ type Server struct {
 	log      *zap.Logger
 	// grace is how long shutdown waits for requests in flight.
 	grace time.Duration
+	// credRate and credBurst bound the checks of credentials not seen to
+	// pass before (credentialGate).
+	credRate  rate.Limit
+	credBurst int
 }
 
 // shutdownGrace is how long a stopping server lets requests in flight end.
@@ -351,7 +442,7 @@ func Listen(cfg Config, h http.Handler, logger *zap.Logger) (*Server, error) {
 	if err != nil {
 		return nil, fmt.Errorf("cannot listen on %s: %w", cfg.ListenAddress, err)
 	}
-	s := &Server{cfg: cfg, ln: ln, log: logger}
+	s := &Server{cfg: cfg, ln: ln, log: logger, credRate: credentialRate, credBurst: credentialBurst}
 	root := h
 	if cfg.EnablePprof {
 		root = withPprof(h)
@@ -383,10 +474,22 @@ func (s *Server) HealthAddr() net.Addr {
 func (s *Server) Serve(ctx context.Context) error {
 	errc := make(chan error, 2)
 	n := 1
+	ln := s.ln
+	if s.cfg.ConfigFile != "" {
+		// The toolkit authenticates before our handlers: the gate goes in
+		// front of it once it has wrapped ours, and learns from ours which
+		// credentials passed.
+		gate := newCredentialGate(nil, s.credRate, s.credBurst)
+		s.srv.Handler = gate.behind(s.srv.Handler)
+		ln = &gateOnAccept{Listener: s.ln, install: func() {
+			gate.next = s.srv.Handler
+			s.srv.Handler = gate
+		}}
+	}
 	go func() {
 		// exporter-toolkit applies the web configuration: TLS, basic auth,
 		// headers; with no file it serves plain HTTP.
-		errc <- web.Serve(s.ln, s.srv, &web.FlagConfig{
+		errc <- web.Serve(ln, s.srv, &web.FlagConfig{
 			WebListenAddresses: &[]string{s.cfg.ListenAddress},
 			WebSystemdSocket:   new(bool),
 			WebConfigFile:      &s.cfg.ConfigFile,

@@ -89,12 +89,21 @@ func TestConfigValidate(t *testing.T) {
 // serve starts a Server on loopback ports and stops it when the test ends.
 func serve(t *testing.T, cfg Config) *Server {
 	t.Helper()
+	return serveWith(t, cfg, nil)
+}
+
+// serveWith is serve with tune applied to the Server before it serves.
+func serveWith(t *testing.T, cfg Config, tune func(*Server)) *Server {
+	t.Helper()
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(NewCollector(fixed{testSnapshot()}, nil))
 	h := NewHandler(reg, cfg.MetricsPath, func() bool { return true }, zap.NewNop(), DefaultMaxRequests)
 	s, err := Listen(cfg, h, zap.NewNop())
 	if err != nil {
 		t.Fatal(err)
+	}
+	if tune != nil {
+		tune(s)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
@@ -261,7 +270,7 @@ func TestPprofSeconds(t *testing.T) {
 		{"GET", "profile?seconds=26", "", 400, "within the server's 30s write timeout"},
 		{"GET", "profile?seconds=abc", "", 400, `seconds="abc"`},
 		{"GET", "profile?seconds=0.5", "", 400, "whole number"},
-		{"POST", "profile", "seconds=1000", 400, "seconds=1000"},
+		{"POST", "profile", "seconds=1000", 405, "use GET or HEAD"}, // a POSTed form was read too; POST is refused now
 		{"GET", "trace?seconds=1000", "", 400, `seconds=1000: give a number of seconds up to 25`},
 		{"GET", "trace?seconds=NaN", "", 400, "seconds"},
 		{"GET", "trace?seconds=Inf", "", 400, "seconds"},
@@ -364,7 +373,8 @@ func TestInFlightQueue(t *testing.T) {
 	if code := <-get("0.4"); code != http.StatusServiceUnavailable {
 		t.Errorf("a scrape finding no slot for half its 0.4 s timeout = %d, want 503", code)
 	}
-	if d := time.Since(start); d < 200*time.Millisecond || d > 5*time.Second {
+	// At least half its timeout; a loaded machine only makes it longer.
+	if d := time.Since(start); d < 200*time.Millisecond {
 		t.Errorf("it waited %s for a slot, want 0.2 s", d)
 	}
 	waiting := get("10") // waits up to 5 s

@@ -189,22 +189,24 @@ func TestStepUnderTwoScrapes(t *testing.T) {
 		{30 * time.Second, time.Minute, ""},
 		{15 * time.Second, 5 * time.Minute, ""},
 	} {
-		n := node{instance: "node-a", gpus: 2, allocated: 1, util: 0.5, from: end.Add(-time.Hour), to: end, interval: c.interval}
-		api := startTimed(t, func(expr string, at time.Time, step time.Duration) []point { return n.answer(expr, at, step, nil) })
-		cfg := DefaultConfig()
-		cfg.End, cfg.Range, cfg.Step = end, time.Hour, c.step
-		r, err := Build(context.Background(), api, cfg)
-		if err != nil {
-			t.Fatal(err)
-		}
-		var got []string
-		for _, w := range r.Warnings {
-			if strings.Contains(w, "step") {
-				got = append(got, w)
+		t.Run(c.step.String()+" step, scrape every "+c.interval.String(), func(t *testing.T) {
+			n := node{instance: "node-a", gpus: 2, allocated: 1, util: 0.5, from: end.Add(-time.Hour), to: end, interval: c.interval}
+			api := startTimed(t, func(expr string, at time.Time, step time.Duration) []point { return n.answer(expr, at, step, nil) })
+			cfg := DefaultConfig()
+			cfg.End, cfg.Range, cfg.Step = end, time.Hour, c.step
+			r, err := Build(context.Background(), api, cfg)
+			if err != nil {
+				t.Fatal(err)
 			}
-		}
-		if c.warn == "" && len(got) > 0 || c.warn != "" && (len(got) != 1 || got[0] != c.warn) {
-			t.Errorf("scrape every %s, step %s: warnings %q, want %q", c.interval, c.step, got, c.warn)
-		}
+			var got []string
+			for _, w := range r.Warnings {
+				if strings.Contains(w, "step") {
+					got = append(got, w)
+				}
+			}
+			if c.warn == "" && len(got) > 0 || c.warn != "" && (len(got) != 1 || got[0] != c.warn) {
+				t.Errorf("scrape every %s, step %s: warnings %q, want %q", c.interval, c.step, got, c.warn)
+			}
+		})
 	}
 }

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"regexp"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -241,5 +242,71 @@ func TestHintsNeedData(t *testing.T) {
 				t.Errorf("the text report, want %q:\n%s", c.says, text.String())
 			}
 		})
+	}
+}
+
+// TestPendingAcrossKSMOutage: kube-state-metrics was silent from 09:00 to
+// 10:00 while the agents reported, and a pod waited for 2 GPUs all along.
+// Demand is unknown in those steps, not 0: the demand, the queue and the
+// timeline are judged over the time both sources cover (2 GPUs, not 1.5),
+// and the report says over how much.
+func TestPendingAcrossKSMOutage(t *testing.T) {
+	t.Parallel()
+	end := time.Date(2026, 12, 1, 12, 0, 0, 0, time.UTC) // a Tuesday
+	out0, out1 := end.Add(-3*time.Hour), end.Add(-2*time.Hour)
+	n := node{instance: "node-a", gpus: 8, allocated: 6, from: end.Add(-4 * time.Hour), to: end, interval: 15 * time.Second,
+		peak: func(time.Time) bool { return true }}
+	pending := func(at time.Time) (float64, bool) { return 2, !at.After(out0) || !at.Before(out1) }
+	api := startTimed(t, func(expr string, at time.Time, step time.Duration) []point {
+		if expr == qWaitPods {
+			if _, ok := pending(at); ok {
+				return []point{{labels: map[string]string{"cluster": "", "namespace": "ns", "pod": "waiter-0"}, v: 2}}
+			}
+			return nil
+		}
+		return n.answer(expr, at, step, pending)
+	}, n)
+	c := DefaultConfig()
+	c.End, c.Range = end, 4*time.Hour
+	r, err := Build(context.Background(), api, c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The steps ending 09:05 to 09:55 hold no kube-state-metrics sample.
+	silent := 55.0 / 60
+	approx(t, "hours covered", r.Funnel.All.Hours, 4)
+	approx(t, "demand's hours", r.Demand.Hours, 4-silent)
+	approx(t, "pending GPUs", r.Demand.PendingGPUs, 2)
+	approx(t, "pending GPU-hours", r.Demand.PendingGPUHours, 2*(4-silent))
+	approx(t, "the queue's hours", r.Queue.All.Hours, 4-silent)
+	approx(t, "the queue's pending GPU-hours", r.Queue.All.PendingGPUHours, 2*(4-silent))
+	unknown := 0
+	for _, p := range r.Timeline {
+		in := !p.Start.Before(out0) && p.Start.Before(out1.Add(-5*time.Minute))
+		if in {
+			unknown++
+			if p.DemandCovered != 0 {
+				t.Errorf("timeline at %s: demand covered %.2f during the outage, want 0", p.Start.Format("15:04"), p.DemandCovered)
+			}
+			continue
+		}
+		approx(t, "timeline demand covered at "+p.Start.Format("15:04"), p.DemandCovered, 1)
+		approx(t, "timeline pending GPUs at "+p.Start.Format("15:04"), p.PendingGPUs, 2)
+	}
+	if unknown != 11 {
+		t.Errorf("%d timeline points in the outage, want 11", unknown)
+	}
+	want := "kube-state-metrics was silent for 55m of the 4h the agents cover: pending demand, the queue and the verdict are judged over the 3h5m both cover"
+	if !slices.Contains(r.WarningsBySection.Data, want) {
+		t.Errorf("data warnings %q lack %q", r.WarningsBySection.Data, want)
+	}
+	var page bytes.Buffer
+	if err := WriteHTML(&page, r); err != nil {
+		t.Fatal(err)
+	}
+	// The pending line breaks over the outage: two runs, not one.
+	pend := regexp.MustCompile(`<g id="pending"[^>]*>(.*?)</g>`).FindStringSubmatch(page.String())
+	if pend == nil || strings.Count(pend[1], "<polyline") != 2 {
+		t.Errorf("pending line %q, want two polylines around the outage", pend)
 	}
 }

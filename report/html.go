@@ -23,6 +23,7 @@ func WriteHTML(w io.Writer, r *Report) error {
 		Short                              bool
 		Funnel, Heatmap, Wasters, Timeline template.HTML
 		Queue                              template.HTML
+		Value                              template.HTML
 		// AllHours: the range has no peak time, and the rankings are over all hours.
 		AllHours bool
 		Withheld string
@@ -35,6 +36,7 @@ func WriteHTML(w io.Writer, r *Report) error {
 		Wasters:  wastersSVG(r),
 		Timeline: timelineSVG(r, loc),
 		Queue:    queueHTML(r.Queue, r.WarningsBySection.Queue),
+		Value:    valueHTML(r, loc),
 		AllHours: r.Ranking == BasisAll,
 		Withheld: withheldSentence(r.HintsWithheld),
 	}
@@ -96,8 +98,9 @@ svg text{font-family:system-ui,sans-serif;fill:#1d2330}
 <tr><th>model</th><th>workloads</th><th>idle at peak</th><th>idle</th><th>efficiency</th><th>longest idle streak</th></tr>
 {{range .R.TopModels}}<tr><td>{{.Model}}</td><td class="n">{{.Workloads}}</td><td class="n">{{gpuh .PeakIdle}}</td><td class="n">{{gpuh .Idle}}</td><td class="n">{{pct .Efficiency}}</td><td class="n">{{dur .LongestIdleStreakSeconds}}</td></tr>
 {{end}}</table></div>
-{{if or .R.Hints .Withheld}}<div class="card" id="hints"><h2>Right-sizing</h2>{{if .R.Hints}}<table><tr><th>workload</th><th>hint</th><th></th></tr>
-{{range .R.Hints}}<tr><td>{{.Namespace}}/{{dash .Name}}</td><td>{{.Hint}}</td><td>{{.Message}}</td></tr>
+{{.Value}}
+{{if or .R.Hints .Withheld}}<div class="card" id="hints"><h2>Right-sizing</h2>{{if .R.Hints}}<table><tr><th>workload</th><th>hint</th><th></th><th>frees</th></tr>
+{{range .R.Hints}}<tr><td>{{.Namespace}}/{{dash .Name}}</td><td>{{.Hint}}</td><td>{{.Message}}</td><td class="n">{{gpuh .FreesGPUHours}}</td></tr>
 {{end}}</table>{{end}}{{with .Withheld}}<p class="warn">{{.}}</p>{{end}}</div>{{end}}
 {{if or .R.Missing .R.WarningsBySection.Data}}<div class="card warn" id="partial"><h2>Partial data</h2><ul>
 {{$tz := .R.Range.Timezone}}{{range .R.Missing}}<li>{{.Source}} {{.Instance}}: no data {{when .Start $tz}} → {{when .End $tz}}</li>{{end}}
@@ -266,7 +269,7 @@ func timelineSVG(r *Report, loc *time.Location) template.HTML {
 		}
 	}
 	// A line per run of buckets with data: no data is a break, not a 0.
-	line := func(get func(TimelinePoint) float64, color, id string) {
+	line := func(get func(TimelinePoint) float64, covered func(TimelinePoint) float64, color, id string) {
 		fmt.Fprintf(&b, `<g id="%s" fill="none" stroke="%s" stroke-width="2">`, id, color)
 		var pts []string
 		flush := func() {
@@ -276,7 +279,7 @@ func timelineSVG(r *Report, loc *time.Location) template.HTML {
 			pts = pts[:0]
 		}
 		for i, p := range tl {
-			if p.Covered <= 0 {
+			if covered(p) <= 0 {
 				flush()
 				continue
 			}
@@ -285,11 +288,12 @@ func timelineSVG(r *Report, loc *time.Location) template.HTML {
 		flush()
 		b.WriteString(`</g>`)
 	}
-	line(func(p TimelinePoint) float64 { return p.OwnedGPUs }, "#a0a7b4", "owned")
-	line(func(p TimelinePoint) float64 { return p.ReclaimableGPUs }, "#2e9d5b", "reclaimable")
+	agents := func(p TimelinePoint) float64 { return p.Covered }
+	line(func(p TimelinePoint) float64 { return p.OwnedGPUs }, agents, "#a0a7b4", "owned")
+	line(func(p TimelinePoint) float64 { return p.ReclaimableGPUs }, agents, "#2e9d5b", "reclaimable")
 	// Unknown demand is no line: a 0 line would say nothing waited.
 	if r.Demand.Available {
-		line(func(p TimelinePoint) float64 { return p.PendingGPUs }, "#d1495b", "pending")
+		line(func(p TimelinePoint) float64 { return p.PendingGPUs }, func(p TimelinePoint) float64 { return p.DemandCovered }, "#d1495b", "pending")
 	}
 	for _, v := range []float64{0, hi / 2, hi} {
 		fmt.Fprintf(&b, `<text x="0" y="%g" font-size="11">%.0f</text>`, y(v)+4, v)

@@ -129,9 +129,9 @@ func TestBuildSplitsAndFindsGaps(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	// The report's 18 (pending twice), the queue's, and its waiters'
-	// gauges again at each step's end.
-	queries := 18 + len(queueQueries)
+	// The report's 18 (pending twice), the queue's, its waiters' gauges
+	// again at each step's end, and the work figures' (value.go).
+	queries := 18 + len(queueQueries) + len(valueJobs(c, &valueInput{}))
 	for _, qq := range queueQueries {
 		if qq.edge {
 			queries++
@@ -230,12 +230,14 @@ func TestConfigValidate(t *testing.T) {
 		{"quantile", func(c *Config) { c.Quantile = 0 }, "quantile"},
 		{"points", func(c *Config) { c.MaxPoints = 20000 }, "max points"},
 	} {
-		cfg := DefaultConfig()
-		c.mod(&cfg)
-		err := cfg.Validate()
-		if (err == nil) != (c.want == "") || (err != nil && !strings.Contains(err.Error(), c.want)) {
-			t.Errorf("%s: %v, want %q", c.name, err, c.want)
-		}
+		t.Run(c.name, func(t *testing.T) {
+			cfg := DefaultConfig()
+			c.mod(&cfg)
+			err := cfg.Validate()
+			if (err == nil) != (c.want == "") || (err != nil && !strings.Contains(err.Error(), c.want)) {
+				t.Errorf("%s: %v, want %q", c.name, err, c.want)
+			}
+		})
 	}
 }
 

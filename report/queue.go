@@ -579,7 +579,7 @@ func computeQueue(in input, qi queueInput, peak []float64, qc queueConfig) Queue
 	type nodeKey struct{ job, instance, product string }
 	nodes := map[nodeKey]int{}
 	for i := 0; i < g.n; i++ {
-		cov := in.covered[i]
+		cov := in.demandCovered[i]
 		wAll, wPeak := cov/3600, peak[i]*cov/3600
 		if cov > 0 {
 			q.All.Hours += wAll

@@ -17,10 +17,10 @@ import (
 func queueBenchInput(n int) (input, queueInput, []float64) {
 	const steps = 288
 	g := grid{start: time.Date(2026, 12, 1, 0, 0, 0, 0, time.UTC), step: 5 * time.Minute, n: steps}
-	in := input{g: g, covered: make([]float64, steps)}
+	in := input{g: g, covered: make([]float64, steps), demandCovered: make([]float64, steps)}
 	peak := make([]float64, steps)
 	for i := range in.covered {
-		in.covered[i] = 300
+		in.covered[i], in.demandCovered[i] = 300, 300
 		if i >= 108 && i < 216 {
 			peak[i] = 1
 		}

@@ -57,6 +57,7 @@ func TestComputeQueue(t *testing.T) {
 	start := time.Date(2026, 12, 1, 9, 0, 0, 0, time.UTC)
 	g := grid{start: start, step: 10 * time.Minute, n: n}
 	in := input{g: g, covered: []float64{600, 600, 600, 600, 600, 600}}
+	in.demandCovered = in.covered
 	peak := []float64{1, 1, 1, 1, 1, 1}
 	pod := func(name string) map[string]string { return map[string]string{"namespace": "ml", "pod": name} }
 	with := func(m map[string]string, k, v string) map[string]string {

@@ -45,6 +45,9 @@ type Config struct {
 	// class without one of its own): --slo.wait.
 	SLOWait map[string]time.Duration
 	Hints   HintConfig
+	// Prices are the GPU types' prices (--price, --price.file, --currency);
+	// without any, the report has no money figures.
+	Prices PriceSheet
 	// Timeout bounds each query: the server is asked to give up a tenth
 	// earlier, and a query it does not answer at all is tried once more,
 	// halved, before the report gives up.
@@ -151,6 +154,11 @@ type Report struct {
 	// of the report each concerns.
 	Warnings          []string          `json:"warnings"`
 	WarningsBySection WarningsBySection `json:"warnings_by_section"`
+	// Cost is the funnel in currency, Money the prices, levers and
+	// shortfall (nil without prices); Forecast the buy date (value.go).
+	Cost     *Cost    `json:"cost"`
+	Money    *Money   `json:"money"`
+	Forecast Forecast `json:"forecast"`
 }
 
 // WarningsBySection are the report's warnings by the part each concerns.
@@ -216,6 +224,9 @@ type TimelinePoint struct {
 	// Covered is the share of the bucket the agents' data covers; the means
 	// are over that part, and all 0 where it is 0.
 	Covered float64 `json:"covered"`
+	// DemandCovered is the share kube-state-metrics covers too: PendingGPUs
+	// is over that part, and unknown (0) where it is 0.
+	DemandCovered float64 `json:"demand_covered"`
 }
 
 // Missing is a span without data from one source and instance.
@@ -314,8 +325,11 @@ func Build(ctx context.Context, api API, c Config) (*Report, error) {
 			jobs = append(jobs, &job{expr: qq.expr, signed: qq.signed})
 		}
 	}
+	// The work and money figures' queries (value.go).
+	var vi valueInput
+	valueJobs := valueJobs(c, &vi)
 	q := &querier{api: api, base: c.Prometheus, timeout: c.Timeout, maxPoints: c.MaxPoints, maxSeries: c.MaxSeries, maxAnswerBytes: c.MaxAnswerBytes,
-		g: g, progress: c.Progress, total: len(jobs) * g.n}
+		g: g, progress: c.Progress, total: (len(jobs) + len(valueJobs)) * g.n}
 	// The first query alone: an unreachable server is one error, not one per query.
 	eg, ectx := errgroup.WithContext(ctx)
 	eg.SetLimit(max(1, c.Concurrency))
@@ -330,15 +344,25 @@ func Build(ctx context.Context, api API, c Config) (*Report, error) {
 			return err
 		})
 	}
+	startValue(ectx, eg, q, valueJobs)
 	if err := eg.Wait(); err != nil {
 		return nil, err
 	}
-	ksmBegins := begins(jobs[14].out, g.n)
+	ksmHas := has(jobs[14].out, g.n)
+	ksmBegins := begins(ksmHas)
 	in := input{g: g, loc: c.Location, nodes: jobs[0].out,
 		observed: byWindow(jobs[1].out, g.n), allocated: byWindow(jobs[2].out, g.n), active: byWindow(jobs[3].out, g.n),
 		idle: byWindow(jobs[4].out, g.n), unallocated: byWindow(jobs[5].out, g.n), unallocatedActive: byWindow(jobs[6].out, g.n),
 		wlAllocated: jobs[7].out, wlActive: jobs[8].out, wlIdle: jobs[9].out, wlStreak: jobs[10].out, wlMemory: jobs[11].out, wlMemoryTotal: jobs[12].out,
-		pending: atEdges(jobs[13].out, jobs[17].out, ksmBegins), ksm: jobs[14].out, covered: coveredSeconds(jobs[15].out, byWindow(jobs[1].out, g.n), g), wlGPU: jobs[16].out}
+		pending: atEdges(jobs[13].out, jobs[17].out, ksmBegins), ksm: jobs[14].out, covered: coveredSeconds(jobs[15].out, byWindow(jobs[1].out, g.n), g), wlGPU: jobs[16].out, value: vi}
+	in.demandCovered = slices.Clone(in.covered)
+	if len(in.ksm) > 0 {
+		for i, ok := range ksmHas {
+			if !ok {
+				in.demandCovered[i] = 0
+			}
+		}
+	}
 	e := edgeFirst
 	for k, qq := range queueQueries {
 		out := jobs[queueFirst+k].out
@@ -383,18 +407,23 @@ func Build(ctx context.Context, api API, c Config) (*Report, error) {
 	return r, nil
 }
 
-// begins marks the steps in which kube-state-metrics' data begins: it has
-// samples in the step (qKSM) and none in the step before. The range's first
-// step is not one: its data may well have begun before the range.
-func begins(ksm []series, n int) []bool {
-	has := make([]bool, n)
+// has marks the steps in which kube-state-metrics has samples (qKSM).
+func has(ksm []series, n int) []bool {
+	out := make([]bool, n)
 	for _, s := range ksm {
 		for i, v := range s.vals {
-			has[i] = has[i] || !math.IsNaN(v) && v > 0
+			out[i] = out[i] || !math.IsNaN(v) && v > 0
 		}
 	}
-	out := make([]bool, n)
-	for i := 1; i < n; i++ {
+	return out
+}
+
+// begins marks the steps in which kube-state-metrics' data begins: it has
+// samples in the step and none in the step before. The range's first step
+// is not one: its data may well have begun before the range.
+func begins(has []bool) []bool {
+	out := make([]bool, len(has))
+	for i := 1; i < len(has); i++ {
 		out[i] = has[i] && !has[i-1]
 	}
 	return out
@@ -494,10 +523,13 @@ type input struct {
 	observed, allocated, active, idle, unallocated, unallocatedActive windowed
 	wlAllocated, wlActive, wlIdle, wlStreak, wlMemory, wlMemoryTotal  []series
 	pending, ksm                                                      []series
-	// covered is the seconds of each step the agents' data covers.
-	covered []float64
-	wlGPU   []series
-	queue   queueInput
+	// covered is the seconds of each step the agents' data covers;
+	// demandCovered the part of it kube-state-metrics covers too, where
+	// pending demand is known (all of it without kube-state-metrics).
+	covered, demandCovered []float64
+	wlGPU                  []series
+	queue                  queueInput
+	value                  valueInput
 }
 
 // coveredSeconds is, per step, the time the agents' data covers: what
@@ -597,7 +629,7 @@ func compute(in input, c Config) *Report {
 	pending := sumSeries(in.pending, g.n)
 	steps := make([]DemandStep, g.n)
 	for i := range steps {
-		cov := in.covered[i]
+		cov := in.demandCovered[i]
 		steps[i] = DemandStep{Hours: cov / 3600, Peak: peak[i], Pending: pending[i],
 			IdleAllocated: perCovered(in.idle.all(i), cov), Unallocated: perCovered(in.unallocated.all(i), cov), UnallocatedActive: perCovered(in.unallocatedActive.all(i), cov)}
 	}
@@ -610,10 +642,13 @@ func compute(in input, c Config) *Report {
 	// Workloads and models, ranked at peak or, when the range has none,
 	// over all hours as the verdict is.
 	ws := workloads(in)
+	ws, c.Hints = withValue(ws, in, c, peak)
 	r.Ranking = r.Demand.Basis
 	r.TopWorkloads = TopBy(ws, c.Top, r.Ranking)
 	r.TopModels = ModelsBy(ws, c.Top, r.Ranking)
 	r.Hints, r.HintsWithheld = WithholdHints(TopBy(ws, len(ws), r.Ranking), c.Hints.Over(f.All.Hours))
+	addMoney(r, in, c, ws)
+	r.Forecast = forecast(g, peak, in.demandCovered, demandByType(r, in, steps), c.Quantile)
 
 	// The heatmap and the timeline.
 	var idleSum, covSum [7][24]float64
@@ -656,6 +691,10 @@ func compute(in input, c Config) *Report {
 
 	if w := stepWarning(in.nodes, g); w != "" {
 		r.warn(sectionData, w)
+	}
+	if all, both := sum(in.covered)/3600, sum(in.demandCovered)/3600; len(in.ksm) > 0 && all-both >= 1.0/60 {
+		r.warn(sectionData, fmt.Sprintf("kube-state-metrics was silent for %s of the %s the agents cover: pending demand, the queue and the verdict are judged over the %s both cover",
+			humanDuration(all-both), humanDuration(all), humanDuration(both)))
 	}
 
 	// What is missing.
@@ -717,20 +756,22 @@ func stepWarning(nodes []series, g grid) string {
 // as fewer GPUs.
 func timelinePoint(in input, steps []DemandStep, from, to int) TimelinePoint {
 	p := TimelinePoint{Start: in.g.at(from).Add(-in.g.step)}
-	var cov float64
+	var cov, dcov float64
 	for j := from; j < to; j++ {
-		c := in.covered[j]
+		c, dc := in.covered[j], in.demandCovered[j]
 		cov += c
+		dcov += dc
 		p.OwnedGPUs += in.observed.all(j)
 		p.AllocatedGPUs += in.allocated.all(j)
 		p.ActiveGPUs += in.active.all(j)
 		p.ReclaimableGPUs += steps[j].Reclaimable() * c
-		p.PendingGPUs += steps[j].Pending * c
+		p.PendingGPUs += steps[j].Pending * dc
 		p.Peak += steps[j].Peak * c
 	}
 	p.OwnedGPUs, p.AllocatedGPUs, p.ActiveGPUs = ratio(p.OwnedGPUs, cov), ratio(p.AllocatedGPUs, cov), ratio(p.ActiveGPUs, cov)
-	p.ReclaimableGPUs, p.PendingGPUs, p.Peak = ratio(p.ReclaimableGPUs, cov), ratio(p.PendingGPUs, cov), ratio(p.Peak, cov)
-	p.Covered = cov / (float64(to-from) * in.g.step.Seconds())
+	p.ReclaimableGPUs, p.PendingGPUs, p.Peak = ratio(p.ReclaimableGPUs, cov), ratio(p.PendingGPUs, dcov), ratio(p.Peak, cov)
+	bucket := float64(to-from) * in.g.step.Seconds()
+	p.Covered, p.DemandCovered = cov/bucket, dcov/bucket
 	return p
 }
 

@@ -101,12 +101,13 @@ func WriteText(w io.Writer, r *Report) error {
 	if len(r.Hints) > 0 || r.HintsWithheld.Workloads > 0 {
 		b.WriteString("\nRIGHT-SIZING\n")
 		for _, h := range r.Hints {
-			fmt.Fprintf(&b, "  %s/%s: %s\n", h.Namespace, dash(h.Name), h.Message)
+			fmt.Fprintf(&b, "  %s/%s: %s%s\n", h.Namespace, dash(h.Name), h.Message, hintSuffix(h, r.currency()))
 		}
 		if s := withheldSentence(r.HintsWithheld); s != "" {
 			fmt.Fprintf(&b, "  %s\n", s)
 		}
 	}
+	writeValueText(&b, r, loc)
 	if len(r.Missing) > 0 || len(r.WarningsBySection.Data) > 0 {
 		b.WriteString("\nPARTIAL DATA\n")
 		for _, m := range r.Missing {
@@ -116,8 +117,27 @@ func WriteText(w io.Writer, r *Report) error {
 			fmt.Fprintf(&b, "  %s\n", w)
 		}
 	}
-	_, err = io.WriteString(w, b.String())
+	_, err = io.WriteString(w, terminalSafe(b.String()))
 	return err
+}
+
+// terminalSafe drops from s what a terminal would act on rather than show:
+// control characters but newline (C0, DEL, C1: ESC and BEL retitle, clear
+// or fake lines) and the bidirectional formatting characters that reorder
+// a line. Label values come from Prometheus, which stores whatever a
+// scraped target sent.
+func terminalSafe(s string) string {
+	return strings.Map(func(r rune) rune {
+		switch {
+		case r == '\n':
+			return r
+		case r < 0x20, r >= 0x7f && r < 0xa0,
+			r == 0x061c, r == 0x200e, r == 0x200f, r >= 0x202a && r <= 0x202e, r >= 0x2066 && r <= 0x2069,
+			r == 0x2028, r == 0x2029:
+			return -1
+		}
+		return r
+	}, s)
 }
 
 func dash(s string) string {

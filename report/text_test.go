@@ -20,23 +20,25 @@ func TestHeaderDurations(t *testing.T) {
 		{48, 18, "(2d range"},
 		{170, 45.5, "(7d2h range"},
 	} {
-		r := &Report{Range: Range{Start: end.Add(-time.Duration(c.hours * float64(time.Hour))), End: end, Hours: c.hours, PeakHours: c.peak, Timezone: "UTC"}}
-		r.Funnel.All.Hours, r.Funnel.Peak.Hours = c.hours, c.peak
-		var b bytes.Buffer
-		if err := WriteText(&b, r); err != nil {
-			t.Fatal(err)
-		}
-		header, _, _ := strings.Cut(b.String(), "\n")
-		if !strings.Contains(header, c.want) || strings.Contains(header, ".") {
-			t.Errorf("%gh, %gh at peak: header %q, want %q and no fractional hours", c.hours, c.peak, header, c.want)
-		}
-		b.Reset()
-		if err := WriteHTML(&b, r); err != nil {
-			t.Fatal(err)
-		}
-		if want := strings.TrimPrefix(c.want, "(") + ", "; !strings.Contains(b.String(), want) {
-			t.Errorf("%gh: the HTML page lacks %q", c.hours, want)
-		}
+		t.Run(c.want, func(t *testing.T) {
+			r := &Report{Range: Range{Start: end.Add(-time.Duration(c.hours * float64(time.Hour))), End: end, Hours: c.hours, PeakHours: c.peak, Timezone: "UTC"}}
+			r.Funnel.All.Hours, r.Funnel.Peak.Hours = c.hours, c.peak
+			var b bytes.Buffer
+			if err := WriteText(&b, r); err != nil {
+				t.Fatal(err)
+			}
+			header, _, _ := strings.Cut(b.String(), "\n")
+			if !strings.Contains(header, c.want) || strings.Contains(header, ".") {
+				t.Errorf("%gh, %gh at peak: header %q, want %q and no fractional hours", c.hours, c.peak, header, c.want)
+			}
+			b.Reset()
+			if err := WriteHTML(&b, r); err != nil {
+				t.Fatal(err)
+			}
+			if want := strings.TrimPrefix(c.want, "(") + ", "; !strings.Contains(b.String(), want) {
+				t.Errorf("%gh: the HTML page lacks %q", c.hours, want)
+			}
+		})
 	}
 }
 
@@ -47,9 +49,11 @@ func TestHumanDuration(t *testing.T) {
 	}{
 		{0, "0m"}, {0.001, "<1m"}, {1.0 / 6, "10m"}, {1, "1h"}, {1.5, "1h30m"}, {24, "1d"}, {48, "2d"}, {49.25, "2d1h15m"}, {168, "7d"},
 	} {
-		if got := humanDuration(c.hours); got != c.want {
-			t.Errorf("humanDuration(%g) = %q, want %q", c.hours, got, c.want)
-		}
+		t.Run(c.want, func(t *testing.T) {
+			if got := humanDuration(c.hours); got != c.want {
+				t.Errorf("humanDuration(%g) = %q, want %q", c.hours, got, c.want)
+			}
+		})
 	}
 }
 
@@ -61,9 +65,11 @@ func TestGPUHours(t *testing.T) {
 		{0, "0 GPU-h"}, {0.004, "<0.01 GPU-h"}, {0.4, "0.40 GPU-h"}, {0.42, "0.42 GPU-h"}, {0.996, "1.0 GPU-h"},
 		{4.2, "4.2 GPU-h"}, {9.96, "10 GPU-h"}, {42.4, "42 GPU-h"}, {999.6, "1,000 GPU-h"}, {1234.4, "1,234 GPU-h"}, {1234567, "1,234,567 GPU-h"},
 	} {
-		if got := gpuHours(c.v); got != c.want {
-			t.Errorf("gpuHours(%g) = %q, want %q", c.v, got, c.want)
-		}
+		t.Run(c.want, func(t *testing.T) {
+			if got := gpuHours(c.v); got != c.want {
+				t.Errorf("gpuHours(%g) = %q, want %q", c.v, got, c.want)
+			}
+		})
 	}
 }
 
@@ -110,5 +116,34 @@ func TestTimelineDemandUnknown(t *testing.T) {
 		if line != available || note == available || strings.Contains(s, "━ pending") != available {
 			t.Errorf("demand available %v: pending line %v, note %v, legend %v", available, line, note, strings.Contains(s, "━ pending"))
 		}
+	}
+}
+
+// TestTextTerminalEscapes: a workload and model named with terminal
+// escapes in Prometheus (ESC, BEL, a bidi override) are printed without
+// them, while the report's own newlines stay. Before, the text report wrote
+// them raw to whoever's terminal ran it.
+func TestTextTerminalEscapes(t *testing.T) {
+	end := time.Date(2026, 12, 2, 10, 0, 0, 0, time.UTC)
+	r := &Report{Range: Range{Start: end.Add(-time.Hour), End: end, Hours: 1, Timezone: "UTC"}}
+	r.TopWorkloads = []Workload{{Namespace: "ml\x1b[2J", Kind: "Job", Name: "train\x1b]0;pwned\x07", Model: "llama\u202e-3\u009b"}}
+	r.TopModels = []Model{{Model: "bert\x1b[31m\r"}}
+	var b bytes.Buffer
+	if err := WriteText(&b, r); err != nil {
+		t.Fatal(err)
+	}
+	out := b.String()
+	for _, bad := range []string{"\x1b", "\x07", "\u202e", "\u009b", "\r"} {
+		if strings.Contains(out, bad) {
+			t.Errorf("the text report carries %q", bad)
+		}
+	}
+	for _, want := range []string{"ml[2J/train]0;pwned", "llama-3", "bert[31m"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("the text report lacks %q:\n%s", want, out)
+		}
+	}
+	if strings.Count(out, "\n") < 5 {
+		t.Errorf("the report's own lines are gone:\n%s", out)
 	}
 }

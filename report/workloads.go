@@ -63,6 +63,8 @@ type Workload struct {
 	SharedGPU bool `json:"shared_gpu"`
 	// GPUNames are the product names of the whole GPUs it held, sorted.
 	GPUNames []string `json:"gpu_names"`
+	// Work is what its GPU time bought and cost (value.go).
+	Work
 }
 
 // ID is namespace/workload, or namespace/(none) for pods with no owner.
@@ -79,6 +81,8 @@ type Model struct {
 	Model string `json:"model"`
 	Usage
 	Workloads int `json:"workloads"`
+	// Work is what its GPU time bought and cost (value.go).
+	Work
 }
 
 // TopByPeakIdle sorts workloads by idle GPU-hours at peak, most first (then
@@ -152,6 +156,9 @@ type HintConfig struct {
 	// MinShare raises it to that share of the time the data covers
 	// (default 0.05), applied by Over: an hour of a month is a passer-by.
 	MinHours, MinShare float64
+
+	// types are the cluster's GPU types, for model hints (advice.go).
+	types []gpuTypeInfo
 }
 
 // Over is c for a report whose data covers coveredHours: MinHours raised
@@ -188,11 +195,14 @@ type Hint struct {
 	Kind      string `json:"workload_kind"`
 	Name      string `json:"workload"`
 	Model     string `json:"model"`
-	// Hint is one of mig, shared, memory_bound, low_activity.
+	// Hint is one of mig, shared, memory_bound, low_activity,
+	// smaller_gpu, quantize, consolidate, precision.
 	Hint string `json:"hint"`
 	// Profile is the smallest MIG profile that fits (mig only).
 	Profile string `json:"profile,omitempty"`
 	Message string `json:"message"`
+	// HintMath is its arithmetic (advice.go).
+	HintMath
 }
 
 // migProfiles are the MIG profiles of a GPU with 7 compute and 8 memory
@@ -254,6 +264,9 @@ func WithholdHints(ws []Workload, c HintConfig) ([]Hint, HintsWithheld) {
 func hintFor(w Workload, c HintConfig) (Hint, bool) {
 	if w.Allocated <= 0 {
 		return Hint{}, false
+	}
+	if h, ok, done := modelHint(w, c); done {
+		return h, ok
 	}
 	h := func(kind, profile, format string, a ...any) (Hint, bool) {
 		return Hint{Namespace: w.Namespace, Kind: w.Kind, Name: w.Name, Model: w.Model, Hint: kind, Profile: profile, Message: fmt.Sprintf(format, a...)}, true

@@ -15,6 +15,7 @@ import (
 	"golang.org/x/sync/errgroup"
 
 	"github.com/gpuxray/gpuxray/agent"
+	"github.com/gpuxray/gpuxray/collector/dra"
 	"github.com/gpuxray/gpuxray/collector/kubelet"
 	"github.com/gpuxray/gpuxray/collector/node"
 	"github.com/gpuxray/gpuxray/collector/nvml"
@@ -74,12 +75,23 @@ func runAgent(ctx context.Context, args []string, stderr io.Writer) error {
 	if err := podCfg.validate(); err != nil {
 		return err
 	}
+	if !*simulate && podCfg.nodeName != "" && (podCfg.enabled || draCfg.enabled) {
+		if err := podCfg.loadAPI(ctx); err != nil {
+			if ctx.Err() != nil {
+				return nil // stopped while reading it, as while reading a scenario
+			}
+			return err
+		}
+	}
 	if err := draCfg.validate(); err != nil {
 		return err
 	}
 	if resourceNames != "" {
 		for _, n := range strings.Split(resourceNames, ",") {
-			kubeCfg.ResourceNames = append(kubeCfg.ResourceNames, strings.TrimSpace(n))
+			if n = strings.TrimSpace(n); n == "" {
+				return usagef("--kubelet.resource-names %q: an empty name (two commas, or one at an end)", resourceNames)
+			}
+			kubeCfg.ResourceNames = append(kubeCfg.ResourceNames, n)
 		}
 	}
 	for _, v := range []interface{ Validate() error }{engineCfg, nvmlCfg, webCfg, kubeCfg, nodeCfg} {
@@ -150,12 +162,16 @@ func runAgent(ctx context.Context, args []string, stderr io.Writer) error {
 		if pcs != nil {
 			classes = pcs
 		}
-		src, err := startDRASource(gctx, draCfg, podCfg, logger, g.Go)
+		src, claims, err := startDRASource(gctx, draCfg, podCfg, logger, g.Go)
 		if err != nil {
 			return err
 		}
+		var claimPods dra.ClaimPods
+		if podSrc != nil {
+			claimPods = podSrc
+		}
 		var draOpts []agent.Option
-		allocs, draOpts = draAllocations(kubelet.NewSharing(kube, lookup, logger.Named("kubelet")), src, draCfg, podCfg.nodeName, logger)
+		allocs, draOpts = draAllocations(kubelet.NewSharing(kube, lookup, logger.Named("kubelet")), src, claims, claimPods, nil, draCfg, podCfg.nodeName, logger)
 		engineOpts = append(opts, draOpts...)
 	} else {
 		var draOpts []agent.Option
@@ -180,6 +196,9 @@ func runAgent(ctx context.Context, args []string, stderr io.Writer) error {
 	handler := exporter.NewHandler(reg, webCfg.MetricsPath, engine.Ready, logger.Named("web"), webCfg.MaxRequests)
 	if live != nil {
 		if handler, err = live.withKubeState(handler, webCfg.MetricsPath); err != nil {
+			return err
+		}
+		if handler, err = live.withEngines(handler, webCfg.MetricsPath); err != nil {
 			return err
 		}
 	}

@@ -50,39 +50,64 @@ func (c draSourceConfig) validate() error {
 // nil (logged) when the agent runs without one: disabled, no node name, or
 // no way to reach the API server. Without one, DRA devices stay unresolved
 // (dra.NewResolver): never taken for unallocated GPUs.
-func startDRASource(ctx context.Context, c draSourceConfig, pc podSourceConfig, logger *zap.Logger, run func(func() error)) (*dra.Source, error) {
+func startDRASource(ctx context.Context, c draSourceConfig, pc podSourceConfig, logger *zap.Logger, run func(func() error)) (*dra.Source, *dra.Claims, error) {
 	switch {
 	case !c.enabled:
 		logger.Info("no DRA source: --dra.enabled=false; GPUs allocated through DRA claims are unresolved, their time unattributed")
-		return nil, nil
+		return nil, nil, nil
 	case pc.nodeName == "":
 		logger.Info("no DRA source: --node.name (or $NODE_NAME) is not set; GPUs allocated through DRA claims are unresolved")
-		return nil, nil
+		return nil, nil, nil
 	}
-	rc, err := dra.LoadConfig(pc.kubeconfig)
-	if err != nil {
-		logger.Warn("no DRA source: the API server cannot be reached from here; GPUs allocated through DRA claims are unresolved", zap.Error(err))
-		return nil, nil
+	if err := pc.ensureAPI(ctx); err != nil {
+		return nil, nil, err
 	}
-	client, err := dra.NewClient(rc)
+	if pc.rest == nil {
+		logger.Warn("no DRA source: the API server cannot be reached from here; GPUs allocated through DRA claims are unresolved", zap.Error(pc.restErr))
+		return nil, nil, nil
+	}
+	client, err := dra.NewClient(pc.rest)
 	if err != nil {
-		return nil, usageError{err}
+		return nil, nil, usageError{err}
 	}
 	src, err := dra.New(c.config(pc.nodeName), client, logger.Named("dra"))
 	if err != nil {
-		return nil, usageError{err}
+		return nil, nil, usageError{err}
 	}
+	claims, err := dra.NewClaims(c.config(pc.nodeName), client, logger.Named("dra"))
+	if err != nil {
+		return nil, nil, usageError{err}
+	}
+	run(func() error { return claims.Run(ctx) })
 	startAndSync(ctx, src, "the node's ResourceSlices", logger, run)
-	return src, nil
+	return src, claims, nil
 }
 
 // draAllocations returns the allocation source the engine reads — the
 // kubelet's answers with DRA devices resolved through src (nil: none
 // resolves) — and the engine option that reports src's health.
-func draAllocations(kube dra.Lister, src *dra.Source, c draSourceConfig, nodeName string, logger *zap.Logger) (agent.AllocationSource, []agent.Option) {
-	r := dra.NewResolver(kube, src, c.config(nodeName), logger.Named("dra"))
+//
+// With claims and pods (either may be nil), the resolver also reads the
+// node's pods' ResourceClaims: for a kubelet without dynamic_resources,
+// admin access and request-scoped claims; wait is for a replay.
+func draAllocations(kube dra.Lister, src *dra.Source, claims *dra.Claims, pods dra.ClaimPods, wait func() bool, c draSourceConfig, nodeName string, logger *zap.Logger) (agent.AllocationSource, []agent.Option) {
+	r := dra.NewResolver(kube, src, c.config(nodeName), logger.Named("dra")).WithClaims(claims, pods, wait)
 	if src == nil {
 		return r, nil
 	}
-	return r, []agent.Option{agent.WithDRA(src)}
+	if claims == nil {
+		return r, []agent.Option{agent.WithDRA(src)}
+	}
+	return r, []agent.Option{agent.WithDRA(slicesAndClaims{src, claims})}
 }
+
+// slicesAndClaims is source "dra": the node's ResourceSlices and its pods'
+// ResourceClaims. Claims that cannot be read (RBAC without resourceclaims,
+// the API server down) are counted and take the source down: behind a
+// kubelet without dynamic_resources their GPUs then read unattributed.
+type slicesAndClaims struct {
+	slices *dra.Source
+	claims *dra.Claims
+}
+
+func (s slicesAndClaims) Health() (bool, []error) { return mergeHealth(s.slices, s.claims) }

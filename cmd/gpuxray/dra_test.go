@@ -13,6 +13,7 @@ import (
 	"reflect"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -122,18 +123,20 @@ func TestDRAWiring(t *testing.T) {
 	var draCfg draSourceConfig
 	draCfg.enabled, draCfg.drivers, draCfg.uuidAttribute = true, "gpu.nvidia.com", "uuid"
 	pc := podSourceConfig{nodeName: "n1", kubeconfig: kubeconfigFor(t, api.URL)}
-	src, err := startDRASource(ctx, draCfg, pc, zaptest.NewLogger(t), func(f func() error) {
-		go func() {
-			defer close(done)
+	// The slices' and the claims' sources both run until ctx is done.
+	var runs sync.WaitGroup
+	src, claims, err := startDRASource(ctx, draCfg, pc, zaptest.NewLogger(t), func(f func() error) {
+		runs.Go(func() {
 			if err := f(); err != nil {
 				t.Errorf("DRA source: %v", err)
 			}
-		}()
+		})
 	})
+	go func() { runs.Wait(); close(done) }()
 	if err != nil || src == nil || !src.HasSynced() {
 		t.Fatalf("startDRASource = %v, %v; want a synced source", src, err)
 	}
-	allocs, opts := draAllocations(kube, src, draCfg, pc.nodeName, zaptest.NewLogger(t))
+	allocs, opts := draAllocations(kube, src, claims, nil, nil, draCfg, pc.nodeName, zaptest.NewLogger(t))
 	if len(opts) != 1 {
 		t.Errorf("%d engine options, want WithDRA", len(opts))
 	}
@@ -175,13 +178,15 @@ func TestDRAOff(t *testing.T) {
 		{"disabled", draSourceConfig{enabled: false, drivers: "gpu.nvidia.com", uuidAttribute: "uuid"}, podSourceConfig{nodeName: "n1"}},
 		{"no node name", draSourceConfig{enabled: true, drivers: "gpu.nvidia.com", uuidAttribute: "uuid"}, podSourceConfig{}},
 	} {
-		src, err := startDRASource(t.Context(), tc.c, tc.pc, zaptest.NewLogger(t), func(func() error) { t.Error("a source was started") })
-		if err != nil || src != nil {
-			t.Errorf("%s: startDRASource = %v, %v; want none", tc.name, src, err)
-		}
-		if _, opts := draAllocations(nil, nil, tc.c, "", zaptest.NewLogger(t)); len(opts) != 0 {
-			t.Errorf("%s: engine options without a source", tc.name)
-		}
+		t.Run(tc.name, func(t *testing.T) {
+			src, _, err := startDRASource(t.Context(), tc.c, tc.pc, zaptest.NewLogger(t), func(func() error) { t.Error("a source was started") })
+			if err != nil || src != nil {
+				t.Errorf("startDRASource = %v, %v; want none", src, err)
+			}
+			if _, opts := draAllocations(nil, nil, nil, nil, nil, tc.c, "", zaptest.NewLogger(t)); len(opts) != 0 {
+				t.Error("engine options without a source")
+			}
+		})
 	}
 }
 

@@ -1,4 +1,4 @@
-//go:build !nosim
+//go:build e2e && !nosim
 
 package main
 
@@ -27,6 +27,7 @@ import (
 // once the replay returns. It does not run in parallel, so that the
 // goroutines counted are its own.
 func TestReplayFaultyDay(t *testing.T) {
+	skipLongUnderRace(t)
 	if testing.Short() {
 		t.Skip("replays a simulated day")
 	}

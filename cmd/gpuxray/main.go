@@ -64,6 +64,10 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	case "report":
 		err = runReport(ctx, args, stdout, stderr)
 	case "version":
+		if len(args) > 0 {
+			err = usagef("unexpected argument %q: version takes none", args[0])
+			break
+		}
 		fmt.Fprintln(stdout, versionString())
 	case "help":
 		fmt.Fprint(stdout, topUsage)
@@ -79,7 +83,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "gpuxray %s: interrupted\n", cmd)
 		return 1
 	case errors.As(err, &ue):
-		fmt.Fprintf(stderr, "gpuxray %s: %v\n", cmd, ue.err)
+		// One sentence, even of a joined error or a YAML decoder's list.
+		fmt.Fprintf(stderr, "gpuxray %s: %s\n", cmd, oneLine(ue.err.Error()))
 		return exitUsage
 	default:
 		fmt.Fprintf(stderr, "gpuxray %s: %v\n", cmd, err)

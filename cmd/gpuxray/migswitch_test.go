@@ -1,4 +1,4 @@
-//go:build !nosim
+//go:build e2e && !nosim
 
 package main
 
@@ -23,6 +23,7 @@ import (
 // re-enumeration): merged with it, every row of this scenario replays
 // within 1% of truth, and it belongs in test/scenarios.
 func TestReplayMIGModeSwitch(t *testing.T) {
+	skipLongUnderRace(t)
 	t.Parallel()
 	const path = "testdata/dra-mig-switch.yaml"
 	code, out, errs := runCmd(t, "replay", path)

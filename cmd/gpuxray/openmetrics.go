@@ -34,8 +34,10 @@ type omFamily struct {
 }
 
 type omSeries struct {
-	ms   []int64
-	vals []float64
+	// suffix is a histogram sample's (_bucket, _count, _sum), "" else.
+	suffix string
+	ms     []int64
+	vals   []float64
 }
 
 func newOMRecorder(target, clusterTarget map[string]string) *omRecorder {
@@ -66,7 +68,9 @@ func (r *omRecorder) scrape(t time.Time, agent, cluster prometheus.Gatherer) err
 	return nil
 }
 
-// record adds the gatherer's metrics at t, with the target's labels and,
+// record adds the gatherer's metrics at t, with the target's labels where
+// a metric has none of that name (as a scrape with honor_labels keeps the
+// job and instance of the simulated engines' series, replayEngines) and,
 // with drop, without its empty labels.
 func (r *omRecorder) record(t time.Time, g prometheus.Gatherer, target []*dto.LabelPair, drop bool) error {
 	mfs, err := g.Gather()
@@ -81,6 +85,41 @@ func (r *omRecorder) record(t time.Time, g prometheus.Gatherer, target []*dto.La
 			r.families[fam.name] = fam
 		}
 		for _, m := range mf.GetMetric() {
+			labels := m.GetLabel()
+			if drop {
+				labels = nonEmpty(labels)
+			}
+			labels = slices.Clip(labels)
+			for _, tl := range target {
+				if !slices.ContainsFunc(labels, func(l *dto.LabelPair) bool { return l.GetName() == tl.GetName() }) {
+					labels = append(labels, tl)
+				}
+			}
+			add := func(suffix string, ls []*dto.LabelPair, v float64) {
+				key := suffix + renderLabels(ls)
+				s := fam.series[key]
+				if s == nil {
+					s = &omSeries{suffix: suffix}
+					fam.series[key] = s
+				}
+				s.ms, s.vals = append(s.ms, ms), append(s.vals, v)
+			}
+			if fam.typ == dto.MetricType_HISTOGRAM {
+				// A classic histogram is its buckets, count and sum, as
+				// Prometheus stores it (TGI's tgi_request_generated_tokens).
+				h := m.GetHistogram()
+				le := func(ub float64) []*dto.LabelPair {
+					n, v := "le", formatFloat(ub)
+					return append(slices.Clip(labels), &dto.LabelPair{Name: &n, Value: &v})
+				}
+				for _, b := range h.GetBucket() {
+					add("_bucket", le(b.GetUpperBound()), float64(b.GetCumulativeCount()))
+				}
+				add("_bucket", le(math.Inf(1)), float64(h.GetSampleCount()))
+				add("_count", labels, float64(h.GetSampleCount()))
+				add("_sum", labels, h.GetSampleSum())
+				continue
+			}
 			var v float64
 			switch fam.typ {
 			case dto.MetricType_COUNTER:
@@ -92,17 +131,7 @@ func (r *omRecorder) record(t time.Time, g prometheus.Gatherer, target []*dto.La
 			default:
 				return fmt.Errorf("metric %s: type %s is not supported in a replay", fam.name, fam.typ)
 			}
-			ls := m.GetLabel()
-			if drop {
-				ls = nonEmpty(ls)
-			}
-			key := renderLabels(append(slices.Clip(ls), target...))
-			s := fam.series[key]
-			if s == nil {
-				s = &omSeries{}
-				fam.series[key] = s
-			}
-			s.ms, s.vals = append(s.ms, ms), append(s.vals, v)
+			add("", labels, v)
 		}
 	}
 	return nil
@@ -137,6 +166,8 @@ func (r *omRecorder) WriteTo(w io.Writer) (int64, error) {
 			sample = n + "_total"
 		case dto.MetricType_UNTYPED:
 			typ = "unknown"
+		case dto.MetricType_HISTOGRAM:
+			typ = "histogram"
 		}
 		fmt.Fprintf(bw, "# TYPE %s %s\n# HELP %s %s\n", n, typ, n, escapeHelp(fam.help))
 		keys := make([]string, 0, len(fam.series))
@@ -147,7 +178,7 @@ func (r *omRecorder) WriteTo(w io.Writer) (int64, error) {
 		for _, k := range keys {
 			s := fam.series[k]
 			for i, ms := range s.ms {
-				fmt.Fprintf(bw, "%s%s %s %d.%03d\n", sample, k, formatFloat(s.vals[i]), ms/1000, ms%1000)
+				fmt.Fprintf(bw, "%s%s%s %s %d.%03d\n", sample, s.suffix, strings.TrimPrefix(k, s.suffix), formatFloat(s.vals[i]), ms/1000, ms%1000)
 			}
 		}
 	}

@@ -1,4 +1,4 @@
-//go:build !nosim
+//go:build e2e && !nosim
 
 package main
 

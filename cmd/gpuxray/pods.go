@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"os"
@@ -10,6 +11,7 @@ import (
 	"time"
 
 	"go.uber.org/zap"
+	"k8s.io/client-go/rest"
 
 	"github.com/gpuxray/gpuxray/agent"
 	"github.com/gpuxray/gpuxray/collector/pods"
@@ -66,6 +68,12 @@ type podSourceConfig struct {
 	nodeName   string
 	kubeconfig string
 	procRoot   string
+
+	// rest is the API server's configuration, read by loadAPI; nil when
+	// it cannot be had (no kubeconfig, not in a cluster).
+	rest *rest.Config
+	// restErr says why rest is nil.
+	restErr error
 }
 
 func podSourceFlags(fs *flag.FlagSet, c *podSourceConfig) {
@@ -89,7 +97,45 @@ func (c podSourceConfig) validate() error {
 	return nil
 }
 
-// startPodSource starts the pod informer and the PriorityClass watch in g
+// loadAPI reads the API server's configuration, once, for the pod and DRA
+// sources: --kubeconfig (up to maxConfigBytes, until ctx is done, with
+// each file it names checked as checkFile does; a bad one is a usage
+// error), else the in-cluster one (its failure is only logged by the
+// sources: the agent then runs without them).
+func (c *podSourceConfig) loadAPI(ctx context.Context) error {
+	if c.kubeconfig == "" {
+		c.rest, c.restErr = pods.InClusterConfig()
+		return nil
+	}
+	data, err := readFile(ctx, c.kubeconfig, "kubeconfig", maxConfigBytes)
+	if err != nil {
+		return err
+	}
+	rc, err := pods.ParseKubeconfig(data, c.kubeconfig, func(file string) error {
+		return checkFile(file, "--kubeconfig: the file", maxConfigBytes)
+	})
+	var ue usageError
+	switch {
+	case errors.As(err, &ue):
+		return err
+	case err != nil:
+		return usagef("--kubeconfig %q: %v", c.kubeconfig, err)
+	}
+	c.rest = rc
+	return nil
+}
+
+// ensureAPI calls loadAPI unless it has been called: runAgent reads the
+// configuration before anything starts; a caller that starts a source
+// alone reads it here.
+func (c *podSourceConfig) ensureAPI(ctx context.Context) error {
+	if c.rest != nil || c.restErr != nil {
+		return nil
+	}
+	return c.loadAPI(ctx)
+}
+
+// startPodSource starts the pod source and the PriorityClass watch in g
 // and returns the engine options that use them and the PriorityClasses to
 // export, or none (logged) when the agent runs without a pod source:
 // disabled, no node name, or no way to reach the API server. A
@@ -106,8 +152,16 @@ func startPodSource(ctx context.Context, c podSourceConfig, id *identityConfig, 
 	procCfg := proc.Config{Root: c.procRoot}
 	cfg := pods.DefaultConfig(c.nodeName)
 	cfg.Kubeconfig, cfg.ModelKeys, cfg.ExtraLabels = c.kubeconfig, id.keys, id.extra
+	if err := c.ensureAPI(ctx); err != nil {
+		return nil, nil, nil, err
+	}
+	cfg.REST = c.rest
 	if err := cfg.Validate(); err != nil {
 		return nil, nil, nil, usageError{err}
+	}
+	if c.rest == nil {
+		logger.Warn("no pod source: the API server cannot be reached from here; workloads, models and per-process attribution are off", zap.Error(c.restErr))
+		return nil, nil, nil, nil
 	}
 	client, err := pods.NewClient(cfg)
 	if err != nil {
@@ -122,7 +176,7 @@ func startPodSource(ctx context.Context, c podSourceConfig, id *identityConfig, 
 	if err != nil {
 		return nil, nil, nil, fmt.Errorf("priority classes: %w", err)
 	}
-	classes, err := pods.NewPriorityClasses(classClient, logger.Named("pods"))
+	classes, err := pods.NewPriorityClasses(classClient, 0, logger.Named("pods"))
 	if err != nil {
 		return nil, nil, nil, err
 	}
@@ -169,8 +223,15 @@ type podsAndClasses struct {
 }
 
 // Health merges the two watches' health.
-func (p podsAndClasses) Health() (bool, []error) {
-	up, errs := p.Source.Health()
-	cup, cerrs := p.classes.Health()
-	return up && cup, append(errs, cerrs...)
+func (p podsAndClasses) Health() (bool, []error) { return mergeHealth(p.Source, p.classes) }
+
+// healther is a watch that reports its health.
+type healther interface{ Health() (bool, []error) }
+
+// mergeHealth is a and b as one source: up while both are, with both's
+// failures.
+func mergeHealth(a, b healther) (bool, []error) {
+	up, errs := a.Health()
+	bup, berrs := b.Health()
+	return up && bup, append(errs, berrs...)
 }

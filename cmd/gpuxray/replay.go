@@ -27,11 +27,11 @@ import (
 // of the scenario, however early it ended.
 const keepAll = 100 * 365 * 24 * time.Hour
 
-// replayCallTimeout is how long, in real time, replay's reader waits for a
-// GPU's NVML calls. On a virtual clock a call that a hang fault holds cannot
-// return before the clock moves, so it is declared hung after this wait,
-// every time; other reads take microseconds.
-const replayCallTimeout = time.Second
+// replayPollTimeout is replay's default --poll.timeout. The replay's clock
+// is virtual: a poll lasts as long as the host takes to run it, which on a
+// busy machine can be seconds, and a poll that gave up on its reads would
+// lose the samples the clock then moves past. The deadline is a guard.
+const replayPollTimeout = time.Minute
 
 // settleTimeout bounds replay's real-time waits for the simulation to
 // catch up with a move of the virtual clock.
@@ -41,7 +41,7 @@ func runReplay(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	fs := flag.NewFlagSet("gpuxray replay", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	cfg := agent.DefaultConfig()
-	cfg.Retention = keepAll
+	cfg.Retention, cfg.PollTimeout = keepAll, replayPollTimeout
 	engineFlags(fs, &cfg)
 	nvmlCfg := nvml.DefaultConfig()
 	readerFlags(fs, &nvmlCfg)
@@ -117,7 +117,11 @@ func replay(ctx context.Context, sc *sim.Scenario, cfg agent.Config, nvmlCfg nvm
 	defer s.stop()
 	s.node.SetIdentity(id.simIdentity())
 
-	nvmlCfg.CallTimeout = replayCallTimeout
+	// On a virtual clock a call that a hang fault holds cannot return
+	// before the clock moves: the reader gives up on it as soon as the
+	// simulated driver holds it. Any other read, however slow the host,
+	// is waited for (nvml.Config.HeldCalls).
+	nvmlCfg.HeldCalls = s.node.BlockedCalls
 	reader := nvml.New(s.nvml(), nvmlCfg, zl.Named("nvml"), clock)
 	if err := reader.Init(); err != nil {
 		return nil, err
@@ -145,6 +149,9 @@ func replay(ctx context.Context, sc *sim.Scenario, cfg agent.Config, nvmlCfg nvm
 	}
 	reg := prometheus.NewPedanticRegistry()
 	reg.MustRegister(exporter.NewCollector(engine, nil, exporter.WithExtraLabels(id.labelNames()...)), exporter.NewPriorityClassCollector(s.node))
+	if scrape != nil {
+		replayEngines(reg, s.node)
+	}
 	cluster := prometheus.NewPedanticRegistry()
 	if err := cluster.Register(s.node.KubeState()); err != nil {
 		return nil, fmt.Errorf("simulated kube-state-metrics: %w", err)

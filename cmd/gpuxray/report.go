@@ -70,6 +70,7 @@ func runReport(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	fs.Func("peak.schedule", "the agents' --peak.schedule: the report follows the agents' window label and warns where it differs from this; unchecked when not given", peak.setSchedule)
 	fs.Func("peak.timezone", "the agents' --peak.timezone: the clock of the report's dates and hour-of-day heatmap", peak.setZone)
 	fs.Func("slo.wait", "a target for how long GPU jobs wait: CLASS=DURATION (a priority class, or * for every class without its own), the 95th-percentile wait the report holds each class to; repeatable", sloFlag(&cfg.SLOWait))
+	prices := priceFlags(fs)
 	fs.Lookup("peak.schedule").DefValue = agent.DefaultPeakSchedule
 	fs.Lookup("peak.timezone").DefValue = "UTC"
 	fs.Usage = func() {
@@ -125,10 +126,13 @@ func runReport(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	default:
 		return usagef("--format %q is not one of text, html, json", f.format)
 	}
+	if cfg.Prices, err = prices.sheet(); err != nil {
+		return err
+	}
 	if err := cfg.Validate(); err != nil {
 		return usageError{err}
 	}
-	httpCfg, err := f.httpConfig()
+	httpCfg, err := f.httpConfig(ctx)
 	if err != nil {
 		return err
 	}
@@ -181,13 +185,21 @@ func runReport(ctx context.Context, args []string, stdout, stderr io.Writer) err
 }
 
 // httpConfig is --prometheus.http-config-file with the auth flags on top.
-func (f reportFlags) httpConfig() (*config.HTTPClientConfig, error) {
+// The file is read within bounds until ctx is done (readFile), and every
+// file the result names, which the client reads again at each request, is
+// checked (checkFile).
+func (f reportFlags) httpConfig(ctx context.Context) (*config.HTTPClientConfig, error) {
 	c := config.DefaultHTTPClientConfig
 	if f.httpConfigFile != "" {
-		loaded, _, err := config.LoadHTTPConfigFile(f.httpConfigFile)
+		data, err := readFile(ctx, f.httpConfigFile, "Prometheus HTTP configuration", maxConfigBytes)
 		if err != nil {
-			return nil, usagef("--prometheus.http-config-file: %v", err)
+			return nil, err
 		}
+		loaded, err := config.LoadHTTPConfig(string(data))
+		if err != nil {
+			return nil, usagef("--prometheus.http-config-file %q: %s", f.httpConfigFile, oneLine(err.Error()))
+		}
+		loaded.SetDirectory(filepath.Dir(f.httpConfigFile))
 		c = *loaded
 	}
 	if f.basicUser != "" || f.basicPasswordFile != "" {
@@ -205,7 +217,34 @@ func (f reportFlags) httpConfig() (*config.HTTPClientConfig, error) {
 	if err := c.Validate(); err != nil {
 		return nil, usagef("Prometheus client configuration: %v", err)
 	}
+	for _, file := range httpConfigFiles(&c) {
+		if err := checkFile(file, "Prometheus client configuration: the file", maxConfigBytes); err != nil {
+			return nil, err
+		}
+	}
 	return &c, nil
+}
+
+// httpConfigFiles are the files c names: secrets and certificates that
+// the client reads at each request or connection.
+func httpConfigFiles(c *config.HTTPClientConfig) []string {
+	files := []string{c.BearerTokenFile, c.TLSConfig.CAFile, c.TLSConfig.CertFile, c.TLSConfig.KeyFile}
+	if c.BasicAuth != nil {
+		files = append(files, c.BasicAuth.PasswordFile, c.BasicAuth.UsernameFile)
+	}
+	if c.Authorization != nil {
+		files = append(files, c.Authorization.CredentialsFile)
+	}
+	if c.OAuth2 != nil {
+		files = append(files, c.OAuth2.ClientSecretFile, c.OAuth2.TLSConfig.CAFile, c.OAuth2.TLSConfig.CertFile, c.OAuth2.TLSConfig.KeyFile)
+	}
+	out := files[:0]
+	for _, f := range files {
+		if f != "" {
+			out = append(out, f)
+		}
+	}
+	return out
 }
 
 func cmpOr(a, b string) string {

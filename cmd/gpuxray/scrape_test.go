@@ -1,4 +1,4 @@
-//go:build !nosim
+//go:build e2e && !nosim
 
 package main
 
@@ -24,7 +24,7 @@ import (
 )
 
 // TestConcurrentScrapes polls the demo node while 50 clients scrape the
-// metrics endpoint as fast as they can (run it with -race, as make test
+// metrics endpoint as fast as they can (run it with -race, as make test-e2e
 // does): every answer is a whole, parseable exposition or a 503 from the
 // in-flight limit, and the polls go on.
 func TestConcurrentScrapes(t *testing.T) {

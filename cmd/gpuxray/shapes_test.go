@@ -1,4 +1,4 @@
-//go:build !nosim
+//go:build e2e && !nosim
 
 package main
 
@@ -49,6 +49,7 @@ pods:
 // burst keeps two 1/6 s periods busy), no time is a gap, and the shapes
 // agree with each other as closely.
 func TestReplayDriverShapes(t *testing.T) {
+	skipLongUnderRace(t)
 	t.Parallel()
 	shapes := []struct{ name, driver string }{
 		{"per-period", "driver: {process_samples: per-period}"},

@@ -5,11 +5,9 @@ package main
 import (
 	"context"
 	"fmt"
-	"io"
 	"net/http"
 	"os"
 	"path/filepath"
-	"sync"
 	"time"
 
 	gonvml "github.com/NVIDIA/go-nvml/pkg/nvml"
@@ -128,8 +126,10 @@ const kubeStateMaxRequests = 4
 
 // loadScenario reads FILE, or returns the embedded demo when path is empty.
 // A bad file is a usage error naming the path as given, the line and field.
-// The read ends when ctx is done: a FIFO nobody writes to would block it,
-// with the signals that end the process already caught.
+// The read and the parse end when ctx is done: a FIFO nobody writes to
+// would block the one, 16 MiB of YAML keep the other busy for seconds,
+// with the signals that end the process already caught. (A parse left
+// behind ends on its own: its input is bounded.)
 func loadScenario(ctx context.Context, path string) (*sim.Scenario, error) {
 	if path == "" {
 		return sim.Demo(), nil
@@ -138,66 +138,30 @@ func loadScenario(ctx context.Context, path string) (*sim.Scenario, error) {
 	if err != nil {
 		return nil, err
 	}
-	sc, err := sim.ParseScenario(data, path)
-	if err != nil {
-		return nil, usageError{err}
+	type parsed struct {
+		sc  *sim.Scenario
+		err error
 	}
-	return sc, nil
+	done := make(chan parsed, 1)
+	go func() {
+		sc, err := sim.ParseScenario(data, path)
+		done <- parsed{sc, err}
+	}()
+	select {
+	case p := <-done:
+		if p.err != nil {
+			return nil, usageError{p.err}
+		}
+		return p.sc, nil
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
 }
 
 // readScenario reads path, up to maxScenarioBytes, whatever kind of file
 // it is (a pipe from <(...) is fine), until ctx is done.
 func readScenario(ctx context.Context, path string) ([]byte, error) {
-	type result struct {
-		data []byte
-		err  error
-	}
-	done := make(chan result, 1)
-	var (
-		mu        sync.Mutex
-		file      *os.File
-		abandoned bool
-	)
-	go func() {
-		// Opening a FIFO blocks until a writer opens it, in a system call
-		// nothing interrupts: then this goroutine outlives start-up, and
-		// closes the file when the open returns.
-		f, err := os.Open(path)
-		if err != nil {
-			done <- result{err: usagef("reading scenario: %v", err)}
-			return
-		}
-		mu.Lock()
-		if abandoned {
-			mu.Unlock()
-			f.Close()
-			return
-		}
-		file = f
-		mu.Unlock()
-		defer f.Close()
-		data, err := io.ReadAll(io.LimitReader(f, maxScenarioBytes+1))
-		switch {
-		case err != nil:
-			done <- result{err: usagef("reading scenario: %v", err)}
-		case len(data) > maxScenarioBytes:
-			done <- result{err: usagef("%s: scenario is larger than %d MiB", path, maxScenarioBytes>>20)}
-		default:
-			done <- result{data: data}
-		}
-	}()
-	select {
-	case r := <-done:
-		return r.data, r.err
-	case <-ctx.Done():
-		mu.Lock()
-		abandoned = true
-		if file != nil {
-			file.Close() // a pipe is read through the poller: this ends the read
-		}
-		mu.Unlock()
-		return nil, ctx.Err()
-	}
+	return readFile(ctx, path, "scenario", maxScenarioBytes)
 }
 
 func startSimulation(sc *sim.Scenario, clock sim.Clock) (*simulation, error) {
@@ -254,8 +218,15 @@ func (s *simulation) allocations(ctx context.Context, kube dra.Lister, c draSour
 		return nil, nil, usageError{err}
 	}
 	run(func() error { return src.Run(ctx) })
+	claims, err := dra.NewClaims(c.config(node), client, logger.Named("dra"))
+	if err != nil {
+		return nil, nil, usageError{err}
+	}
+	run(func() error { return claims.Run(ctx) })
 	s.draSrc = src
-	allocs, opts := draAllocations(kube, src, c, node, logger)
+	// The node's pods stand in for the pod source; a replay waits for
+	// each new claim's first list, so its output is the same every run.
+	allocs, opts := draAllocations(kube, src, claims, s.node, func() bool { return !s.api.Down() }, c, node, logger)
 	return allocs, opts, s.syncDRA(ctx)
 }
 

@@ -48,6 +48,7 @@ func (*simulation) priorityClasses() exporter.PriorityClassSource               
 func (*simulation) playLiveLeadIn(context.Context, *agent.Engine, time.Duration, *zap.Logger) {}
 func (*simulation) playFaults(context.Context, time.Duration, *zap.Logger) error              { return nil }
 func (*simulation) withKubeState(h http.Handler, _ string) (http.Handler, error)              { return h, nil }
+func (*simulation) withEngines(h http.Handler, _ string) (http.Handler, error)                { return h, nil }
 func (*simulation) allocations(_ context.Context, kube dra.Lister, _ draSourceConfig, _ *zap.Logger, _ func(func() error)) (agent.AllocationSource, []agent.Option, error) {
 	return kube, nil, nil
 }

@@ -247,3 +247,42 @@ func TestSimulateKubeStateMethods(t *testing.T) {
 		}
 	}
 }
+
+// TestSimulateEngines: the demo's vLLM pod serves its engine's series at
+// /simulate/vllm, the other kinds' paths answer empty, and a telemetry path
+// that is an engine's is refused at start-up.
+func TestSimulateEngines(t *testing.T) {
+	t.Parallel()
+	sc := sim.Demo()
+	s, err := startSimulation(sc, sim.NewVirtualClock(sc.Start.Add(time.Hour)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(s.stop)
+	next := http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { w.WriteHeader(http.StatusTeapot) })
+	h, err := s.withEngines(next, "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tt := range []struct {
+		method, path string
+		code         int
+		body         string
+	}{
+		{http.MethodGet, "/simulate/vllm", http.StatusOK, `vllm:kv_cache_usage_perc{engine="0",model_name="meta-llama/Llama-3.1-8B-Instruct",namespace="inference",pod="vllm-llama-7c9d8f6b5d-x2k8p"} 0.12`},
+		{http.MethodGet, "/simulate/vllm", http.StatusOK, `vllm:generation_tokens_total{engine="0",model_name="meta-llama/Llama-3.1-8B-Instruct",namespace="inference",pod="vllm-llama-7c9d8f6b5d-x2k8p"} 540000`},
+		{http.MethodGet, "/simulate/sglang", http.StatusOK, ""},
+		{http.MethodPost, "/simulate/tgi", http.StatusMethodNotAllowed, "Method POST is not allowed; use GET or HEAD.\n"},
+		{http.MethodGet, "/simulate/triton", http.StatusTeapot, ""},
+		{http.MethodGet, "/metrics", http.StatusTeapot, ""},
+	} {
+		rec := httptest.NewRecorder()
+		h.ServeHTTP(rec, httptest.NewRequest(tt.method, tt.path, nil))
+		if rec.Code != tt.code || !strings.Contains(rec.Body.String(), tt.body) {
+			t.Errorf("%s %s: %d %q, want %d with %q", tt.method, tt.path, rec.Code, rec.Body.String(), tt.code, tt.body)
+		}
+	}
+	if _, err := s.withEngines(next, "/simulate/sglang"); err == nil || !strings.Contains(err.Error(), "--web.telemetry-path /simulate/sglang is where --simulate serves the simulated sglang metrics") {
+		t.Errorf("telemetry path /simulate/sglang: %v", err)
+	}
+}

@@ -19,7 +19,10 @@ import (
 
 // TestScenarioTooLarge: a scenario is read up to 16 MiB, whatever the file:
 // /dev/zero and a sparse 17 MiB file are refused with one sentence naming
-// the path as typed, at once, by the agent and by replay.
+// the path as typed, by the agent and by replay. /dev/zero never ends: an
+// unbounded read would run into the start-up deadline, which cancels it
+// with another message. The deadline guards a hang only: under the race
+// detector on a loaded machine, 16 MiB take seconds.
 func TestScenarioTooLarge(t *testing.T) {
 	t.Parallel()
 	sparse := filepath.Join(t.TempDir(), "huge.yaml")
@@ -36,17 +39,13 @@ func TestScenarioTooLarge(t *testing.T) {
 		{"agent", "--simulate", "/dev/zero", "--web.listen-address=127.0.0.1:0"},
 		{"replay", sparse},
 	} {
-		start := time.Now()
-		code, _, errs := runCmdWithin(t, 30*time.Second, args...)
+		code, _, errs := runCmdWithin(t, 2*time.Minute, args...)
 		want := args[len(args)-1] + ": scenario is larger than 16 MiB"
 		if args[0] == "agent" {
 			want = "/dev/zero: scenario is larger than 16 MiB"
 		}
 		if code != 2 || strings.TrimSpace(errs) != "gpuxray "+args[0]+": "+want {
 			t.Errorf("gpuxray %v = %d, %q; want 2 and %q", args, code, errs, want)
-		}
-		if d := time.Since(start); d > 10*time.Second {
-			t.Errorf("gpuxray %v took %s", args, d)
 		}
 	}
 }

@@ -55,10 +55,17 @@ type apiServer struct {
 	rv        int64
 	slices    map[string]*resourcev1.ResourceSlice
 	log       []logEvent
-	compacted int64         // a watch from before this gets 410 Gone
-	expired   int           // bumped to end every open watch with 410 Gone
-	changed   chan struct{} // closed and replaced on every change
-	reqs      []apiRequest
+	compacted int64 // a watch from before this gets 410 Gone
+	expired   int   // bumped to end every open watch with 410 Gone
+	// goneStatus answers a watch from before the compaction with the HTTP
+	// status 410 rather than a 410 event in the stream: the API server
+	// does either, depending on where it finds the version too old.
+	goneStatus bool
+	// cutWatches ends every watch at once, with no event (a proxy that
+	// cuts long requests).
+	cutWatches bool
+	changed    chan struct{} // closed and replaced on every change
+	reqs       []apiRequest
 }
 
 type logEvent struct {
@@ -243,7 +250,15 @@ func (s *apiServer) serve(w http.ResponseWriter, r *http.Request) {
 			s.t.Errorf("encode status: %v", err)
 		}
 	}
+	s.mu.Lock()
+	anyServed := len(s.served) > 0
+	s.mu.Unlock()
 	switch {
+	case r.URL.Path == "/apis/resource.k8s.io" && anyServed:
+		// Discovery of the group: its versions are not read.
+		answer(http.StatusOK, jsonType)
+		_, _ = w.Write([]byte(`{"kind":"APIGroup","apiVersion":"v1","name":"resource.k8s.io","versions":[]}`))
+		return
 	case !ok || !ok2 || !served:
 		fail(apierrors.NewNotFound(schema.GroupResource{}, ""))
 		return
@@ -284,8 +299,16 @@ func (s *apiServer) serve(w http.ResponseWriter, r *http.Request) {
 		streamType += ";stream=watch"
 	}
 	s.mu.Lock()
-	gone, expired := from < s.compacted, s.expired
+	gone, expired, goneStatus, cut := from < s.compacted, s.expired, s.goneStatus, s.cutWatches
 	s.mu.Unlock()
+	if cut {
+		answer(http.StatusOK, streamType)
+		return
+	}
+	if gone && goneStatus {
+		fail(apierrors.NewResourceExpired("too old resource version"))
+		return
+	}
 	answer(http.StatusOK, streamType)
 	frames := info.StreamSerializer.Framer.NewFrameWriter(w)
 	streamEnc := s.codecs.EncoderForVersion(info.StreamSerializer.Serializer, gv)

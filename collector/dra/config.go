@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"time"
 
 	"k8s.io/apimachinery/pkg/util/validation"
 )
@@ -28,6 +29,9 @@ type Config struct {
 	// unqualified name also matches the driver-qualified one: "uuid" is
 	// "gpu.nvidia.com/uuid" for that driver.
 	UUIDAttribute string
+	// APITimeout bounds one list, and the wait for a watch's answer (0 is
+	// listwatch.DefaultCallTimeout).
+	APITimeout time.Duration
 }
 
 // DefaultConfig returns the configuration for NVIDIA's DRA driver on node

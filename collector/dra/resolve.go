@@ -39,6 +39,15 @@ type Resolver struct {
 	// passthrough are the VFIO devices the latest fresh answer listed,
 	// each logged once while it stays listed.
 	passthrough map[collector.DRADevice]bool
+
+	// claims and pods are the node's pods' ResourceClaims (WithClaims);
+	// nil: not read.
+	claims     *Claims
+	pods       ClaimPods
+	waitClaims func() bool
+	// noDyn are the containers' claims the latest fresh answer lacked,
+	// each counted once while it stays so.
+	noDyn map[ctrClaim]bool
 }
 
 // NewResolver returns a Resolver of next's DRA devices through src, for
@@ -72,6 +81,9 @@ var errDRAOff = errors.New("DRA resolution is off (--dra.enabled=false, no node 
 func (r *Resolver) List(ctx context.Context) (collector.AllocationList, error) {
 	list, err := r.next.List(ctx)
 	fresh := err == nil
+	if r.claims != nil || r.pods != nil {
+		list = r.applyClaims(ctx, list, fresh)
+	}
 	if !slices.ContainsFunc(list.Allocations, func(a collector.Allocation) bool { return a.Device.Kind == collector.RefDRA }) {
 		// No DRA device (a device plugin's node): next's answer as it is,
 		// without a copy a poll.

@@ -6,6 +6,7 @@ import (
 	"encoding/pem"
 	"errors"
 	"fmt"
+	"net/http"
 	"net/http/httptest"
 	"os"
 	"reflect"
@@ -18,8 +19,11 @@ import (
 	"go.uber.org/zap/zaptest"
 	resourcev1 "k8s.io/api/resource/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/watch"
 
 	"github.com/gpuxray/gpuxray/collector"
+	"github.com/gpuxray/gpuxray/internal/testtool"
 )
 
 func TestMain(m *testing.M) {
@@ -153,19 +157,6 @@ func run(t *testing.T, api *apiServer, cfg Config) (*Source, *Client) {
 	return src, client
 }
 
-// eventually polls cond until it holds, or fails after 20 s (the
-// reflector's retry backoff starts at 0.8 s and doubles).
-func eventually(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(20 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting until %s", what)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-}
-
 func waitSync(t *testing.T, src *Source) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
@@ -214,7 +205,7 @@ func resolves(t *testing.T, src *Source, device, wantUUID string, wantErr error)
 func takeHealth(t *testing.T, src *Source, what string, want func(up bool, errs []error) bool) []error {
 	t.Helper()
 	var all []error
-	eventually(t, what, func() bool {
+	testtool.Eventually(t, what, func() bool {
 		up, errs := src.Health()
 		all = append(all, errs...)
 		return want(up, all)
@@ -286,7 +277,7 @@ func TestListWatch(t *testing.T) {
 
 			// The driver creates the MIG device and republishes the slice
 			// with its UUID: seen through the watch.
-			eventually(t, "a watch is open", func() bool {
+			testtool.Eventually(t, "a watch is open", func() bool {
 				reqs := api.requests()
 				return len(reqs) > 0 && reqs[len(reqs)-1].isWatch() && reqs[len(reqs)-1].status == 200
 			})
@@ -442,6 +433,47 @@ func TestNotServed(t *testing.T) {
 	}
 }
 
+// TestNotServedAsksOnce: a cluster without resource.k8s.io is found so by
+// the first list's three GETs; lists after that make no request until
+// RecheckNotServed has passed, then one GET of the group, and the lists
+// again once the group is served (an upgrade).
+func TestNotServedAsksOnce(t *testing.T) {
+	t.Parallel()
+	api := newAPIServer(t, false, false)
+	client, err := NewClient(api.restConfig())
+	if err != nil {
+		t.Fatal(err)
+	}
+	now := time.Unix(1e9, 0)
+	client.now = func() time.Time { return now }
+	ctx := context.Background()
+	for i := range 5 {
+		if _, err := client.List(ctx, metav1.ListOptions{}); !errors.Is(err, ErrNotServed) {
+			t.Fatalf("list %d: %v, want ErrNotServed", i, err)
+		}
+		if _, err := client.ListClaims(ctx, "ml", metav1.ListOptions{}); !errors.Is(err, ErrNotServed) {
+			t.Fatalf("claims list %d: %v, want ErrNotServed", i, err)
+		}
+	}
+	if n := len(api.requests()); n != 3 {
+		t.Errorf("%d requests for ten lists, want the first list's 3", n)
+	}
+	now = now.Add(RecheckNotServed)
+	for range 3 {
+		if _, err := client.List(ctx, metav1.ListOptions{}); !errors.Is(err, ErrNotServed) {
+			t.Fatalf("after %s: %v, want ErrNotServed", RecheckNotServed, err)
+		}
+	}
+	if n := len(api.requests()); n != 4 {
+		t.Errorf("%d requests, want 4: one more GET of the group after %s", n, RecheckNotServed)
+	}
+	api.set(func(s *apiServer) { s.served["v1"] = true })
+	now = now.Add(RecheckNotServed)
+	if _, err := client.List(ctx, metav1.ListOptions{FieldSelector: "spec.nodeName=" + node}); err != nil {
+		t.Fatalf("after the upgrade: %v", err)
+	}
+}
+
 // TestBookmark: a bookmark moves the resource version on without an
 // object; WaitForResourceVersion sees it.
 func TestBookmark(t *testing.T) {
@@ -450,7 +482,7 @@ func TestBookmark(t *testing.T) {
 	api.put(nodeSlices()[0], true)
 	src, _ := run(t, api, DefaultConfig(node))
 	waitSync(t, src)
-	eventually(t, "a watch is open", func() bool {
+	testtool.Eventually(t, "a watch is open", func() bool {
 		reqs := api.requests()
 		return reqs[len(reqs)-1].isWatch()
 	})
@@ -460,21 +492,6 @@ func TestBookmark(t *testing.T) {
 	defer cancel()
 	if err := src.WaitForResourceVersion(ctx, "999999"); !errors.Is(err, context.DeadlineExceeded) {
 		t.Errorf("WaitForResourceVersion of a future version = %v, want a deadline", err)
-	}
-}
-
-func TestReached(t *testing.T) {
-	t.Parallel()
-	for _, tt := range []struct {
-		have, want string
-		ok         bool
-	}{
-		{"10", "9", true}, {"10", "10", true}, {"9", "10", false},
-		{"", "1", false}, {"abc", "abc", true}, {"abc", "abd", false}, {"10", "x", false},
-	} {
-		if got := reached(tt.have, tt.want); got != tt.ok {
-			t.Errorf("reached(%q, %q) = %v, want %v", tt.have, tt.want, got, tt.ok)
-		}
 	}
 }
 
@@ -536,16 +553,18 @@ func TestConfig(t *testing.T) {
 		{"empty attribute", Config{NodeName: "n", Drivers: []string{driver}}, `the UUID attribute ""`},
 	}
 	for _, tt := range tests {
-		err := tt.cfg.Validate()
-		if tt.want == "" {
-			if err != nil {
-				t.Errorf("%s: Validate() = %v, want nil", tt.name, err)
+		t.Run(tt.name, func(t *testing.T) {
+			err := tt.cfg.Validate()
+			if tt.want == "" {
+				if err != nil {
+					t.Errorf("%s: Validate() = %v, want nil", tt.name, err)
+				}
+				return
 			}
-			continue
-		}
-		if err == nil || !strings.Contains(err.Error(), tt.want) {
-			t.Errorf("%s: Validate() = %v, want an error containing %q", tt.name, err, tt.want)
-		}
+			if err == nil || !strings.Contains(err.Error(), tt.want) {
+				t.Errorf("%s: Validate() = %v, want an error containing %q", tt.name, err, tt.want)
+			}
+		})
 	}
 	for _, tt := range []struct {
 		attr, driver string
@@ -626,4 +645,162 @@ func TestDeepCopy(t *testing.T) {
 	if (*ResourceSlice)(nil).DeepCopyObject() != nil || (*ResourceSliceList)(nil).DeepCopyObject() != nil {
 		t.Error("a nil copy is not nil")
 	}
+}
+
+// store drives a Source's store as the reflector does, with API objects.
+type store Source
+
+func (st *store) Replace(list []any, rv string) error {
+	objs := make([]runtime.Object, len(list))
+	for i, o := range list {
+		objs[i] = o.(runtime.Object)
+	}
+	return st.lw.ApplyList(objs, rv)
+}
+
+func (st *store) Update(obj any) error { return st.lw.Apply(watch.Modified, obj.(runtime.Object)) }
+
+func (st *store) Delete(obj any) error { return st.lw.Apply(watch.Deleted, obj.(runtime.Object)) }
+
+// TestWatchGoneAsStatus: a watch call answered with the HTTP status 410
+// Gone (the resource version was compacted while no watch was open) makes
+// the reflector list again, and is not counted: the slices changed while
+// the log was compacted are seen. Before, the 410 was counted as a failure
+// and the source reported down.
+func TestWatchGoneAsStatus(t *testing.T) {
+	t.Parallel()
+	api := newAPIServer(t, true, false, "v1")
+	for _, sl := range nodeSlices() {
+		api.put(sl, true)
+	}
+	api.set(func(s *apiServer) { s.goneStatus = true })
+	src, _ := run(t, api, DefaultConfig(node))
+	waitSync(t, src)
+	testtool.Eventually(t, "a watch is open", func() bool {
+		reqs := api.requests()
+		return reqs[len(reqs)-1].isWatch() && reqs[len(reqs)-1].status == 200
+	})
+	// An event on the watch, so that its end below is not one of a watch
+	// cut at once.
+	waitRV(t, src, api.bookmark())
+	takeHealth(t, src, "up", func(up bool, _ []error) bool { return up })
+
+	created := nodeSlices()[0]
+	created.Spec.Devices[2] = migDevice(migName, uuid2, "1g.10gb", migUUID)
+	rv := api.put(created, false)
+	api.set(func(s *apiServer) { s.compacted, s.log = s.rv, nil })
+	api.srv.CloseClientConnections() // the watch ends; the next is from a compacted version
+	waitRV(t, src, rv)
+	resolves(t, src, migName, migUUID, nil)
+
+	var gone int
+	for _, r := range api.requests() {
+		if r.isWatch() && r.status == http.StatusGone {
+			gone++
+		}
+	}
+	if gone == 0 {
+		t.Fatal("no watch was answered 410: the test did not test")
+	}
+	if errs := takeHealth(t, src, "the source is up", func(up bool, _ []error) bool { return up }); len(errs) != 0 {
+		t.Errorf("a 410 Gone watch was counted: %v", errs)
+	}
+}
+
+// TestNotServedAfterListed: an API server that answers 404 for every
+// version of resource.k8s.io after the slices were listed (an aggregated
+// API gone, a downgrade) is a failure, counted, and the slices last seen
+// still resolve, as docs/dra.md promises. Before, the 404 wiped them and
+// the source stayed up.
+func TestNotServedAfterListed(t *testing.T) {
+	t.Parallel()
+	api := newAPIServer(t, true, false, "v1")
+	api.put(nodeSlices()[0], true)
+	src, _ := run(t, api, DefaultConfig(node))
+	waitSync(t, src)
+	takeHealth(t, src, "up", func(up bool, _ []error) bool { return up })
+	api.set(func(s *apiServer) { s.served = map[string]bool{} })
+	api.expire() // the watch ends with 410: the reflector lists, and finds nothing served
+	// Rounds are sequential: once a second list has been answered 404, the
+	// first one's answer has been handled.
+	testtool.Eventually(t, "two lists answered 404", func() bool {
+		n := 0
+		for _, r := range api.requests() {
+			if !r.isWatch() && r.status == http.StatusNotFound && r.version == "v1beta1" {
+				n++
+			}
+		}
+		return n >= 2
+	})
+	errs := takeHealth(t, src, "the 404 is reported", func(up bool, errs []error) bool { return !up && len(errs) > 0 })
+	if r := reasons(errs); r[ReasonOther] == 0 {
+		t.Errorf("reasons = %v, want other", r)
+	}
+	resolves(t, src, "gpu-0", uuid0, nil)
+	resolves(t, src, "gpu-1", uuid1, nil)
+	if !src.HasSynced() {
+		t.Error("not synced")
+	}
+}
+
+// TestSliceBounds: a slice beyond the API's bounds is refused (more than
+// 128 devices), and attribute values longer than the API's 64 bytes are
+// not kept: a 1 MiB attribute costs nothing when a device is resolved.
+// Before, the slice was kept whole and each unresolved device's error
+// quoted its megabyte of attributes at every poll.
+func TestSliceBounds(t *testing.T) {
+	t.Parallel()
+	src, err := New(DefaultConfig(node), &Client{}, zaptest.NewLogger(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	st := (*store)(src)
+	huge := strings.Repeat("x", 1<<20)
+	mib := resourceSlice("mib", driver, node, node, 1,
+		resourcev1.Device{Name: "gpu-0", Attributes: attrs{"type": str(huge), "parentUUID": str(huge), "profile": str(huge)}},
+		gpuDevice(1, "uuid", "GPU-"+huge))
+	var many []resourcev1.Device
+	for i := range 129 {
+		many = append(many, gpuDevice(i, "uuid", uuid0))
+	}
+	tooMany := resourceSlice("too-many", driver, node, "other-pool", 1, many...)
+	if err := st.Replace([]any{wire(t, mib), wire(t, tooMany)}, "5"); err != nil {
+		t.Fatal(err)
+	}
+	for _, dev := range []string{"gpu-0", "gpu-1"} {
+		_, err := src.Resolve(driver, node, dev)
+		if !errors.Is(err, ErrNoUUID) {
+			t.Errorf("Resolve(%s) = %v, want %v", dev, err, ErrNoUUID)
+		}
+		if err != nil && len(err.Error()) > 1024 {
+			t.Errorf("Resolve(%s): an error of %d bytes", dev, len(err.Error()))
+		}
+	}
+	if _, err := src.Resolve(driver, "other-pool", "gpu-0"); !errors.Is(err, ErrUnknownDevice) {
+		t.Errorf("a slice of 129 devices was kept: %v", err)
+	}
+	_, errs := src.Health()
+	if r := reasons(errs); r["too_large"] != 1 || len(r) != 1 {
+		t.Errorf("reasons = %v, want one too_large", r)
+	}
+}
+
+// TestWatchCutAtOnce: watches that the server (or a proxy) ends at once
+// with no event are counted (unavailable) and the source is down; client-go
+// backs off between them. Before, nothing was counted and the source
+// stayed up while it relisted every few seconds.
+func TestWatchCutAtOnce(t *testing.T) {
+	t.Parallel()
+	api := newAPIServer(t, true, false, "v1")
+	api.put(nodeSlices()[0], true)
+	api.set(func(s *apiServer) { s.cutWatches = true })
+	src, _ := run(t, api, DefaultConfig(node))
+	waitSync(t, src)
+	errs := takeHealth(t, src, "the cut watches are counted", func(up bool, errs []error) bool { return !up && len(errs) >= 2 })
+	if r := reasons(errs); r[ReasonUnavailable] < 2 || len(r) != 1 {
+		t.Errorf("reasons = %v, want only unavailable", r)
+	}
+	resolves(t, src, "gpu-0", uuid0, nil)
+	api.set(func(s *apiServer) { s.cutWatches = false })
+	takeHealth(t, src, "up once watches last", func(up bool, _ []error) bool { return up })
 }

@@ -2,6 +2,7 @@ package dra
 
 import (
 	"maps"
+	"slices"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -124,4 +125,90 @@ func clonePtr[T any](p *T) *T {
 	}
 	v := *p
 	return &v
+}
+
+// ResourceClaim is what the agent reads of a resource.k8s.io ResourceClaim,
+// decoded from the JSON of v1, v1beta2 or v1beta1, which spell these
+// fields alike (k8s.io/api resource/v1 types.go: AllocationResult,
+// DeviceRequestAllocationResult, ResourceClaimConsumerReference).
+type ResourceClaim struct {
+	metav1.TypeMeta   `json:",inline"`
+	metav1.ObjectMeta `json:"metadata,omitempty"`
+	Status            ResourceClaimStatus `json:"status"`
+}
+
+// ResourceClaimStatus is a claim's allocation and the consumers it is
+// reserved for.
+type ResourceClaimStatus struct {
+	Allocation  *AllocationResult   `json:"allocation,omitempty"`
+	ReservedFor []ConsumerReference `json:"reservedFor,omitempty"`
+}
+
+// AllocationResult is the devices the scheduler allocated to a claim.
+type AllocationResult struct {
+	Devices struct {
+		Results []DeviceResult `json:"results,omitempty"`
+	} `json:"devices"`
+}
+
+// DeviceResult is one allocated device: the request it was allocated for
+// ("<request>" or "<request>/<subrequest>" of a prioritized list), its
+// name in the driver's slices, and whether it was allocated with admin
+// access (KEP-5018: a monitor's access that holds nothing).
+type DeviceResult struct {
+	Request     string  `json:"request"`
+	Driver      string  `json:"driver"`
+	Pool        string  `json:"pool"`
+	Device      string  `json:"device"`
+	AdminAccess *bool   `json:"adminAccess,omitempty"`
+	ShareID     *string `json:"shareID,omitempty"`
+}
+
+// ConsumerReference is an entry of a claim's reservedFor: a pod, usually.
+type ConsumerReference struct {
+	APIGroup string `json:"apiGroup,omitempty"`
+	Resource string `json:"resource"`
+	Name     string `json:"name"`
+	UID      string `json:"uid"`
+}
+
+// ResourceClaimList is a list of claims.
+type ResourceClaimList struct {
+	metav1.TypeMeta `json:",inline"`
+	metav1.ListMeta `json:"metadata,omitempty"`
+	Items           []ResourceClaim `json:"items"`
+}
+
+// DeepCopyObject implements runtime.Object.
+func (c *ResourceClaim) DeepCopyObject() runtime.Object {
+	if c == nil {
+		return nil
+	}
+	out := &ResourceClaim{TypeMeta: c.TypeMeta}
+	c.ObjectMeta.DeepCopyInto(&out.ObjectMeta)
+	out.Status.ReservedFor = slices.Clone(c.Status.ReservedFor)
+	if a := c.Status.Allocation; a != nil {
+		out.Status.Allocation = &AllocationResult{}
+		for _, r := range a.Devices.Results {
+			r.AdminAccess, r.ShareID = clonePtr(r.AdminAccess), clonePtr(r.ShareID)
+			out.Status.Allocation.Devices.Results = append(out.Status.Allocation.Devices.Results, r)
+		}
+	}
+	return out
+}
+
+// DeepCopyObject implements runtime.Object.
+func (l *ResourceClaimList) DeepCopyObject() runtime.Object {
+	if l == nil {
+		return nil
+	}
+	out := &ResourceClaimList{TypeMeta: l.TypeMeta}
+	l.ListMeta.DeepCopyInto(&out.ListMeta)
+	if l.Items != nil {
+		out.Items = make([]ResourceClaim, len(l.Items))
+		for i := range l.Items {
+			out.Items[i] = *l.Items[i].DeepCopyObject().(*ResourceClaim)
+		}
+	}
+	return out
 }

@@ -18,6 +18,14 @@ type Config struct {
 	// device whose calls take longer is left out and counted as hung until
 	// they return (NVML calls cannot be cancelled).
 	CallTimeout time.Duration
+	// HeldCalls, when set, counts the NVML calls the library itself holds
+	// (a simulated driver's hang fault, on the virtual clock of a replay).
+	// A read in flight is then given up on only once every read in flight
+	// is held, however long the host takes to run the others, and
+	// CallTimeout is not used: on a virtual clock a read that a busy host
+	// has not run yet is late, not hung, and giving up on it loses the
+	// samples the clock moves past meanwhile.
+	HeldCalls func() int
 }
 
 // DefaultConfig returns the reader's defaults.

@@ -387,13 +387,8 @@ func (r *Reader) Read(ctx context.Context) (collector.DeviceSnapshot, error) {
 			r.start(d)
 		}
 	}
-	if r.wait == nil {
-		r.wait = time.NewTimer(r.cfg.CallTimeout)
-	} else {
-		r.wait.Reset(r.cfg.CallTimeout)
-	}
-	wait := r.wait
-	defer wait.Stop()
+	w := r.giveUp()
+	defer w.stop()
 	expired := false
 	r.flip ^= 1
 	snap := collector.DeviceSnapshot{Devices: r.snaps[r.flip][:0]}
@@ -402,15 +397,11 @@ func (r *Reader) Read(ctx context.Context) (collector.DeviceSnapshot, error) {
 		done := false
 		// A device already known to hang is not waited for again: its
 		// call ends when it ends, and the next Read takes the result.
-		if !expired && !d.hung {
-			select {
-			case <-d.inflight:
-				done = true
-			case <-wait.C:
-				expired = true
-			case <-ctx.Done():
-				expired = true
-			}
+		// Where the library tells which calls it holds, one that no
+		// longer is ends at once, and is waited for like any other.
+		if !expired && (!d.hung || r.cfg.HeldCalls != nil) {
+			done = w.wait(ctx, d.inflight)
+			expired = !done
 		}
 		if !done {
 			select {
@@ -423,10 +414,10 @@ func (r *Reader) Read(ctx context.Context) (collector.DeviceSnapshot, error) {
 			if !d.hung {
 				d.hung = true
 				r.log.Warn("an NVML call on the GPU has not returned; its metrics are stale until it does",
-					zap.Int("gpu", d.info.GPU), zap.String("uuid", d.info.UUID), zap.Duration("waited", r.cfg.CallTimeout))
+					zap.Int("gpu", d.info.GPU), zap.String("uuid", d.info.UUID), zap.Stringer("waited", w))
 			}
 			snap.Errors = append(snap.Errors, collector.NewSourceError(collector.SourceNVML, "hung",
-				fmt.Errorf("GPU %d %s: an NVML call has been in flight for more than %s", d.info.GPU, d.info.UUID, r.cfg.CallTimeout)))
+				fmt.Errorf("GPU %d %s: an NVML call has been in flight for %s", d.info.GPU, d.info.UUID, w)))
 			continue
 		}
 		d.inflight = nil
@@ -462,6 +453,82 @@ func (r *Reader) Read(ctx context.Context) (collector.DeviceSnapshot, error) {
 	return snap, nil
 }
 
+// heldPoll is how often a read that waits on a library which tells the
+// calls it holds (Config.HeldCalls) asks it: a virtual clock wakes nobody.
+const heldPoll = time.Millisecond
+
+// giveUp is when Read and the MIG walk stop waiting for reads in flight:
+// after Config.CallTimeout, or, with Config.HeldCalls, once every read in
+// flight is held by the library.
+type giveUp struct {
+	r     *Reader
+	timer *time.Timer
+	tick  *time.Ticker
+}
+
+func (r *Reader) giveUp() giveUp {
+	if r.cfg.HeldCalls != nil {
+		return giveUp{r: r, tick: time.NewTicker(heldPoll)}
+	}
+	if r.wait == nil {
+		r.wait = time.NewTimer(r.cfg.CallTimeout)
+	} else {
+		r.wait.Reset(r.cfg.CallTimeout)
+	}
+	return giveUp{r: r, timer: r.wait}
+}
+
+// wait waits for done and reports whether it came; false when the reader
+// gives up, or ctx ends.
+func (g giveUp) wait(ctx context.Context, done <-chan struct{}) bool {
+	var timeout, tick <-chan time.Time
+	if g.timer != nil {
+		timeout = g.timer.C
+	}
+	if g.tick != nil {
+		tick = g.tick.C
+	}
+	for {
+		select {
+		case <-done:
+			return true
+		case <-timeout:
+			return false
+		case <-tick:
+			if g.r.running.Load() > int64(g.r.cfg.HeldCalls()) {
+				continue
+			}
+			// Every read in flight is held; this one may have ended
+			// since the select chose the tick.
+			select {
+			case <-done:
+				return true
+			default:
+				return false
+			}
+		case <-ctx.Done():
+			return false
+		}
+	}
+}
+
+func (g giveUp) stop() {
+	if g.timer != nil {
+		g.timer.Stop()
+	}
+	if g.tick != nil {
+		g.tick.Stop()
+	}
+}
+
+// String says how long the reader waited: for the log and the error.
+func (g giveUp) String() string {
+	if g.tick != nil {
+		return "as long as the NVML library holds it"
+	}
+	return "more than " + g.r.cfg.CallTimeout.String()
+}
+
 // start reads d on a goroutine of its own.
 func (r *Reader) start(d *device) {
 	if d.done == nil {
@@ -471,8 +538,10 @@ func (r *Reader) start(d *device) {
 	r.running.Add(1)
 	go func() {
 		d.res = r.readDevice(d)
-		r.running.Add(-1)
+		// Delivered before it stops counting as in flight: a read that
+		// no longer is has its result waiting (see giveUp.wait).
 		d.done <- struct{}{}
+		r.running.Add(-1)
 	}()
 }
 

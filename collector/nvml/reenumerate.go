@@ -129,19 +129,14 @@ func (r *Reader) rescanMIG(ctx context.Context) {
 		close(w.done)
 		r.running.Add(-1)
 	}()
-	t := time.NewTimer(r.cfg.CallTimeout)
-	defer t.Stop()
-	select {
-	case <-w.done:
+	g := r.giveUp()
+	defer g.stop()
+	if g.wait(ctx, w.done) {
 		r.applyMIGWalk(w)
-	case <-t.C:
+	} else {
 		m.pending = w
-	case <-ctx.Done():
-		m.pending = w
-	}
-	if m.pending != nil {
 		r.log.Warn("walking the GPUs has not returned; GPUs and MIG devices changed meanwhile are seen when it does",
-			zap.Duration("waited", r.cfg.CallTimeout))
+			zap.Stringer("waited", g))
 	}
 }
 

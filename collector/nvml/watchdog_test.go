@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	gonvml "github.com/NVIDIA/go-nvml/pkg/nvml"
 	"go.uber.org/zap"
 
 	"github.com/gpuxray/gpuxray/agent"
@@ -44,7 +45,10 @@ faults:
 	}
 	defer node.Close()
 	cfg := DefaultConfig()
-	cfg.CallTimeout = 50 * time.Millisecond
+	// Long enough that a read which does not wait for the hung GPU ends
+	// within it on a loaded machine too: the checks below compare wall time
+	// with it.
+	cfg.CallTimeout = time.Second
 	r := New(node.NVML(), cfg, zap.NewNop(), clock)
 	if err := r.Init(); err != nil {
 		t.Fatal(err)
@@ -348,6 +352,117 @@ func TestHungCallCounted(t *testing.T) {
 			}
 			if c.Idle != 0 {
 				t.Errorf("idle %.2fs on a busy GPU", c.Idle)
+			}
+		})
+	}
+}
+
+// busyHostLib is a driver on a host too busy to run the reader at once:
+// GPU 0's samples call answers late in real time, as a read goroutine
+// waits its turn for a CPU, while the virtual clock stands still.
+type busyHostLib struct {
+	gonvml.Interface
+	late time.Duration
+}
+
+func (l busyHostLib) DeviceGetHandleByIndex(i int) (gonvml.Device, gonvml.Return) {
+	d, ret := l.Interface.DeviceGetHandleByIndex(i)
+	if i != 0 {
+		return d, ret
+	}
+	return busyHostDevice{Device: d, late: l.late}, ret
+}
+
+type busyHostDevice struct {
+	gonvml.Device
+	late time.Duration
+}
+
+func (d busyHostDevice) GetSamples(t gonvml.SamplingType, lastSeen uint64) (gonvml.ValueType, []gonvml.Sample, gonvml.Return) {
+	time.Sleep(d.late)
+	return d.Device.GetSamples(t, lastSeen)
+}
+
+// TestBusyHostOnVirtualClock: on a virtual clock (replay), a read that the
+// host runs late is waited for, however much later than CallTimeout; only
+// a call the simulated driver holds is given up on, and at once. Given up
+// on after CallTimeout, as on a node, the late read would be taken a poll
+// later, and the next read would ask for samples the driver's ring (20 s)
+// no longer holds: a replay on a busy machine lost 15 s of a GPU at a
+// time, and read every GPU-second figure low.
+func TestBusyHostOnVirtualClock(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name string
+		// hang: a hang fault holds GPU 0's samples call from 1m to 2m.
+		hang bool
+	}{
+		{"late reads", false},
+		{"late reads and a hang", true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			sc := hangScenario(t, "dgxa100", sim.CallSamples, time.Minute)
+			if !tc.hang {
+				sc.Faults = nil
+			}
+			clock := sim.NewVirtualClock(sc.Start.Add(30 * time.Second))
+			node, err := sim.NewNode(sc, clock)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer node.Close()
+			cfg := DefaultConfig()
+			// Far under the host's delay: were it used, every read of
+			// GPU 0 would be given up on.
+			cfg.CallTimeout = time.Millisecond
+			cfg.HeldCalls = node.BlockedCalls
+			r := New(busyHostLib{Interface: node.NVML(), late: 20 * time.Millisecond}, cfg, zap.NewNop(), clock)
+			if err := r.Init(); err != nil {
+				t.Fatal(err)
+			}
+			defer r.Shutdown()
+			var stamps []time.Time
+			for now := clock.Now(); now.Before(sc.Start.Add(4 * time.Minute)); now = clock.Advance(15 * time.Second) {
+				// As replay does after moving its clock: the reads a hang
+				// released have returned.
+				awaitReleased(t, r, node)
+				snap, err := r.Read(context.Background())
+				if err != nil {
+					t.Fatal(err)
+				}
+				at := now.Sub(sc.Start)
+				held := tc.hang && at >= time.Minute && at < 2*time.Minute
+				var gpu0 *collector.DeviceReading
+				for i := range snap.Devices {
+					if snap.Devices[i].Device.GPU == 0 {
+						gpu0 = &snap.Devices[i]
+					}
+				}
+				switch {
+				case held && (gpu0 != nil || !slices.Contains(reasons(snap), "hung")):
+					t.Fatalf("at %s, during the hang: GPU 0 read %v, errors %v; want it left out as hung", at, gpu0 != nil, reasons(snap))
+				case !held && (gpu0 == nil || len(snap.Errors) > 0):
+					t.Fatalf("at %s: GPU 0 read %v, errors %v; want it read", at, gpu0 != nil, reasons(snap))
+				case gpu0 != nil:
+					for _, s := range gpu0.Samples {
+						stamps = append(stamps, s.Time)
+					}
+				}
+			}
+			// Every sample from the first read's to the last, none lost but
+			// those the ring lost during the hang, as a driver's does.
+			for i := 1; i < len(stamps); i++ {
+				a, b := stamps[i-1].Sub(sc.Start), stamps[i].Sub(sc.Start)
+				if tc.hang && a > 30*time.Second && b <= 2*time.Minute {
+					continue
+				}
+				if d := b - a; d != sim.SamplePeriod {
+					t.Fatalf("samples at %s then %s: %s apart, want %s (none lost)", stamps[i-1].Sub(sc.Start), stamps[i].Sub(sc.Start), d, sim.SamplePeriod)
+				}
+			}
+			if n, want := len(stamps), int((4*time.Minute-30*time.Second-15*time.Second)/sim.SamplePeriod); n < want && !tc.hang {
+				t.Errorf("%d samples read, want at least %d", n, want)
 			}
 		})
 	}

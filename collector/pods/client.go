@@ -13,6 +13,7 @@ import (
 	"k8s.io/client-go/rest"
 
 	"github.com/gpuxray/gpuxray/collector/internal/kubeconfig"
+	"github.com/gpuxray/gpuxray/collector/internal/listwatch"
 )
 
 // PodClient lists and watches the pods of all namespaces. NewClient returns
@@ -20,7 +21,7 @@ import (
 //
 // A PodClient that also has a method IsWatchListSemanticsUnSupported() bool
 // returning true (as client-go's fakes do) is never sent watch-list
-// requests; otherwise the informer streams its first list through a watch
+// requests; otherwise the source streams its first list through a watch
 // where client-go's WatchListClient feature is on, as with a clientset.
 type PodClient interface {
 	List(ctx context.Context, opts metav1.ListOptions) (*PodList, error)
@@ -31,9 +32,10 @@ type PodClient interface {
 // served under /api.
 var coreV1 = schema.GroupVersion{Version: "v1"}
 
-// NewClient returns the PodClient for c: from c.Kubeconfig, or in-cluster.
-// Pods are read as JSON into this package's Pod, which holds only what the
-// agent reads.
+// NewClient returns the PodClient for c: of c.REST, else from c.Kubeconfig,
+// else in-cluster. Pods are read as JSON into this package's Pod, which
+// holds only what the agent reads, and answers within
+// listwatch.LimitResponses's bounds.
 //
 // It is a REST client for core/v1's pods alone, not a clientset, and knows
 // no type of k8s.io/api: a clientset's scheme registers every API group at
@@ -53,12 +55,15 @@ func NewClient(c Config) (PodClient, error) {
 // status and watch events. It reads and writes JSON: the types have no
 // protobuf encoding.
 func newRESTClient(c Config, gv schema.GroupVersion, apiPath string, types ...runtime.Object) (*rest.RESTClient, runtime.ParameterCodec, error) {
-	rc, err := kubeconfig.Load(c.Kubeconfig)
-	if err != nil {
-		return nil, nil, err
+	rc := c.REST
+	if rc == nil {
+		var err error
+		if rc, err = kubeconfig.Load(c.Kubeconfig); err != nil {
+			return nil, nil, err
+		}
 	}
 	scheme := newScheme(gv, types...)
-	rc = rest.CopyConfig(rc)
+	rc = listwatch.LimitResponses(rc)
 	rc.UserAgent = "gpuxray"
 	rc.AcceptContentTypes = "application/json"
 	rc.ContentType = "application/json"
@@ -116,3 +121,15 @@ func timeoutOf(opts metav1.ListOptions) time.Duration {
 	}
 	return time.Duration(*opts.TimeoutSeconds) * time.Second
 }
+
+// ParseKubeconfig returns the API server configuration of kubeconfig data
+// read from path, for a command that reads its kubeconfig itself, within
+// bounds; check is called first with each file it names that client-go
+// reads on its own (token file, certificates).
+func ParseKubeconfig(data []byte, path string, check func(file string) error) (*rest.Config, error) {
+	return kubeconfig.Parse(data, path, check)
+}
+
+// InClusterConfig returns the API server configuration of the pod's
+// service account.
+func InClusterConfig() (*rest.Config, error) { return kubeconfig.Load("") }

@@ -27,6 +27,7 @@ import (
 	"k8s.io/apimachinery/pkg/watch"
 
 	"github.com/gpuxray/gpuxray/collector"
+	"github.com/gpuxray/gpuxray/internal/testtool"
 )
 
 const (
@@ -297,13 +298,13 @@ func TestNewClientAgainstServer(t *testing.T) {
 			}
 
 			// Through the watch: a Job's pod comes and goes.
-			eventually(t, "a watch is open", func() bool {
+			testtool.Eventually(t, "a watch is open", func() bool {
 				reqs := api.requests()
 				last := reqs[len(reqs)-1]
 				return last.status == http.StatusOK && last.query.Get("watch") == "true"
 			})
 			api.events <- watch.Event{Type: watch.Added, Object: jobPod()}
-			eventually(t, "the Job's pod is known", func() bool {
+			testtool.Eventually(t, "the Job's pod is known", func() bool {
 				p, ok := src.PodByUID("uid-job")
 				return ok && p.WorkloadKind == "Job" && p.Workload == "bert-ft" && p.Model == "bert" &&
 					p.Phase == "Pending" && p.ExtraLabels["team"] == "vision"
@@ -311,7 +312,7 @@ func TestNewClientAgainstServer(t *testing.T) {
 			gone := jobPod()
 			gone.ResourceVersion = "12"
 			api.events <- watch.Event{Type: watch.Deleted, Object: gone}
-			eventually(t, "the Job's pod is forgotten", func() bool {
+			testtool.Eventually(t, "the Job's pod is forgotten", func() bool {
 				_, ok := src.PodByUID("uid-job")
 				return !ok
 			})

@@ -3,9 +3,8 @@ package pods
 import (
 	"strings"
 
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-
 	"github.com/gpuxray/gpuxray/collector"
+	"github.com/gpuxray/gpuxray/collector/internal/apihealth"
 	"github.com/gpuxray/gpuxray/collector/workload"
 )
 
@@ -25,7 +24,7 @@ func (s *Source) convert(p *Pod) collector.Pod {
 		})
 	}
 	kind, name := workload.ResolvePod(p.Name, owners, p.Labels)
-	sched := collector.Scheduling{PriorityClass: p.Spec.PriorityClassName}
+	sched := collector.Scheduling{PriorityClass: workload.CleanValue(p.Spec.PriorityClassName, workload.MaxNameBytes)}
 	if p.Spec.Priority != nil {
 		sched.Priority, sched.HasPriority = *p.Spec.Priority, true
 	}
@@ -33,9 +32,9 @@ func (s *Source) convert(p *Pod) collector.Pod {
 	return collector.Pod{
 		UID:          string(p.UID),
 		StaticUID:    staticUID(p),
-		Namespace:    p.Namespace,
-		Name:         p.Name,
-		Phase:        p.Status.Phase,
+		Namespace:    workload.CleanValue(p.Namespace, workload.MaxNameBytes),
+		Name:         workload.CleanValue(p.Name, workload.MaxNameBytes),
+		Phase:        workload.CleanValue(p.Status.Phase, maxPhaseBytes),
 		WorkloadKind: kind,
 		Workload:     name,
 		Model:        workload.ModelFromLabels(p.Labels, p.Annotations, s.cfg.ModelKeys),
@@ -43,17 +42,85 @@ func (s *Source) convert(p *Pod) collector.Pod {
 		ContainerIDs: containerIDs(p),
 		Scheduling:   sched,
 		Sharing:      sharing(p),
+		Claims:       claims(p),
 	}
 }
 
+// claims lists the claims p's sidecars and containers use, by claim name
+// (pkg/kubelet/cm/dra/manager.go resolves them the same way: a pod claim's
+// resourceClaimName, else the name its status gives the claim made from
+// its template), and DRAExtendedResource's request mappings.
+func claims(p *Pod) []collector.PodClaim {
+	names := make(map[string]string, len(p.Spec.ResourceClaims))
+	for _, c := range p.Spec.ResourceClaims {
+		names[c.Name] = c.ResourceClaimName
+	}
+	for _, c := range p.Status.ResourceClaimStatuses {
+		if names[c.Name] == "" {
+			names[c.Name] = c.ResourceClaimName
+		}
+	}
+	var out []collector.PodClaim
+	add := func(ctr string, claims []ContainerClaim) {
+		for _, c := range claims {
+			if len(out) < MaxClaims {
+				out = append(out, collector.PodClaim{Container: ctr, Claim: names[c.Name], Request: c.Request})
+			}
+		}
+	}
+	for _, c := range p.Spec.InitContainers {
+		if c.RestartPolicy == "Always" {
+			add(c.Name, c.Resources.Claims)
+		}
+	}
+	for _, c := range p.Spec.Containers {
+		add(c.Name, c.Resources.Claims)
+	}
+	if e := p.Status.ExtendedResourceClaimStatus; e != nil && e.ResourceClaimName != "" {
+		for _, m := range e.RequestMappings {
+			if len(out) < MaxClaims {
+				out = append(out, collector.PodClaim{Container: m.ContainerName, Claim: e.ResourceClaimName, Request: m.RequestName})
+			}
+		}
+	}
+	return out
+}
+
 // staticUID returns the static pod's UID that mirror pod p stands for,
-// or "" when p is no mirror (or names its own UID).
+// or "" when p is no mirror (or names its own UID, or one longer than any
+// UID: the kubelet writes a 32-character hash).
 func staticUID(p *Pod) string {
 	uid := p.Annotations[AnnotationMirror]
-	if uid == string(p.UID) {
+	if uid == string(p.UID) || len(uid) > maxUIDBytes {
 		return ""
 	}
 	return uid
+}
+
+// Bounds of what is kept of one pod.
+const (
+	maxUIDBytes         = 128 // a UID is 36 bytes, a static pod's hash 32
+	maxPhaseBytes       = 32  // Pending, Running, Succeeded, Failed, Unknown
+	maxContainerIDBytes = 256 // a runtime's scheme and 64 hex digits
+	// MaxClaims bounds the claim references kept of one pod: the API
+	// allows 32 claims a pod (core/v1 validation), each named by a few
+	// containers.
+	MaxClaims = 128
+)
+
+// checkPod refuses a pod that no API server stores: a name, namespace or
+// UID longer than Kubernetes allows, or more container statuses than
+// MaxContainers. Memory per pod kept is then bounded.
+func checkPod(p *Pod) error {
+	switch {
+	case len(p.Name) > workload.MaxNameBytes || len(p.Namespace) > workload.MaxNameBytes:
+		return &apihealth.TooLargeError{What: "a pod name or namespace", Limit: workload.MaxNameBytes}
+	case len(p.UID) > maxUIDBytes:
+		return &apihealth.TooLargeError{What: "a pod UID", Limit: maxUIDBytes}
+	case len(p.Status.ContainerStatuses)+len(p.Status.InitContainerStatuses)+len(p.Status.EphemeralContainerStatuses) > MaxContainers:
+		return &apihealth.TooLargeError{What: "a pod's container statuses", Limit: MaxContainers, Unit: "containers"}
+	}
+	return nil
 }
 
 // containerIDs maps each started container of p (init, sidecar and
@@ -68,7 +135,9 @@ func containerIDs(p *Pod) map[string]string {
 	ids := make(map[string]string, n)
 	for _, list := range [][]ContainerStatus{p.Status.InitContainerStatuses, p.Status.ContainerStatuses, p.Status.EphemeralContainerStatuses} {
 		for _, c := range list {
-			if id := stripScheme(c.ContainerID); id != "" {
+			// A container name is a DNS label; an ID longer than any
+			// runtime writes names no container that runs.
+			if id := stripScheme(c.ContainerID); id != "" && len(c.ContainerID) <= maxContainerIDBytes && len(c.Name) <= 63 {
 				ids[c.Name] = id
 			}
 		}
@@ -83,29 +152,4 @@ func stripScheme(id string) string {
 		return rest
 	}
 	return id
-}
-
-// trim keeps of a pod only what convert and the store read: name,
-// namespace, UID, resource version, labels, annotations, owner references
-// and deletion time of its metadata; its spec and status, which Pod
-// already holds to spec.nodeName, priorityClassName and priority, the
-// phase and the containers' names and IDs. It drops the rest of the
-// metadata (managed fields above all) before the informer caches the pod,
-// so the cache costs a few hundred bytes a pod; the spec's containers,
-// volumes and tolerations, conditions and images were never decoded.
-func trim(obj any) (any, error) {
-	p, ok := obj.(*Pod)
-	if !ok {
-		return obj, nil
-	}
-	return &Pod{
-		TypeMeta: p.TypeMeta,
-		ObjectMeta: metav1.ObjectMeta{
-			Name: p.Name, Namespace: p.Namespace, UID: p.UID, ResourceVersion: p.ResourceVersion,
-			Labels: p.Labels, Annotations: p.Annotations, OwnerReferences: p.OwnerReferences,
-			DeletionTimestamp: p.DeletionTimestamp,
-		},
-		Spec:   p.Spec,
-		Status: p.Status,
-	}, nil
 }

@@ -9,10 +9,9 @@ import (
 )
 
 // TestConvertScheduling: a pod's priority class and priority, and its Kueue
-// queues, survive the informer's trim and reach collector.Pod: the
-// queue-name label its author set wins over the local-queue-name Kueue
-// writes; the ClusterQueue is taken only where the pod names it; a pod of
-// no class has no priority.
+// queues, reach collector.Pod: the queue-name label its author set wins
+// over the local-queue-name Kueue writes; the ClusterQueue is taken only
+// where the pod names it; a pod of no class has no priority.
 func TestConvertScheduling(t *testing.T) {
 	t.Parallel()
 	src, err := New(testConfig(), podClient(fake.NewClientset()), nil)
@@ -40,13 +39,6 @@ func TestConvertScheduling(t *testing.T) {
 			p := asPod(core)
 			if got := src.convert(p).Scheduling; got != tt.want {
 				t.Errorf("as listed: %+v, want %+v", got, tt.want)
-			}
-			trimmed, err := trim(p)
-			if err != nil {
-				t.Fatal(err)
-			}
-			if got := src.convert(trimmed.(*Pod)).Scheduling; got != tt.want {
-				t.Errorf("trimmed: %+v, want %+v", got, tt.want)
 			}
 		})
 	}

@@ -3,10 +3,6 @@ package pods
 import (
 	"context"
 	"errors"
-	"fmt"
-	"maps"
-	"sync"
-	"sync/atomic"
 	"time"
 
 	"go.uber.org/zap"
@@ -15,10 +11,11 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/rest"
-	"k8s.io/client-go/tools/cache"
 
 	"github.com/gpuxray/gpuxray/collector"
 	"github.com/gpuxray/gpuxray/collector/internal/apihealth"
+	"github.com/gpuxray/gpuxray/collector/internal/listwatch"
+	"github.com/gpuxray/gpuxray/collector/workload"
 )
 
 // PriorityClassClient lists and watches the cluster's PriorityClasses
@@ -64,141 +61,78 @@ func (p *restPriorityClasses) Watch(ctx context.Context, opts metav1.ListOptions
 // but not its priority, and a class's value cannot change once it is made,
 // so this table turns the class of a waiting pod into the number the
 // scheduler compares: the agent exports it as
-// gpuxray_priority_class_value. A cluster has a handful of classes; the
-// watch is one long request per agent.
+// gpuxray_priority_class_value. A cluster has a handful of classes; at most
+// max are kept (and exported), the first in the list's order by name, and
+// any beyond are refused and counted (too_many). The watch is one long
+// request per agent.
 //
 // Failures are those of the pod source: counted under source "pods", with
 // the reasons of the pods API, and the table is kept as last seen. The
 // agent's service account needs get, list and watch on priorityclasses.
 type PriorityClasses struct {
-	client  PriorityClassClient
-	log     *zap.Logger
-	running atomic.Bool
-
-	mu     sync.RWMutex
-	values map[string]int32
-
-	synced atomic.Pointer[func() bool]
-	health *apihealth.Tracker
+	lw *listwatch.Source[int32]
 }
 
-// NewPriorityClasses returns the watch of client's PriorityClasses; it
-// watches nothing until Run.
-func NewPriorityClasses(client PriorityClassClient, logger *zap.Logger) (*PriorityClasses, error) {
+// NewPriorityClasses returns the watch of client's PriorityClasses, which
+// keeps at most max of them (0 is DefaultMaxPriorityClasses); it watches
+// nothing until Run.
+func NewPriorityClasses(client PriorityClassClient, max int, logger *zap.Logger) (*PriorityClasses, error) {
+	return newPriorityClasses(client, max, 0, logger)
+}
+
+func newPriorityClasses(client PriorityClassClient, max int, timeout time.Duration, logger *zap.Logger) (*PriorityClasses, error) {
 	if client == nil {
 		return nil, errors.New("pods: no Kubernetes client for PriorityClasses")
 	}
-	if logger == nil {
-		logger = zap.NewNop()
+	if max <= 0 {
+		max = DefaultMaxPriorityClasses
 	}
-	return &PriorityClasses{
-		client: client, log: logger, values: map[string]int32{},
-		health: apihealth.New(collector.SourcePods, "priorityclasses API", "priority classes are known as last seen until it recovers", logger),
-	}, nil
+	lw, err := listwatch.New(listwatch.Config[int32]{
+		What: "priority classes",
+		List: func(ctx context.Context, opts metav1.ListOptions) (runtime.Object, error) {
+			return client.List(ctx, opts)
+		},
+		Watch: client.Watch,
+		Convert: func(obj runtime.Object) (int32, bool, error) {
+			pc, ok := obj.(*PriorityClass)
+			if !ok || pc == nil {
+				return 0, false, nil
+			}
+			if len(pc.Name) > workload.MaxNameBytes {
+				return 0, false, &apihealth.TooLargeError{What: "a PriorityClass name", Limit: workload.MaxNameBytes}
+			}
+			return pc.Value, true, nil
+		},
+		MaxObjects:  max,
+		CallTimeout: timeout,
+		Health:      apihealth.New(collector.SourcePods, "priorityclasses API", "priority classes are known as last seen until it recovers", logger),
+		Logger:      logger,
+	})
+	if err != nil {
+		return nil, err
+	}
+	return &PriorityClasses{lw: lw}, nil
 }
 
 // Run lists and watches PriorityClasses until ctx is done, retrying API
 // failures with backoff. It runs once.
-func (p *PriorityClasses) Run(ctx context.Context) error {
-	if !p.running.CompareAndSwap(false, true) {
-		return errors.New("pods: the PriorityClass watch is already running")
-	}
-	lw := &cache.ListWatch{
-		ListWithContextFunc: func(ctx context.Context, opts metav1.ListOptions) (runtime.Object, error) {
-			list, err := p.client.List(ctx, opts)
-			p.health.ObserveCall(ctx, "list", err)
-			return list, err
-		},
-		WatchFuncWithContext: func(ctx context.Context, opts metav1.ListOptions) (watch.Interface, error) {
-			w, err := p.client.Watch(ctx, opts)
-			p.health.ObserveCall(ctx, "watch", err)
-			if err != nil {
-				return nil, err
-			}
-			return p.health.ObserveWatch(ctx, w), nil
-		},
-	}
-	// List, then watch: the few classes need no streamed first list, and
-	// so every API server answers alike.
-	inf := cache.NewSharedIndexInformerWithOptions(cache.ToListWatcherWithWatchListSemantics(lw, unsupportedWatchList{}), &PriorityClass{},
-		cache.SharedIndexInformerOptions{ObjectDescription: "priority classes"})
-	if err := inf.SetWatchErrorHandlerWithContext(func(ctx context.Context, _ *cache.Reflector, err error) {
-		p.health.ObserveStream(ctx, "list and watch", err)
-	}); err != nil {
-		return fmt.Errorf("pods: %w", err)
-	}
-	reg, err := inf.AddEventHandler(cache.ResourceEventHandlerFuncs{
-		AddFunc:    func(obj any) { p.put(obj) },
-		UpdateFunc: func(_, obj any) { p.put(obj) },
-		DeleteFunc: func(obj any) { p.remove(obj) },
-	})
-	if err != nil {
-		return fmt.Errorf("pods: %w", err)
-	}
-	hasSynced := reg.HasSynced
-	p.synced.Store(&hasSynced)
-	inf.RunWithContext(ctx)
-	return nil
-}
-
-// unsupportedWatchList tells the reflector to list, then watch.
-type unsupportedWatchList struct{}
-
-func (unsupportedWatchList) IsWatchListSemanticsUnSupported() bool { return true }
+func (p *PriorityClasses) Run(ctx context.Context) error { return p.lw.Run(ctx) }
 
 // HasSynced reports whether the first list has been stored.
-func (p *PriorityClasses) HasSynced() bool {
-	f := p.synced.Load()
-	return f != nil && (*f)()
-}
+func (p *PriorityClasses) HasSynced() bool { return p.lw.HasSynced() }
 
 // WaitForSync waits until the first list has been stored or ctx is done,
 // and reports which.
-func (p *PriorityClasses) WaitForSync(ctx context.Context) bool {
-	t := time.NewTicker(20 * time.Millisecond)
-	defer t.Stop()
-	for !p.HasSynced() {
-		select {
-		case <-ctx.Done():
-			return false
-		case <-t.C:
-		}
-	}
-	return true
-}
+func (p *PriorityClasses) WaitForSync(ctx context.Context) bool { return p.lw.WaitForSync(ctx) }
 
-// PriorityClasses returns each known class's value by name (a copy).
+// PriorityClasses returns each known class's value by name (a copy), its
+// names cleaned (workload.CleanValue).
 func (p *PriorityClasses) PriorityClasses() map[string]int32 {
-	p.mu.RLock()
-	defer p.mu.RUnlock()
-	return maps.Clone(p.values)
+	out := make(map[string]int32, p.lw.Len())
+	p.lw.Range(func(name string, v int32) { out[workload.CleanValue(name, workload.MaxNameBytes)] = v })
+	return out
 }
 
 // Health reports whether the watch is up and its failures since the
 // previous call, each a *collector.SourceError of source "pods".
-func (p *PriorityClasses) Health() (up bool, errs []error) {
-	return p.health.Take(p.HasSynced())
-}
-
-func (p *PriorityClasses) put(obj any) {
-	pc, ok := obj.(*PriorityClass)
-	if !ok || pc == nil {
-		return
-	}
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	p.values[pc.Name] = pc.Value
-}
-
-func (p *PriorityClasses) remove(obj any) {
-	if d, ok := obj.(cache.DeletedFinalStateUnknown); ok {
-		obj = d.Obj
-	}
-	pc, ok := obj.(*PriorityClass)
-	if !ok || pc == nil {
-		return
-	}
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	delete(p.values, pc.Name)
-}
+func (p *PriorityClasses) Health() (up bool, errs []error) { return p.lw.Health() }

@@ -3,6 +3,7 @@ package pods
 import (
 	"context"
 	"errors"
+	"fmt"
 	"maps"
 	"sync/atomic"
 	"testing"
@@ -15,6 +16,8 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/kubernetes/fake"
 	k8stesting "k8s.io/client-go/testing"
+
+	"github.com/gpuxray/gpuxray/internal/testtool"
 )
 
 func priorityClass(name string, v int32) *schedulingv1.PriorityClass {
@@ -24,7 +27,7 @@ func priorityClass(name string, v int32) *schedulingv1.PriorityClass {
 // runClasses runs a PriorityClasses watch of c until the test ends.
 func runClasses(t *testing.T, c *fake.Clientset) *PriorityClasses {
 	t.Helper()
-	p, err := NewPriorityClasses(fakeClasses{c.SchedulingV1().PriorityClasses()}, zaptest.NewLogger(t))
+	p, err := NewPriorityClasses(fakeClasses{c.SchedulingV1().PriorityClasses()}, 0, zaptest.NewLogger(t))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -62,7 +65,7 @@ func TestPriorityClasses(t *testing.T) {
 	if err := c.SchedulingV1().PriorityClasses().Delete(ctx, "notebook", metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, "the watch sees the new class and the deleted one", func() bool {
+	testtool.Eventually(t, "the watch sees the new class and the deleted one", func() bool {
 		return maps.Equal(p.PriorityClasses(), map[string]int32{"train-high": 100000, "batch": 1000})
 	})
 	// The map is the caller's.
@@ -89,7 +92,7 @@ func TestPriorityClassesForbidden(t *testing.T) {
 	})
 	p := runClasses(t, c)
 	var all []error
-	eventually(t, "a failure is reported", func() bool {
+	testtool.Eventually(t, "a failure is reported", func() bool {
 		up, errs := p.Health()
 		all = append(all, errs...)
 		return !up && len(all) > 0
@@ -101,8 +104,53 @@ func TestPriorityClassesForbidden(t *testing.T) {
 		t.Error("classes known before any list succeeded")
 	}
 	deny.Store(false)
-	eventually(t, "the watch recovers", func() bool {
+	testtool.Eventually(t, "the watch recovers", func() bool {
 		up, _ := p.Health()
 		return up && p.PriorityClasses()["train-high"] == 100000
 	})
+}
+
+// TestPriorityClassesBounded: a cluster with more PriorityClasses than the
+// bound (742,266 in an attack, each a series) keeps the bound, the first
+// by name, and counts the rest as too_many; the source is down while it
+// refuses. Before, every class was kept and exported.
+func TestPriorityClassesBounded(t *testing.T) {
+	t.Parallel()
+	var objs []runtime.Object
+	for i := range 250 {
+		objs = append(objs, priorityClass(fmt.Sprintf("class-%03d", i), int32(i)))
+	}
+	c := fake.NewClientset(objs...)
+	p, err := NewPriorityClasses(fakeClasses{c.SchedulingV1().PriorityClasses()}, 100, zaptest.NewLogger(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); _ = p.Run(ctx) }()
+	t.Cleanup(func() { cancel(); <-done })
+	if !p.WaitForSync(ctx) {
+		t.Fatal("no sync")
+	}
+	got := p.PriorityClasses()
+	if len(got) != 100 || got["class-099"] != 99 {
+		t.Errorf("%d classes kept (class-099: %d), want the first 100", len(got), got["class-099"])
+	}
+	up, errs := p.Health()
+	if r := reasons(errs); up || r[ReasonTooMany] == 0 || len(r) != 1 {
+		t.Errorf("health %v, reasons %v; want down with too_many", up, r)
+	}
+	// A class made beyond the bound is refused too.
+	if _, err := c.SchedulingV1().PriorityClasses().Create(ctx, priorityClass("zz-late", 5), metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	var all []error
+	testtool.Eventually(t, "the late class is refused", func() bool {
+		_, errs := p.Health()
+		all = append(all, errs...)
+		return reasons(all)[ReasonTooMany] > 0
+	})
+	if _, ok := p.PriorityClasses()["zz-late"]; ok || len(p.PriorityClasses()) != 100 {
+		t.Error("a class beyond the bound is kept")
+	}
 }

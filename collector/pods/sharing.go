@@ -12,14 +12,12 @@ import (
 // dozen pods, so a scan of them is cheaper than an index kept on every
 // event.
 func (s *Source) PodsInGPUGroup(group string) []collector.Pod {
-	s.mu.RLock()
-	defer s.mu.RUnlock()
 	var out []collector.Pod
-	for _, p := range s.byKey {
+	s.lw.Range(func(_ string, p collector.Pod) {
 		if slices.Contains(p.Sharing.GPUGroups, group) {
 			out = append(out, p)
 		}
-	}
+	})
 	slices.SortFunc(out, func(a, b collector.Pod) int {
 		if a.Namespace != b.Namespace {
 			if a.Namespace < b.Namespace {
@@ -60,4 +58,16 @@ func sharing(p *Pod) collector.Sharing {
 		}
 	}
 	return sh
+}
+
+// ClaimPods returns the known pods whose containers use ResourceClaims:
+// the DRA resolver reads their claims where the kubelet does not list them.
+func (s *Source) ClaimPods() []collector.Pod {
+	var out []collector.Pod
+	s.lw.Range(func(_ string, p collector.Pod) {
+		if len(p.Claims) > 0 {
+			out = append(out, p)
+		}
+	})
+	return out
 }

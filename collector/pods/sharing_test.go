@@ -1,6 +1,7 @@
 package pods
 
 import (
+	"k8s.io/apimachinery/pkg/watch"
 	"reflect"
 	"testing"
 
@@ -38,7 +39,9 @@ func TestConvertSharing(t *testing.T) {
 	if got := src.convert(kai).Sharing.GPUContainer; got != "second" {
 		t.Errorf("KAI pod with gpu-fraction-container-name: container %q", got)
 	}
-	src.put(&Pod{ObjectMeta: kai.ObjectMeta, Spec: PodSpec{NodeName: node, Containers: kai.Spec.Containers}})
+	if err := src.lw.Apply(watch.Added, &Pod{ObjectMeta: kai.ObjectMeta, Spec: PodSpec{NodeName: node, Containers: kai.Spec.Containers}}); err != nil {
+		t.Fatal(err)
+	}
 	if got := src.PodsInGPUGroup("g"); len(got) != 1 || got[0].Name != "k" {
 		t.Errorf("PodsInGPUGroup(g) = %+v", got)
 	}

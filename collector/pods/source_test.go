@@ -3,12 +3,16 @@ package pods
 import (
 	"context"
 	"errors"
+	"fmt"
 	"maps"
 	"net"
+	"net/http"
+	"net/http/httptest"
 	"net/url"
 	"os"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -27,6 +31,7 @@ import (
 
 	"github.com/gpuxray/gpuxray/collector"
 	"github.com/gpuxray/gpuxray/collector/internal/apihealth"
+	"github.com/gpuxray/gpuxray/internal/testtool"
 )
 
 func TestMain(m *testing.M) {
@@ -180,19 +185,6 @@ func (h *harness) set(f func()) {
 	f()
 }
 
-// eventually polls cond until it holds, or fails after 15 s (the
-// reflector's retry backoff starts at 0.8 s and doubles).
-func eventually(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(15 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting until %s", what)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-}
-
 func TestConfigValidate(t *testing.T) {
 	t.Parallel()
 	tests := []struct {
@@ -248,13 +240,6 @@ func TestConvert(t *testing.T) {
 		pod  func() *Pod
 	}{
 		{"as listed", func() *Pod { return asPod(vllmPod("uid-1")) }},
-		{"trimmed", func() *Pod {
-			p, err := trim(asPod(vllmPod("uid-1")))
-			if err != nil {
-				t.Fatal(err)
-			}
-			return p.(*Pod)
-		}},
 	} {
 		got := src.convert(tr.pod())
 		if !podEqual(got, want) {
@@ -262,14 +247,6 @@ func TestConvert(t *testing.T) {
 		}
 	}
 
-	listed := asPod(vllmPod("uid-1"))
-	if listed.ManagedFields == nil {
-		t.Fatal("the listed pod has no managed fields to trim")
-	}
-	p, _ := trim(listed)
-	if tp := p.(*Pod); tp.ManagedFields != nil {
-		t.Errorf("trim kept managed fields: %+v", tp)
-	}
 	bare := &Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "dev", Name: "debug-gpu", UID: "u"}, Spec: PodSpec{NodeName: node}}
 	if got := src.convert(bare); got.WorkloadKind != "Pod" || got.Workload != "debug-gpu" || got.ContainerIDs != nil {
 		t.Errorf("bare pod: %+v, want workload Pod/debug-gpu and no container IDs", got)
@@ -324,7 +301,7 @@ func TestPodLifecycle(t *testing.T) {
 	if _, err := pods.Create(ctx, added, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, "the added pod is known", func() bool {
+	testtool.Eventually(t, "the added pod is known", func() bool {
 		p, ok := h.src.PodByUID("uid-2")
 		return ok && p.WorkloadKind == "Job" && p.Workload == "bert-ft" && p.Model == "bert" && p.ExtraLabels["team"] == "vision"
 	})
@@ -336,7 +313,7 @@ func TestPodLifecycle(t *testing.T) {
 	if _, err := pods.Update(ctx, relabelled, metav1.UpdateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, "the relabelled pod's model and team change", func() bool {
+	testtool.Eventually(t, "the relabelled pod's model and team change", func() bool {
 		p, _ := h.src.Pod("serving", relabelled.Name)
 		return p.Model == "llama-3.3-70b" && p.ExtraLabels["team"] == "platform"
 	})
@@ -347,7 +324,7 @@ func TestPodLifecycle(t *testing.T) {
 	if _, err := pods.UpdateStatus(ctx, done, metav1.UpdateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, "the pod is terminal", func() bool {
+	testtool.Eventually(t, "the pod is terminal", func() bool {
 		p, ok := h.src.Pod("serving", done.Name)
 		return ok && p.Phase == "Succeeded" && p.Terminal()
 	})
@@ -358,7 +335,7 @@ func TestPodLifecycle(t *testing.T) {
 	if _, err := pods.Update(ctx, moved, metav1.UpdateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, "a pod updated onto another node is forgotten", func() bool {
+	testtool.Eventually(t, "a pod updated onto another node is forgotten", func() bool {
 		_, ok := h.src.PodByUID("uid-2")
 		return !ok
 	})
@@ -368,7 +345,7 @@ func TestPodLifecycle(t *testing.T) {
 	if err := pods.Delete(ctx, done.Name, metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, "the deleted pod is forgotten", func() bool {
+	testtool.Eventually(t, "the deleted pod is forgotten", func() bool {
 		_, ok1 := h.src.Pod("serving", done.Name)
 		_, ok2 := h.src.PodByUID("uid-1")
 		return !ok1 && !ok2
@@ -376,7 +353,7 @@ func TestPodLifecycle(t *testing.T) {
 	if _, err := pods.Create(ctx, vllmPod("uid-3"), metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, "the recreated pod is known by its new UID", func() bool {
+	testtool.Eventually(t, "the recreated pod is known by its new UID", func() bool {
 		p, ok := h.src.PodByUID("uid-3")
 		return ok && p.Name == done.Name
 	})
@@ -405,7 +382,7 @@ func forbidden() error {
 func takeHealth(t *testing.T, src *Source, what string, want func(up bool, errs []error) bool) []error {
 	t.Helper()
 	var all []error
-	eventually(t, what, func() bool {
+	testtool.Eventually(t, what, func() bool {
 		up, errs := src.Health()
 		all = append(all, errs...)
 		return want(up, all)
@@ -495,7 +472,7 @@ func TestUnavailableLater(t *testing.T) {
 	}
 	h.set(func() { h.listErr, h.watchErr = nil, nil })
 	takeHealth(t, h.src, "the source recovers", func(up bool, _ []error) bool { return up })
-	eventually(t, "the pod deleted while disconnected is forgotten", func() bool { return h.src.Len() == 0 })
+	testtool.Eventually(t, "the pod deleted while disconnected is forgotten", func() bool { return h.src.Len() == 0 })
 }
 
 func TestWatchStreamError(t *testing.T) {
@@ -529,10 +506,17 @@ func TestWatchStreamError(t *testing.T) {
 	// An expired resource version ends a watch normally: no failure.
 	h.waitWatch()
 	h.mu.Lock()
-	w := h.watchers[len(h.watchers)-1]
+	opened := len(h.watchers)
+	w := h.watchers[opened-1]
 	h.mu.Unlock()
 	w.(*watch.RaceFreeFakeWatcher).Error(&apierrors.NewResourceExpired("too old resource version: 1 (2)").ErrStatus)
-	time.Sleep(200 * time.Millisecond)
+	// The reflector opens its next watch only after it has handled the
+	// expired one, so from then on Health has seen whatever it made of it.
+	testtool.Eventually(t, "a watch is opened after the expired one", func() bool {
+		h.mu.Lock()
+		defer h.mu.Unlock()
+		return len(h.watchers) > opened
+	})
 	takeHealth(t, h.src, "up with no error after an expired watch", func(up bool, errs []error) bool {
 		if len(errs) > 0 {
 			t.Fatalf("an expired watch was counted: %v", errs)
@@ -567,9 +551,11 @@ func TestClassify(t *testing.T) {
 		{errors.New("x"), ReasonOther},
 	}
 	for _, tt := range tests {
-		if got := apihealth.Classify(tt.err); got != tt.want {
-			t.Errorf("Classify(%v) = %q, want %q", tt.err, got, tt.want)
-		}
+		t.Run(tt.want+" "+tt.err.Error(), func(t *testing.T) {
+			if got := apihealth.Classify(tt.err); got != tt.want {
+				t.Errorf("Classify(%v) = %q, want %q", tt.err, got, tt.want)
+			}
+		})
 	}
 }
 
@@ -651,7 +637,7 @@ func TestStaticPodMirror(t *testing.T) {
 	if _, err := pods.Create(ctx, mirror("mirror-uid-2", staticUID), metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, "the recreated mirror is known by its new UID", func() bool {
+	testtool.Eventually(t, "the recreated mirror is known by its new UID", func() bool {
 		p, ok := h.src.PodByUID("mirror-uid-2")
 		return ok && p.UID == "mirror-uid-2"
 	})
@@ -665,7 +651,7 @@ func TestStaticPodMirror(t *testing.T) {
 	if _, err := pods.Update(ctx, mirror("mirror-uid-2", newStaticUID), metav1.UpdateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, "the new manifest's UID finds the pod", func() bool {
+	testtool.Eventually(t, "the new manifest's UID finds the pod", func() bool {
 		_, ok := h.src.PodByUID(newStaticUID)
 		return ok
 	})
@@ -675,9 +661,136 @@ func TestStaticPodMirror(t *testing.T) {
 	if err := pods.Delete(ctx, "llm-server-"+node, metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, "the deleted mirror is forgotten by both UIDs", func() bool {
+	testtool.Eventually(t, "the deleted mirror is forgotten by both UIDs", func() bool {
 		_, ok1 := h.src.PodByUID("mirror-uid-2")
 		_, ok2 := h.src.PodByUID(newStaticUID)
 		return !ok1 && !ok2
 	})
+}
+
+// TestPodsBounded: a node whose pods outnumber MaxPods (a watch flooding
+// new pods) keeps MaxPods of them and counts the rest (too_many). Before,
+// every pod was stored: 1.7 GB after 40 s of a flood.
+func TestPodsBounded(t *testing.T) {
+	t.Parallel()
+	var objs []runtime.Object
+	for i := range 60 {
+		p := vllmPod(fmt.Sprintf("uid-%d", i))
+		p.Name = fmt.Sprintf("pod-%03d", i)
+		objs = append(objs, p)
+	}
+	h := newHarness(t, objs...)
+	cfg := testConfig()
+	cfg.MaxPods = 50
+	src, err := New(cfg, podClient(h.client), zaptest.NewLogger(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	h.src = src
+	h.start()
+	if !src.WaitForSync(context.Background()) {
+		t.Fatal("no sync")
+	}
+	h.waitWatch()
+	if n := src.Len(); n != 50 {
+		t.Errorf("%d pods kept, want 50", n)
+	}
+	// Added through the watch, beyond the bound: refused.
+	for i := range 20 {
+		p := vllmPod(fmt.Sprintf("late-%d", i))
+		p.Name = fmt.Sprintf("late-%03d", i)
+		if _, err := h.client.CoreV1().Pods("serving").Create(context.Background(), p, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	errs := takeHealth(t, src, "refusals counted", func(up bool, errs []error) bool { return reasons(errs)[ReasonTooMany] >= 2 })
+	if r := reasons(errs); len(r) != 1 {
+		t.Errorf("reasons %v, want only too_many", r)
+	}
+	if n := src.Len(); n != 50 {
+		t.Errorf("%d pods kept after the flood, want 50", n)
+	}
+	// A kept pod deleted makes room for the next.
+	if err := h.client.CoreV1().Pods("serving").Delete(context.Background(), "pod-000", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	testtool.Eventually(t, "the deleted pod is forgotten", func() bool { return src.Len() == 49 })
+}
+
+// TestTerminalEscapes: a pod whose model annotation, labels and names hold
+// terminal escapes (ESC, BEL, a bidi override) is kept with them removed,
+// so that neither /metrics nor the report carries them. Before, they were
+// exported as is.
+func TestTerminalEscapes(t *testing.T) {
+	t.Parallel()
+	src, err := New(testConfig(), podClient(fake.NewClientset()), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := vllmPod("uid-1")
+	p.Labels = map[string]string{"team": "nlp\x1b[2J\x07", "kueue.x-k8s.io/queue-name": "q\u009b1m"}
+	p.Annotations = map[string]string{"gpuxray.io/model": "\x1b]0;pwned\x07llama\u202e-3"}
+	p.OwnerReferences[0].Name = "vllm\x1b[31m-llama-7c9d5b8f6d"
+	p.Spec.PriorityClassName = "high\r\nfake line"
+	got := src.convert(asPod(p))
+	want := map[string]string{
+		"model": "]0;pwnedllama-3", "team": "nlp[2J", "workload": "vllm[31m-llama",
+		"queue": "q1m", "priority class": "highfake line",
+	}
+	have := map[string]string{
+		"model": got.Model, "team": got.ExtraLabels["team"], "workload": got.Workload,
+		"queue": got.Scheduling.Queue, "priority class": got.Scheduling.PriorityClass,
+	}
+	if !maps.Equal(have, want) {
+		t.Errorf("converted %q\nwant %q", have, want)
+	}
+}
+
+// TestListStalls: through NewClient's client, a list that never completes
+// is cut at Config.APITimeout and counted (unavailable), and the source is
+// down; it retries, and is up once a list completes. Before, lists had no
+// deadline: the source waited for ever, up.
+func TestListStalls(t *testing.T) {
+	t.Parallel()
+	var stalled atomic.Bool
+	stalled.Store(true)
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if stalled.Load() && r.URL.Query().Get("watch") != "true" {
+			<-r.Context().Done()
+			return
+		}
+		w.Header().Set("Content-Type", "application/json")
+		if r.URL.Query().Get("watch") == "true" {
+			w.(http.Flusher).Flush()
+			<-r.Context().Done()
+			return
+		}
+		fmt.Fprint(w, `{"kind":"PodList","apiVersion":"v1","metadata":{"resourceVersion":"5"},"items":[
+			{"metadata":{"name":"p","namespace":"ns","uid":"u1"},"spec":{"nodeName":"`+node+`"},"status":{"phase":"Running"}}]}`)
+	}))
+	t.Cleanup(srv.Close)
+	js := &jsonServer{srv: srv}
+	cfg := testConfig()
+	cfg.Kubeconfig, cfg.APITimeout = js.kubeconfig(t), 300*time.Millisecond
+	client, err := NewClient(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	src, err := New(cfg, client, zaptest.NewLogger(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); _ = src.Run(ctx) }()
+	t.Cleanup(func() { cancel(); <-done })
+	errs := takeHealth(t, src, "the stalled list is counted", func(up bool, errs []error) bool { return !up && len(errs) > 0 })
+	if r := reasons(errs); r[ReasonUnavailable] == 0 || len(r) != 1 {
+		t.Errorf("reasons %v, want only unavailable", r)
+	}
+	stalled.Store(false)
+	takeHealth(t, src, "up once a list completes", func(up bool, _ []error) bool { return up })
+	if _, ok := src.PodByUID("u1"); !ok {
+		t.Error("the listed pod is not known")
+	}
 }

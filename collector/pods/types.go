@@ -33,12 +33,34 @@ type PodSpec struct {
 	// spec order: HAMi's device annotation is indexed by it.
 	InitContainers []ContainerName `json:"initContainers,omitempty"`
 	Containers     []ContainerName `json:"containers,omitempty"`
+	// ResourceClaims are the pod's claims by the name its containers use:
+	// a claim's own name, or a template the claim is made from.
+	ResourceClaims []PodResourceClaim `json:"resourceClaims,omitempty"`
 }
 
-// ContainerName is a container of a pod's spec, of which only its name is
-// read.
+// ContainerName is a container of a pod's spec, of which its name, its
+// restart policy (Always: a sidecar) and the claims it uses are read.
 type ContainerName struct {
-	Name string `json:"name"`
+	Name          string `json:"name"`
+	RestartPolicy string `json:"restartPolicy,omitempty"`
+	Resources     struct {
+		Claims []ContainerClaim `json:"claims,omitempty"`
+	} `json:"resources,omitempty"`
+}
+
+// ContainerClaim is a container's reference to a claim of its pod, and
+// the one request of it the container uses (empty: all of them).
+type ContainerClaim struct {
+	Name    string `json:"name"`
+	Request string `json:"request,omitempty"`
+}
+
+// PodResourceClaim names a claim of a pod: resourceClaimName is an
+// existing claim's name; a claim made from a template is named in the
+// pod's status.
+type PodResourceClaim struct {
+	Name              string `json:"name"`
+	ResourceClaimName string `json:"resourceClaimName,omitempty"`
 }
 
 // PodStatus is the part of a pod's status the agent reads.
@@ -51,6 +73,22 @@ type PodStatus struct {
 	// adds: the kubelet lists none of them, but their processes may run on
 	// the pod's GPUs.
 	EphemeralContainerStatuses []ContainerStatus `json:"ephemeralContainerStatuses,omitempty"`
+	// ResourceClaimStatuses name the claims made from templates for the
+	// pod, by the pod's name of the claim.
+	ResourceClaimStatuses []PodResourceClaim `json:"resourceClaimStatuses,omitempty"`
+	// ExtendedResourceClaimStatus is the claim DRAExtendedResource made
+	// for the pod's extended-resource requests (nvidia.com/gpu), and
+	// which request of it each container's resource maps to.
+	ExtendedResourceClaimStatus *ExtendedResourceClaimStatus `json:"extendedResourceClaimStatus,omitempty"`
+}
+
+// ExtendedResourceClaimStatus is core/v1's PodExtendedResourceClaimStatus.
+type ExtendedResourceClaimStatus struct {
+	RequestMappings []struct {
+		ContainerName string `json:"containerName"`
+		RequestName   string `json:"requestName"`
+	} `json:"requestMappings,omitempty"`
+	ResourceClaimName string `json:"resourceClaimName,omitempty"`
 }
 
 // ContainerStatus is a container's name and, once it has started, its

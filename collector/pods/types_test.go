@@ -106,24 +106,11 @@ func TestDecodeJSON(t *testing.T) {
 		t.Fatalf("decoded %T, want *Pod", p)
 	}
 	checkRealPod(t, p)
-	if len(p.ManagedFields) != 2 {
-		t.Errorf("managed fields: %d, want the 2 sent (for trim to drop)", len(p.ManagedFields))
-	}
-
-	trimmed, err := trim(p)
-	if err != nil {
-		t.Fatal(err)
-	}
-	tp := trimmed.(*Pod)
-	checkRealPod(t, tp)
-	if tp.ManagedFields != nil || tp.Finalizers != nil || tp.GenerateName != "" || !tp.CreationTimestamp.IsZero() {
-		t.Errorf("trim kept metadata the source does not read: %+v", tp.ObjectMeta)
-	}
 	src, err := New(testConfig(), fakePods{}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	got := src.convert(tp)
+	got := src.convert(p)
 	wantPod := collector.Pod{
 		UID: "0b6a7c1e-2f3d-4e5a-8b9c-0d1e2f3a4b5c", Namespace: "serving", Name: "vllm-llama-7c9d5b8f6d-x2k9q", Phase: "Running",
 		WorkloadKind: "Deployment", Workload: "vllm-llama", Model: "llama-3.1-8b-instruct",

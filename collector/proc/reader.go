@@ -184,6 +184,7 @@ func (r *Reader) resolveOpen(pid uint32, f *os.File) (entry, bool, error) {
 	if info.PodUID == "" {
 		r.logger.Debug("GPU process in no pod", zap.Uint32("pid", pid))
 	}
+	info.StartTime = start
 	return entry{start: start, info: info, stat: f}, true, nil
 }
 

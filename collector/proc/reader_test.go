@@ -98,9 +98,9 @@ func TestResolve(t *testing.T) {
 		t.Errorf("errors: %v", errs)
 	}
 	want := map[uint32]collector.ProcessInfo{
-		100: {PID: 100, PodUID: uidA, ContainerID: cidA, Cmdline: []string{"python3", "train.py", "--model", "llama"}},
-		200: {PID: 200, Cmdline: []string{"/opt/leak"}},
-		300: {PID: 300, PodUID: uidB},
+		100: {PID: 100, StartTime: 5000, PodUID: uidA, ContainerID: cidA, Cmdline: []string{"python3", "train.py", "--model", "llama"}},
+		200: {PID: 200, StartTime: 6000, Cmdline: []string{"/opt/leak"}},
+		300: {PID: 300, StartTime: 7000, PodUID: uidB},
 	}
 	if !reflect.DeepEqual(got, want) {
 		t.Errorf("Resolve = %+v\nwant %+v", got, want)
@@ -152,7 +152,7 @@ func TestResolvePIDReuse(t *testing.T) {
 	// A new start time is a new process: read it again.
 	writeProc(t, root, 4242, "python3", 9000, cgroupOf(uidB, cidB), "python3", "b.py")
 	got, errs = r.Resolve([]uint32{4242})
-	want := collector.ProcessInfo{PID: 4242, PodUID: uidB, ContainerID: cidB, Cmdline: []string{"python3", "b.py"}}
+	want := collector.ProcessInfo{PID: 4242, StartTime: 9000, PodUID: uidB, ContainerID: cidB, Cmdline: []string{"python3", "b.py"}}
 	if len(errs) != 0 || !reflect.DeepEqual(got[4242], want) {
 		t.Errorf("reused PID: %+v, %v; want %+v", got[4242], errs, want)
 	}

@@ -63,6 +63,8 @@ type NodeAllocation struct {
 	// NUMANodes are the NUMA nodes the device plugin reports for a GPU's
 	// devices; a GPU not listed is on node index/4.
 	NUMANodes map[int][]int
+	// Kubelet is the top-level kubelet key.
+	Kubelet KubeletSpec
 }
 
 // PodAllocation is what a pod's allocation keys say beyond its devices:
@@ -76,12 +78,13 @@ type PodAllocation struct {
 	// ContainerType is "" for a regular container, ContainerInit or
 	// ContainerSidecar.
 	ContainerType string
+	ClaimAccess
 }
 
 // nodeAllocationKeys and podAllocationKeys are the keys this file decodes.
 var (
-	nodeAllocationKeys = []string{"device_ids", "minor_numbers", "vfio", "numa_nodes"}
-	podAllocationKeys  = []string{"gpu_fraction", "container_type"}
+	nodeAllocationKeys = []string{"device_ids", "minor_numbers", "vfio", "numa_nodes", "kubelet"}
+	podAllocationKeys  = []string{"gpu_fraction", "container_type", "admin_access", "request"}
 )
 
 // minor is GPU g's minor number.
@@ -103,6 +106,9 @@ func (s *Scenario) numaNodes(g int) []int {
 // nodeAllocation decodes the top-level device_ids, minor_numbers, vfio and
 // numa_nodes, after gpus and allocation and before mig and pods.
 func (d *decoder) nodeAllocation(m map[string]*yaml.Node, s *Scenario) error {
+	if err := d.kubelet(m, s); err != nil {
+		return err
+	}
 	s.DeviceIDs = DeviceIDsNVIDIA
 	if n := m["device_ids"]; n != nil {
 		v, err := d.str(n, "device_ids")
@@ -200,6 +206,9 @@ func (d *decoder) nodeAllocation(m map[string]*yaml.Node, s *Scenario) error {
 // podAllocation decodes a pod's gpu_fraction and container_type, after
 // its allocation and devices.
 func (d *decoder) podAllocation(p string, m map[string]*yaml.Node, devs []*yaml.Node, pod *Pod, s *Scenario) error {
+	if err := d.claimAccess(p, m, pod); err != nil {
+		return err
+	}
 	if n := m["container_type"]; n != nil {
 		v, err := d.str(n, p+".container_type")
 		if err != nil {
@@ -251,7 +260,9 @@ func (s *Scenario) fractionPods(a, b int) bool {
 
 // shareGPU reports whether pods a and b may hold the same device at once:
 // they name one DRA claim, or are KAI fractions.
-func (s *Scenario) shareGPU(a, b int) bool { return s.sameClaim(a, b) || s.fractionPods(a, b) }
+func (s *Scenario) shareGPU(a, b int) bool {
+	return s.sameClaim(a, b) || s.fractionPods(a, b) || s.Pods[a].AdminAccess || s.Pods[b].AdminAccess
+}
 
 // allocationCheck validates what spans pods for the keys above: KAI
 // fractions of a GPU add up to one at most, and a GPU is shared by

@@ -79,9 +79,16 @@ var sliceFields = []string{"metadata.name", "spec.driver", "spec.nodeName", "spe
 // serves, every 100 ms; a replay on a virtual clock calls it (or
 // ResourceVersion) after moving the clock.
 //
+// It serves the node's ResourceClaims (Node.ResourceClaims) too, namespaced,
+// with the field selectors the API server supports on them (metadata.name
+// and metadata.namespace only: pkg/registry/resource/resourceclaim/
+// strategy.go toSelectableFields, kubernetes/kubernetes at 0021a864). The
+// claims do not change during a run, so their watches send no event after
+// the first state.
+//
 // Served as the API server does, but for what a node agent never asks:
 // there is no write, no paging (limit is ignored and no continue token is
-// given), no resource.k8s.io/v1beta1, and no ResourceClaims.
+// given), and no resource.k8s.io/v1beta1.
 type APIServer struct {
 	node   *Node
 	codecs serializer.CodecFactory
@@ -454,8 +461,13 @@ func (s *APIServer) serveVersion(w http.ResponseWriter, r *http.Request, version
 		writeJSON(w, &metav1.APIResourceList{
 			TypeMeta:     metav1.TypeMeta{Kind: "APIResourceList", APIVersion: "v1"},
 			GroupVersion: ResourceGroup + "/" + version,
-			APIResources: []metav1.APIResource{{Name: "resourceslices", SingularName: "resourceslice", Kind: "ResourceSlice", Verbs: metav1.Verbs{"get", "list", "watch"}}},
+			APIResources: []metav1.APIResource{
+				{Name: "resourceslices", SingularName: "resourceslice", Kind: "ResourceSlice", Verbs: metav1.Verbs{"get", "list", "watch"}},
+				{Name: "resourceclaims", SingularName: "resourceclaim", Namespaced: true, Kind: "ResourceClaim", Verbs: metav1.Verbs{"get", "list", "watch"}},
+			},
 		})
+	case len(rest) == 3 && rest[0] == "namespaces" && rest[2] == "resourceclaims":
+		s.serveClaims(w, r, version, rest[1])
 	case rest[0] != "resourceslices" || len(rest) > 2:
 		s.fail(w, r, apierrors.NewNotFound(gr, strings.Join(rest, "/")))
 	case len(rest) == 2:
@@ -779,4 +791,100 @@ func statusFor(code int) metav1.Status {
 func writeJSON(w http.ResponseWriter, v any) {
 	w.Header().Set("Content-Type", jsonMediaType)
 	_ = json.NewEncoder(w).Encode(v)
+}
+
+// serveClaims lists or watches the ResourceClaims of namespace.
+func (s *APIServer) serveClaims(w http.ResponseWriter, r *http.Request, version, namespace string) {
+	q := r.URL.Query()
+	fs, err := fields.ParseSelector(first(q, "fieldSelector"))
+	if err != nil {
+		s.fail(w, r, apierrors.NewBadRequest(err.Error()))
+		return
+	}
+	for _, req := range fs.Requirements() {
+		if req.Field != "metadata.name" && req.Field != "metadata.namespace" {
+			s.fail(w, r, apierrors.NewBadRequest(fmt.Sprintf("field label not supported: %s", req.Field)))
+			return
+		}
+	}
+	var items []runtime.Object
+	for _, c := range s.node.ResourceClaims() {
+		if c.Namespace == namespace && fs.Matches(fields.Set{"metadata.name": c.Name, "metadata.namespace": c.Namespace}) {
+			items = append(items, claimVersioned(version, c))
+		}
+	}
+	s.mu.Lock()
+	rv := strconv.FormatUint(s.rv, 10)
+	done, drop := s.done, s.drop
+	s.mu.Unlock()
+	if v := first(q, "watch"); v != "true" && v != "1" {
+		var list runtime.Object
+		if version == APIVersionV1beta2 {
+			l := &resourcev1beta2.ResourceClaimList{ListMeta: metav1.ListMeta{ResourceVersion: rv}}
+			for _, o := range items {
+				l.Items = append(l.Items, *o.(*resourcev1beta2.ResourceClaim))
+			}
+			l.APIVersion, l.Kind = resourcev1beta2.SchemeGroupVersion.String(), "ResourceClaimList"
+			list = l
+		} else {
+			l := &resourcev1.ResourceClaimList{ListMeta: metav1.ListMeta{ResourceVersion: rv}}
+			for _, o := range items {
+				l.Items = append(l.Items, *o.(*resourcev1.ResourceClaim))
+			}
+			l.APIVersion, l.Kind = resourcev1.SchemeGroupVersion.String(), "ResourceClaimList"
+			list = l
+		}
+		s.write(w, r, version, http.StatusOK, list)
+		return
+	}
+	mediaType, info := s.negotiate(r)
+	streamType := mediaType
+	if mediaType == protobufMediaType {
+		streamType += ";stream=watch"
+	}
+	frames := info.StreamSerializer.Framer.NewFrameWriter(w)
+	enc := s.codecs.EncoderForVersion(info.Serializer, groupVersion(version))
+	streamEnc := s.codecs.EncoderForVersion(info.StreamSerializer.Serializer, groupVersion(version))
+	w.Header().Set("Content-Type", streamType)
+	w.WriteHeader(http.StatusOK)
+	flusher, _ := w.(http.Flusher)
+	if from := first(q, "resourceVersion"); from == "" || from == "0" {
+		for _, o := range items {
+			var buf bytes.Buffer
+			if enc.Encode(o, &buf) != nil {
+				return
+			}
+			if streamEnc.Encode(&metav1.WatchEvent{Type: string(watch.Added), Object: runtime.RawExtension{Raw: buf.Bytes()}}, frames) != nil {
+				return
+			}
+		}
+	}
+	if flusher != nil {
+		flusher.Flush()
+	}
+	var timeout <-chan time.Time
+	if sec, err := strconv.Atoi(first(q, "timeoutSeconds")); err == nil && sec > 0 {
+		t := time.NewTimer(time.Duration(sec) * time.Second)
+		defer t.Stop()
+		timeout = t.C
+	}
+	select {
+	case <-r.Context().Done():
+	case <-done:
+	case <-drop:
+	case <-timeout:
+	}
+}
+
+// claimVersioned is claim c as the requested version has it.
+func claimVersioned(version string, c resourcev1.ResourceClaim) runtime.Object {
+	if version == APIVersionV1beta2 {
+		raw, _ := json.Marshal(c)
+		out := &resourcev1beta2.ResourceClaim{}
+		_ = json.Unmarshal(raw, out)
+		out.APIVersion, out.Kind = resourcev1beta2.SchemeGroupVersion.String(), "ResourceClaim"
+		return out
+	}
+	c.APIVersion, c.Kind = resourcev1.SchemeGroupVersion.String(), "ResourceClaim"
+	return &c
 }

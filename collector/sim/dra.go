@@ -149,13 +149,26 @@ func (s *Scenario) DRAGPU(gpu int) bool {
 // dynamic MIG has the driver, and the driver can name every MIG device.
 func (d *decoder) draCheck(s *Scenario) error {
 	for _, c := range s.claims() {
-		first := s.Pods[c.pods[0]]
-		want := deviceNames(first.Devices)
-		for _, i := range c.pods[1:] {
+		// Pods that use one request of a claim share its devices; each
+		// request has devices of its own.
+		first := map[string]int{}
+		for _, i := range c.pods {
+			req := s.Pods[i].request()
+			j, ok := first[req]
+			if !ok {
+				first[req] = i
+				continue
+			}
+			want := deviceNames(s.Pods[j].Devices)
 			if got := deviceNames(s.Pods[i].Devices); !slices.Equal(got, want) {
+				if s.Pods[i].Request == "" {
+					return d.errf(d.devList[i], fmt.Sprintf("pods[%d].devices", i),
+						"[%s] differs from the [%s] of claim %s/%s that pods[%d] holds; pods naming one claim share its devices",
+						strings.Join(got, ", "), strings.Join(want, ", "), c.namespace, c.name, j)
+				}
 				return d.errf(d.devList[i], fmt.Sprintf("pods[%d].devices", i),
-					"[%s] differs from the [%s] of claim %s/%s that pods[%d] holds; pods naming one claim share its devices",
-					strings.Join(got, ", "), strings.Join(want, ", "), c.namespace, c.name, c.pods[0])
+					"[%s] differs from the [%s] of claim %s/%s's request %s that pods[%d] holds; pods using one request share its devices",
+					strings.Join(got, ", "), strings.Join(want, ", "), c.namespace, c.name, req, j)
 			}
 		}
 	}

@@ -399,7 +399,8 @@ func TestAPIServerProtocol(t *testing.T) {
 		t.Fatal(err)
 	}
 	res, err := dc.ServerResourcesForGroupVersion("resource.k8s.io/v1")
-	if err != nil || len(res.APIResources) != 1 || res.APIResources[0].Name != "resourceslices" || !slices.Contains(res.APIResources[0].Verbs, "watch") {
+	if err != nil || len(res.APIResources) != 2 || res.APIResources[0].Name != "resourceslices" || !slices.Contains(res.APIResources[0].Verbs, "watch") ||
+		res.APIResources[1].Name != "resourceclaims" || !res.APIResources[1].Namespaced {
 		t.Errorf("resource.k8s.io/v1 resources = %+v, %v", res, err)
 	}
 	groups, err := dc.ServerGroups()

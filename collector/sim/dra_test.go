@@ -60,7 +60,7 @@ func TestParseDRAErrors(t *testing.T) {
 		// On Ampere the driver offers dynamic MIG only in MIG mode, which
 		// takes a reset to leave (nvlib.go isDynamicMIGCapable).
 		{"whole A100 in dynamic mode", strings.Replace(dynHead, "dgxh100", "dgxa100", 1) + "pods:\n  - namespace: a\n    name: p\n    devices: [\"gpu:0\"]\n",
-			"t.yaml:11: pods[0].devices[0]: gpu:0: the Mock NVIDIA A100-SXM4-40GB cannot leave MIG mode without a reset, so NVIDIA's DRA driver offers only its MIG devices (mig:0:<profile>)"},
+			"t.yaml:11: pods[0].devices[0]: gpu:0: the NVIDIA A100-SXM4-40GB cannot leave MIG mode without a reset, so NVIDIA's DRA driver offers only its MIG devices (mig:0:<profile>)"},
 		{"whole dynamic GPU from the device plugin", dynHead + "pods:\n  - namespace: a\n    name: p\n    allocation: device-plugin\n    devices: [\"gpu:0\"]\n",
 			"t.yaml:12: pods[0].devices[0]: gpu:0 is in dynamic MIG mode: only NVIDIA's DRA driver hands it out, whole as gpu-0 or in partitions; give the pod allocation: dra"},
 		{"whole GPU beside its partitions", dynHead + "pods:\n  - namespace: a\n    name: p\n    devices: [\"gpu:0\"]\n    to: 1h\n" +

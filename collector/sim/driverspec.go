@@ -8,7 +8,7 @@ import (
 )
 
 // Shapes of the simulated driver where real drivers differ or nvml.h leaves
-// the behaviour open (the scenario's `driver` key); doc.go cites the
+// the behaviour open (the scenario's `driver` key); docs/simulator.md cites the
 // sources of each.
 const (
 	// ProcessSamplesPerRead answers GetProcessUtilization with one entry

@@ -85,6 +85,9 @@ func (t *GPUTruth) addAllocated(o GPUTruth, w float64) {
 func (s *Scenario) holdersOf(match func(DeviceSpec) bool) []int {
 	var out []int
 	for i, p := range s.Pods {
+		if p.AdminAccess {
+			continue // it holds nothing
+		}
 		for _, d := range p.Devices {
 			if match(d) {
 				out = append(out, i)

@@ -51,8 +51,11 @@ func startKubelet(t *testing.T) (*sim.KubeletServer, string, podresourcesv1.PodR
 	return srv, path, podresourcesv1.NewPodResourcesListerClient(conn)
 }
 
+// callCtx bounds a test's calls to the simulated servers. It guards a hang
+// only: TestAPIServerProtocol makes a dozen calls under one, TLS handshakes
+// included, and a loaded machine under the race detector takes seconds.
 func callCtx(t *testing.T) context.Context {
-	ctx, cancel := context.WithTimeout(t.Context(), 5*time.Second)
+	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
 	t.Cleanup(cancel)
 	return ctx
 }
@@ -141,7 +144,8 @@ func TestKubeletServerSetDelay(t *testing.T) {
 	if status.Code(err) != codes.DeadlineExceeded {
 		t.Errorf("List: %v, want DeadlineExceeded", err)
 	}
-	if elapsed := time.Since(start); elapsed > 5*time.Second {
+	// Half the delay: a List that waited for it would take a minute.
+	if elapsed := time.Since(start); elapsed > 30*time.Second {
 		t.Errorf("List took %s; the delay must end with the caller's deadline", elapsed)
 	}
 	srv.SetDelay(0)

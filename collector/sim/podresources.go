@@ -1,6 +1,7 @@
 package sim
 
 import (
+	"slices"
 	"sort"
 	"strconv"
 	"time"
@@ -59,7 +60,9 @@ func (n *Node) ListResponse() *podresourcesv1.ListPodResourcesResponse {
 		p := n.sc.Pods[i]
 		c := &podresourcesv1.ContainerResources{Name: p.Container}
 		if p.Allocation == AllocationDRA {
-			c.DynamicResources = []*podresourcesv1.DynamicResource{n.claimResources(i)}
+			if n.sc.Kubelet.DynamicResources {
+				c.DynamicResources = []*podresourcesv1.DynamicResource{n.claimResources(i)}
+			}
 		} else {
 			c.Devices = n.containerDevices(p.Resource, p.Devices)
 		}
@@ -146,7 +149,11 @@ func (n *Node) DeviceID(d DeviceSpec) string {
 }
 
 // claimResources is DRA pod i's claim as the kubelet lists it: the claim's
-// name and namespace, and per device the driver (gpu.nvidia.com), the pool
+// name and namespace, and per device of the claim — all of them, whatever
+// request the pod's container uses (pkg/kubelet/cm/dra/manager.go
+// GetResources gathers a claim's CDI devices for every container naming
+// it, and pkg/kubelet/cm/container_manager_linux.go GetDynamicResources
+// lists every device of the claim's ClaimInfo) — the driver (gpu.nvidia.com), the pool
 // (the node's name), the device's name in the node's ResourceSlices and
 // the CDI devices NVIDIA's driver prepares
 // (k8s.gpu.nvidia.com/claim=<claim UID>-<device>), accumulated. share_id is unset: the
@@ -161,7 +168,7 @@ func (n *Node) claimResources(i int) *podresourcesv1.DynamicResource {
 	// a driver lists the CDI devices of the first n
 	// (pkg/kubelet/cm/container_manager_linux.go GetDynamicResources).
 	var cdi []*podresourcesv1.CDIDevice
-	for _, name := range n.devIDs.draName[i] {
+	for _, name := range n.claimDevices(p.Namespace, p.Claim) {
 		cdi = append(cdi, &podresourcesv1.CDIDevice{Name: "k8s." + DRADriver + "/claim=" + uid + "-" + name})
 		dr.ClaimResources = append(dr.ClaimResources, &podresourcesv1.ClaimResource{
 			DriverName: DRADriver,
@@ -171,4 +178,21 @@ func (n *Node) claimResources(i int) *podresourcesv1.DynamicResource {
 		})
 	}
 	return dr
+}
+
+// claimDevices are the devices of claim namespace/name in the order its
+// pods name them, each once: every request's.
+func (n *Node) claimDevices(namespace, name string) []string {
+	var out []string
+	for i, p := range n.sc.Pods {
+		if p.Allocation != AllocationDRA || p.Namespace != namespace || p.Claim != name {
+			continue
+		}
+		for _, d := range n.devIDs.draName[i] {
+			if !slices.Contains(out, d) {
+				out = append(out, d)
+			}
+		}
+	}
+	return out
 }

@@ -358,6 +358,7 @@ func (n *Node) pod(i int) collector.Pod {
 		Name:         p.Name,
 		Phase:        phase,
 		ContainerIDs: map[string]string{p.Container: n.ids.cid[i]},
+		Claims:       n.podClaims(i),
 	}
 	n.identify(i, &pod)
 	return pod

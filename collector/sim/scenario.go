@@ -1,9 +1,11 @@
 package sim
 
 import (
+	"bytes"
 	_ "embed"
 	"errors"
 	"fmt"
+	"io"
 	"math"
 	"os"
 	"path/filepath"
@@ -124,6 +126,9 @@ type Pod struct {
 	// ratio times it, GRAPHICS_UTIL and the utilization samples the busy
 	// ratio. A decode server keeps kernels running on a few SMs.
 	SMFraction float64
+	// Engine is the inference server the pod runs, whose own metrics the
+	// simulation serves (engines.go); nil for none.
+	Engine *Engine
 }
 
 // Owner is the controller that owns a pod (ReplicaSet, Job, StatefulSet, …).
@@ -239,11 +244,25 @@ func LoadScenario(path string) (*Scenario, error) {
 // yamlLine finds the line in yaml.v3's own syntax errors ("yaml: line 3: …").
 var yamlLine = regexp.MustCompile(`^yaml: line (\d+): (.*)$`)
 
+// Bounds of a scenario beyond its file's size.
+const (
+	// MaxDuration bounds a scenario's duration: 90 days, more than a
+	// capacity report reads, and a replay of it at 1 s polls takes hours.
+	MaxDuration = 90 * 24 * time.Hour
+	// MaxLeadIn bounds lead_in, which `agent --simulate` plays before it
+	// serves: a day of it takes about half a minute.
+	MaxLeadIn = 24 * time.Hour
+	// MaxAliasNodes bounds the YAML nodes that aliases add to a scenario
+	// once expanded: a 2 MB file of nested aliases expanded past 4 GB.
+	MaxAliasNodes = 100_000
+)
+
 // ParseScenario parses and validates a scenario; name is the file name used
 // in errors. Every error is a *ScenarioError.
 func ParseScenario(data []byte, name string) (*Scenario, error) {
+	dec := yaml.NewDecoder(bytes.NewReader(data))
 	var doc yaml.Node
-	if err := yaml.Unmarshal(data, &doc); err != nil {
+	if err := dec.Decode(&doc); err != nil && !errors.Is(err, io.EOF) {
 		msg := err.Error()
 		if m := yamlLine.FindStringSubmatch(msg); m != nil {
 			line, _ := strconv.Atoi(m[1])
@@ -253,6 +272,18 @@ func ParseScenario(data []byte, name string) (*Scenario, error) {
 	}
 	if doc.Kind != yaml.DocumentNode || len(doc.Content) == 0 {
 		return nil, &ScenarioError{File: name, Msg: "empty scenario"}
+	}
+	var next yaml.Node
+	if err := dec.Decode(&next); !errors.Is(err, io.EOF) {
+		line := next.Line
+		if err != nil {
+			line = 0 // a syntax error in what follows: still a second document
+		}
+		return nil, &ScenarioError{File: name, Line: line, Msg: "a second YAML document (after ---): a scenario is one document"}
+	}
+	literal, expanded := nodeCounts(&doc)
+	if expanded-literal > MaxAliasNodes {
+		return nil, &ScenarioError{File: name, Msg: fmt.Sprintf("its aliases expand to more than %d YAML nodes beyond the file's %d; write the values out", MaxAliasNodes, literal)}
 	}
 	d := &decoder{file: name}
 	s, err := d.scenario(doc.Content[0])
@@ -280,6 +311,52 @@ type decoder struct {
 
 func (d *decoder) errf(n *yaml.Node, field, format string, args ...any) error {
 	return &ScenarioError{File: d.file, Line: n.Line, Field: field, Msg: fmt.Sprintf(format, args...)}
+}
+
+// nodeCounts returns the YAML nodes of n as written, and as the decoder
+// walks them with each alias expanded, counted without expanding (each
+// node's expanded size is computed once): so that a file of nested
+// aliases is refused before it is walked. A count that passes the bound
+// stops growing.
+func nodeCounts(n *yaml.Node) (literal, expanded int64) {
+	const stop = math.MaxInt64 / 4
+	memo := map[*yaml.Node]int64{}
+	var size func(n *yaml.Node, depth int) int64
+	size = func(n *yaml.Node, depth int) int64 {
+		if n == nil {
+			return 0
+		}
+		if v, ok := memo[n]; ok {
+			return v
+		}
+		if depth > 10_000 {
+			return stop // a cycle, or nesting no scenario has
+		}
+		memo[n] = stop // while in progress: a cycle counts as unbounded
+		var total int64 = 1
+		if n.Kind == yaml.AliasNode {
+			total = size(n.Alias, depth+1)
+		} else {
+			for _, c := range n.Content {
+				total += size(c, depth+1)
+				if total >= stop {
+					total = stop
+					break
+				}
+			}
+		}
+		memo[n] = total
+		return total
+	}
+	var count func(n *yaml.Node)
+	count = func(n *yaml.Node) {
+		literal++
+		for _, c := range n.Content {
+			count(c)
+		}
+	}
+	count(n)
+	return literal, size(n, 0)
 }
 
 func join(path, key string) string {
@@ -632,11 +709,19 @@ func (d *decoder) scenario(root *yaml.Node) (*Scenario, error) {
 	if s.Start, err = time.Parse(time.RFC3339, v); err != nil {
 		return nil, d.errf(m["start"], "start", "%q is not a time such as 2026-12-01T08:00:00Z", v)
 	}
+	if s.Start.Before(time.Unix(0, 0)) {
+		// NVML stamps samples in microseconds since 1970, unsigned: a
+		// run before it would have no sample, and count nothing.
+		return nil, d.errf(m["start"], "start", "%s is before 1970, where NVML's sample stamps begin", v)
+	}
 	if s.Duration, err = d.duration(m["duration"], "duration"); err != nil {
 		return nil, err
 	}
 	if s.Duration == 0 {
 		return nil, d.errf(m["duration"], "duration", "must be longer than 0s")
+	}
+	if s.Duration > MaxDuration {
+		return nil, d.errf(m["duration"], "duration", "%s is longer than the %s a scenario may last", fmtDur(s.Duration), fmtDur(MaxDuration))
 	}
 	if n := m["lead_in"]; n != nil {
 		if s.LeadIn, err = d.duration(n, "lead_in"); err != nil {
@@ -644,6 +729,9 @@ func (d *decoder) scenario(root *yaml.Node) (*Scenario, error) {
 		}
 		if s.LeadIn >= s.Duration {
 			return nil, d.errf(n, "lead_in", "%s is not before the scenario's end at %s", fmtDur(s.LeadIn), fmtDur(s.Duration))
+		}
+		if s.LeadIn > MaxLeadIn {
+			return nil, d.errf(n, "lead_in", "%s is longer than the %s played before the agent serves", fmtDur(s.LeadIn), fmtDur(MaxLeadIn))
 		}
 	}
 	if n := m["node"]; n != nil {
@@ -732,7 +820,7 @@ func (d *decoder) scenario(root *yaml.Node) (*Scenario, error) {
 	return s, nil
 }
 
-var podKeys = append([]string{"namespace", "name", "container", "owner", "labels", "cmdline", "parent_cmdline", "allocation", "claim", "resource", "pid", "devices", "from", "to", "memory", "util", "priority_class", "static", "sm_fraction"}, podAllocationKeys...)
+var podKeys = append([]string{"namespace", "name", "container", "owner", "labels", "cmdline", "parent_cmdline", "allocation", "claim", "resource", "pid", "devices", "from", "to", "memory", "util", "priority_class", "static", "sm_fraction", "engine"}, podAllocationKeys...)
 
 func (d *decoder) pods(n *yaml.Node, s *Scenario) error {
 	items, err := d.seq(n, "pods")
@@ -918,6 +1006,11 @@ func (d *decoder) pods(n *yaml.Node, s *Scenario) error {
 				return d.errf(n, p+".sm_fraction", "0 is no share of the SMs; a pod whose kernels run occupies some")
 			}
 		}
+		if n := m["engine"]; n != nil {
+			if pod.Engine, err = d.engine(n, p+".engine", &pod, s); err != nil {
+				return err
+			}
+		}
 		if err := d.migPod(p, m, devs, &pod, s); err != nil {
 			return err
 		}
@@ -1079,7 +1172,12 @@ func (d *decoder) crossCheck(s *Scenario) error {
 	return nil
 }
 
+// holds reports whether pod p holds GPU gpu: a pod with admin access
+// holds nothing.
 func holds(p Pod, gpu int) bool {
+	if p.AdminAccess {
+		return false
+	}
 	for _, d := range p.Devices {
 		if d.GPU == gpu {
 			return true
@@ -1199,6 +1297,9 @@ func (s *Scenario) Truth(threshold float64) []TruthRow {
 	plan, _ := s.migPlan()
 	ids := s.identities(plan)
 	for i, p := range s.Pods {
+		if p.AdminAccess {
+			continue // it holds nothing
+		}
 		ser := s.podSeries(i)
 		for k, dev := range p.Devices {
 			rows = append(rows, TruthRow{

@@ -2,6 +2,7 @@ package sim
 
 import (
 	"errors"
+	"fmt"
 	"math"
 	"os"
 	"path/filepath"
@@ -29,6 +30,18 @@ func TestParseScenarioErrors(t *testing.T) {
 			"t.yaml:2: duration: must be longer than 0s"},
 		{"duration malformed", "start: 2026-12-01T08:00:00Z\nduration: 4 hours\nsystem: dgxh100\ngpus: 8\n",
 			`t.yaml:2: duration: "4 hours" is not a duration such as 90s, 15m or 1h30m`},
+		{"start before 1970", "start: 1969-12-31T23:00:00Z\nduration: 4h\nsystem: dgxh100\ngpus: 8\n",
+			"t.yaml:1: start: 1969-12-31T23:00:00Z is before 1970, where NVML's sample stamps begin"},
+		{"duration too long", "start: 2026-12-01T08:00:00Z\nduration: 99999h\nsystem: dgxh100\ngpus: 8\n",
+			"t.yaml:2: duration: 99999h is longer than the 2160h a scenario may last"},
+		{"lead_in too long", "start: 2026-12-01T08:00:00Z\nduration: 2000h\nlead_in: 25h\nsystem: dgxh100\ngpus: 8\n",
+			"t.yaml:3: lead_in: 25h is longer than the 24h played before the agent serves"},
+		{"second document", head + "---\nstart: 2026-12-02T08:00:00Z\n",
+			"t.yaml:5: a second YAML document (after ---): a scenario is one document"},
+		{"empty second document", head + "---\n",
+			"t.yaml:5: a second YAML document (after ---): a scenario is one document"},
+		{"aliases expanding past the bound", aliasBomb(),
+			"t.yaml: its aliases expand to more than 100000 YAML nodes beyond the file's 96; write the values out"},
 		{"system unknown", "start: 2026-12-01T08:00:00Z\nduration: 4h\nsystem: dgx1\ngpus: 8\n",
 			`t.yaml:3: system: "dgx1" is not a known system; want one of dgxa100, dgxb200, dgxh100, dgxh200`},
 		{"gpus too many", "start: 2026-12-01T08:00:00Z\nduration: 4h\nsystem: dgxh100\ngpus: 9\n",
@@ -36,10 +49,10 @@ func TestParseScenarioErrors(t *testing.T) {
 		{"gpus zero", "start: 2026-12-01T08:00:00Z\nduration: 4h\nsystem: dgxh100\ngpus: 0\n",
 			"t.yaml:4: gpus: 0 is not a whole number from 1 to 8"},
 		{"unknown top key", head + "gpu: 8\n",
-			"t.yaml:5: gpu: unknown key; want one of start, duration, lead_in, node, system, gpus, allocation, mig, pods, unallocated, cgroup, unattributed, faults, unscheduled, priority_classes, kueue, driver, device_ids, minor_numbers, vfio, numa_nodes"},
+			"t.yaml:5: gpu: unknown key; want one of start, duration, lead_in, node, system, gpus, allocation, mig, pods, unallocated, cgroup, unattributed, faults, unscheduled, priority_classes, kueue, driver, device_ids, minor_numbers, vfio, numa_nodes, kubelet"},
 		{"key twice", head + "duration: 2h\n", "t.yaml:5: duration: given twice"},
 		{"unknown pod key", head + pod + "    memroy: 1GiB\n",
-			"t.yaml:9: pods[0].memroy: unknown key; want one of namespace, name, container, owner, labels, cmdline, parent_cmdline, allocation, claim, resource, pid, devices, from, to, memory, util, priority_class, static, sm_fraction, gpu_fraction, container_type"},
+			"t.yaml:9: pods[0].memroy: unknown key; want one of namespace, name, container, owner, labels, cmdline, parent_cmdline, allocation, claim, resource, pid, devices, from, to, memory, util, priority_class, static, sm_fraction, engine, gpu_fraction, container_type, admin_access, request"},
 		{"pod name missing", head + "pods:\n  - namespace: a\n    devices: [\"gpu:0\"]\n", "t.yaml:6: pods[0].name: missing"},
 		{"pod twice", head + pod + "  - namespace: a\n    name: p\n    devices: [\"gpu:1\"]\n",
 			"t.yaml:10: pods[1].name: a/p is already pods[0]"},
@@ -164,9 +177,11 @@ unallocated:
 		{"gpu util unallocated after the end", s.GPUUtilAt(7, 5*time.Hour), 0.0},
 	}
 	for _, c := range checks {
-		if !equal(c.got, c.want) {
-			t.Errorf("%s = %v, want %v", c.name, c.got, c.want)
-		}
+		t.Run(c.name, func(t *testing.T) {
+			if !equal(c.got, c.want) {
+				t.Errorf("%s = %v, want %v", c.name, c.got, c.want)
+			}
+		})
 	}
 }
 
@@ -321,4 +336,15 @@ func checkParseErrors(t *testing.T, tests []parseErrorCase) {
 			}
 		})
 	}
+}
+
+// aliasBomb is a small scenario whose aliases, each a list of ten of the
+// one before, expand to ten million nodes.
+func aliasBomb() string {
+	var b strings.Builder
+	b.WriteString(head + "unscheduled_bomb:\n  a0: &a0 [x, x, x, x, x, x, x, x, x, x]\n")
+	for i := 1; i < 7; i++ {
+		fmt.Fprintf(&b, "  a%d: &a%d [*a%d, *a%d, *a%d, *a%d, *a%d, *a%d, *a%d, *a%d, *a%d, *a%d]\n", i, i, i-1, i-1, i-1, i-1, i-1, i-1, i-1, i-1, i-1, i-1)
+	}
+	return b.String()
 }

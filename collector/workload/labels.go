@@ -69,6 +69,55 @@ func CapValue(s string, n int) string {
 	return s[:cut]
 }
 
+// MaxNameBytes caps a name copied from a pod into a label value (a
+// workload's name, a queue's): Kubernetes names are at most 253 bytes.
+const MaxNameBytes = 253
+
+// CleanValue returns s as a label value that a terminal, a log or a
+// report can print as is: valid UTF-8 (each invalid sequence replaced by
+// U+FFFD), without control characters (C0, DEL, C1: ESC and BEL retitle,
+// clear or fake a terminal's lines), the bidirectional formatting
+// characters that reorder what a reader sees (U+061C, U+200E, U+200F,
+// U+202A–U+202E, U+2066–U+2069) or the line and paragraph separators
+// (U+2028, U+2029), cut at a character boundary to at most n bytes.
+// Whoever can label or annotate a pod chooses these values.
+func CleanValue(s string, n int) string {
+	if n <= 0 {
+		return ""
+	}
+	clean := true
+	for i := 0; i < len(s); i++ {
+		if c := s[i]; c < 0x20 || c >= 0x7f {
+			clean = false
+			break
+		}
+	}
+	if clean {
+		return CapValue(s, n)
+	}
+	s = strings.ToValidUTF8(s, "\uFFFD")
+	var b strings.Builder
+	b.Grow(min(len(s), n))
+	for _, r := range s {
+		if !unsafeRune(r) {
+			b.WriteRune(r)
+		}
+	}
+	return CapValue(b.String(), n)
+}
+
+// unsafeRune reports whether CleanValue drops r.
+func unsafeRune(r rune) bool {
+	switch {
+	case r < 0x20, r >= 0x7f && r < 0xa0: // C0, DEL, C1
+		return true
+	case r == 0x061c, r == 0x200e, r == 0x200f, r >= 0x202a && r <= 0x202e, r >= 0x2066 && r <= 0x2069,
+		r == 0x2028, r == 0x2029:
+		return true
+	}
+	return false
+}
+
 var (
 	labelNameRE = regexp.MustCompile(`^[a-zA-Z_][a-zA-Z0-9_]*$`)
 	// A Kubernetes label key: an optional DNS-subdomain prefix and "/", then
@@ -146,7 +195,7 @@ func validKey(key string) error {
 
 // ExtraLabels returns the extra labels of a pod with the given labels: for
 // each name of extra (as ParseExtraLabels returns it), the value of its pod
-// label capped at MaxExtraLabelBytes, or "" when the pod lacks the label,
+// label cleaned and capped at MaxExtraLabelBytes (CleanValue), or "" when the pod lacks the label,
 // so that every pod's series carry the same label names.
 func ExtraLabels(extra map[string]string, labels map[string]string) map[string]string {
 	if len(extra) == 0 {
@@ -154,7 +203,7 @@ func ExtraLabels(extra map[string]string, labels map[string]string) map[string]s
 	}
 	out := make(map[string]string, len(extra))
 	for name, key := range extra {
-		out[name] = CapValue(labels[key], MaxExtraLabelBytes)
+		out[name] = CleanValue(labels[key], MaxExtraLabelBytes)
 	}
 	return out
 }

@@ -1,6 +1,7 @@
 package workload
 
 import (
+	"fmt"
 	"maps"
 	"strings"
 	"testing"
@@ -22,9 +23,11 @@ func TestSanitizeLabelName(t *testing.T) {
 		{"--", "_"},
 	}
 	for _, tt := range tests {
-		if got := SanitizeLabelName(tt.in); got != tt.want {
-			t.Errorf("SanitizeLabelName(%q) = %q, want %q", tt.in, got, tt.want)
-		}
+		t.Run(tt.in, func(t *testing.T) {
+			if got := SanitizeLabelName(tt.in); got != tt.want {
+				t.Errorf("SanitizeLabelName(%q) = %q, want %q", tt.in, got, tt.want)
+			}
+		})
 	}
 }
 
@@ -64,9 +67,11 @@ func TestCapValue(t *testing.T) {
 		{"x", -1, ""},
 	}
 	for _, tt := range tests {
-		if got := CapValue(tt.in, tt.n); got != tt.want {
-			t.Errorf("CapValue(%q, %d) = %q, want %q", tt.in, tt.n, got, tt.want)
-		}
+		t.Run(fmt.Sprintf("%q cut at %d", tt.in, tt.n), func(t *testing.T) {
+			if got := CapValue(tt.in, tt.n); got != tt.want {
+				t.Errorf("CapValue(%q, %d) = %q, want %q", tt.in, tt.n, got, tt.want)
+			}
+		})
 	}
 }
 
@@ -77,6 +82,52 @@ func FuzzCapValue(f *testing.F) {
 		got := CapValue(s, n)
 		if !utf8.ValidString(got) || len(got) > max(n, 0) {
 			t.Fatalf("CapValue(%q, %d) = %q", s, n, got)
+		}
+	})
+}
+
+func TestCleanValue(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		name, in string
+		n        int
+		want     string
+	}{
+		{"plain", "llama-3.1-8b", 128, "llama-3.1-8b"},
+		{"ESC and BEL (a terminal title)", "\x1b]0;pwned\x07llama", 128, "]0;pwnedllama"},
+		{"CSI clear screen", "a\x1b[2Jb", 128, "a[2Jb"},
+		{"newline, tab, carriage return", "a\nb\tc\rd", 128, "abcd"},
+		{"DEL", "a\x7fb", 128, "ab"},
+		{"C1 CSI", "a\u009b31mb", 128, "a31mb"},
+		{"bidi override and isolate", "abc\u202edef\u2066g\u2069", 128, "abcdefg"},
+		{"line separator", "a\u2028b", 128, "ab"},
+		{"invalid UTF-8", "a\xffb", 128, "a\uFFFDb"},
+		{"other scripts kept", "模型-ü", 128, "模型-ü"},
+		{"cut after cleaning", "\x1b\x1b\x1babcdef", 3, "abc"},
+		{"cut at a boundary", "aé", 2, "a"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			if got := CleanValue(tt.in, tt.n); got != tt.want {
+				t.Errorf("CleanValue(%q, %d) = %q, want %q", tt.in, tt.n, got, tt.want)
+			}
+		})
+	}
+}
+
+func FuzzCleanValue(f *testing.F) {
+	f.Add("\x1b]0;x\x07", 10)
+	f.Add("\u202e\xff", 4)
+	f.Fuzz(func(t *testing.T, s string, n int) {
+		got := CleanValue(s, n)
+		if !utf8.ValidString(got) || len(got) > max(n, 0) {
+			t.Fatalf("CleanValue(%q, %d) = %q", s, n, got)
+		}
+		for _, r := range got {
+			if unsafeRune(r) {
+				t.Fatalf("CleanValue(%q, %d) = %q keeps %U", s, n, got, r)
+			}
 		}
 	})
 }

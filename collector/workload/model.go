@@ -1,6 +1,9 @@
 package workload
 
-import "strings"
+import (
+	"math"
+	"strings"
+)
 
 // MaxModelBytes caps a model name: longer names are cut (at a character
 // boundary) so one pod cannot put an unbounded string into every series.
@@ -30,13 +33,14 @@ var DefaultModelKeys = []string{
 }
 
 // ModelFromLabels returns the value of the first of keys that the pod
-// carries with a non-blank value, as a label or else as an annotation, with
-// surrounding space trimmed and capped at MaxModelBytes (valid UTF-8). It
-// returns "" when none does.
+// carries with a non-blank value, as a label or else as an annotation,
+// cleaned (CleanValue: an annotation can hold terminal escapes), with
+// surrounding space trimmed and capped at MaxModelBytes. It returns "" when
+// none does.
 func ModelFromLabels(labels, annotations map[string]string, keys []string) string {
 	for _, k := range keys {
 		for _, m := range []map[string]string{labels, annotations} {
-			if v := strings.TrimSpace(m[k]); v != "" {
+			if v := strings.TrimSpace(CleanValue(m[k], math.MaxInt)); v != "" {
 				return strings.TrimSpace(CapValue(v, MaxModelBytes))
 			}
 		}

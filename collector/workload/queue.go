@@ -14,12 +14,12 @@ const (
 // KueueQueues returns the Kueue LocalQueue and ClusterQueue a pod's labels
 // name: the queue-name label, else the local-queue-name one; the
 // ClusterQueue only where the pod says. Both are empty for a pod Kueue does
-// not manage. (Label values are at most 63 bytes, which the API server
-// checks; the exporter makes every value a valid label value.)
+// not manage. Both are cleaned (CleanValue): a real API server checks
+// label values, a fake or hostile one need not.
 func KueueQueues(labels map[string]string) (queue, clusterQueue string) {
 	queue = labels[KueueQueueLabel]
 	if queue == "" {
 		queue = labels[KueueLocalQueueLabel]
 	}
-	return queue, labels[KueueClusterQueueLabel]
+	return CleanValue(queue, MaxNameBytes), CleanValue(labels[KueueClusterQueueLabel], MaxNameBytes)
 }

@@ -180,13 +180,15 @@ func Resolve(owners []OwnerRef, labels map[string]string) (kind, name string) {
 // ResolvePod is Resolve for pod podName, with a pod that no controller
 // manages named after itself: ("Pod", podName). A person who runs
 // `kubectl run debug --image=…` created that pod by name, so
-// `sum by (workload)` shows it apart from other bare pods.
+// `sum by (workload)` shows it apart from other bare pods. Both are
+// cleaned (CleanValue) and capped at MaxNameBytes: owner names and labels
+// come from the API server.
 func ResolvePod(podName string, owners []OwnerRef, labels map[string]string) (kind, name string) {
 	kind, name = Resolve(owners, labels)
 	if kind == KindPod && name == "" {
 		name = podName
 	}
-	return kind, name
+	return CleanValue(kind, MaxNameBytes), CleanValue(name, MaxNameBytes)
 }
 
 // controllerOf returns the controlling owner, or the first owner when none

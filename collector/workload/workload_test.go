@@ -301,9 +301,11 @@ func TestCronJobOf(t *testing.T) {
 		{"hello-99999999999999999999", "", false}, // overflow
 	}
 	for _, tt := range tests {
-		cron, ok := cronJobOf(tt.job)
-		if cron != tt.cron || ok != tt.ok {
-			t.Errorf("cronJobOf(%q) = (%q, %v), want (%q, %v)", tt.job, cron, ok, tt.cron, tt.ok)
-		}
+		t.Run(tt.job, func(t *testing.T) {
+			cron, ok := cronJobOf(tt.job)
+			if cron != tt.cron || ok != tt.ok {
+				t.Errorf("cronJobOf(%q) = (%q, %v), want (%q, %v)", tt.job, cron, ok, tt.cron, tt.ok)
+			}
+		})
 	}
 }

@@ -1,5 +1,6 @@
 // Package testtool holds helpers that tests across gpuxray share: finding
-// the external tools .ci/run installs, and short unix socket paths.
+// the external tools .ci/run installs, short unix socket paths, and waiting
+// for a condition that another goroutine makes true.
 package testtool
 
 import (
@@ -7,7 +8,31 @@ import (
 	"os/exec"
 	"path/filepath"
 	"testing"
+	"time"
 )
+
+// EventuallyTimeout is how long Eventually waits. It is a guard against a
+// hang, not a measure of speed: long enough for client-go's reflector retry
+// backoff (0.8 s, doubling) on a loaded two-core machine.
+const EventuallyTimeout = 30 * time.Second
+
+// Eventually polls cond every 10 ms until it holds, and fails the test with
+// "timed out waiting until <what>" after EventuallyTimeout.
+func Eventually(t testing.TB, what string, cond func() bool) {
+	t.Helper()
+	eventually(t, EventuallyTimeout, what, cond)
+}
+
+func eventually(t testing.TB, timeout time.Duration, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting until %s", what)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
 
 // Need returns the path of an external tool a test needs (promtool,
 // prometheus, helm, …). Locally a missing tool skips the test; in CI (CI

@@ -1,3 +1,5 @@
+//go:build e2e
+
 package bench
 
 import (
@@ -165,9 +167,9 @@ func podIndex(sc *sim.Scenario, ns, name string) int {
 }
 
 func findAlloc(s *agent.Snapshot, ns, pod, deviceID string) *agent.AllocationSnapshot {
-	for i, a := range s.Allocations {
+	for _, a := range s.Allocations {
 		if a.Namespace == ns && a.Pod == pod && (a.UUID == deviceID || len(deviceID) > len(a.UUID) && deviceID[:len(a.UUID)] == a.UUID) {
-			return &s.Allocations[i]
+			return a
 		}
 	}
 	return nil

@@ -1,3 +1,5 @@
+//go:build e2e
+
 package e2e
 
 import (
@@ -224,6 +226,9 @@ func TestRulesAndDashboardsLive(t *testing.T) {
 			}
 		}
 	}
+	// The cost rules price idle GPUs at a price series the user records.
+	rules.Groups = append(rules.Groups, promrules.RuleGroup{Name: "gpuxray.prices", Rules: []promrules.Rule{
+		{Record: "gpuxray_gpu_hourly_price", Expr: "vector(2.5)", Labels: map[string]string{"gpu_type": "*", "currency": "USD"}}}})
 	dir := t.TempDir()
 	rulePath := ruleFile(t, dir, "rules.yaml", rules)
 	_, promAddr := startPrometheus(t, prom, dir, filepath.Join(dir, "data"), fmt.Sprintf(`global:
@@ -294,6 +299,8 @@ scrape_configs:
 		{`sum(cluster_window:gpuxray_device_observed_seconds:rate5m{window="offpeak"})`, 0, 0, "nothing off-peak"},
 		{`sum(namespace_workload_model_window:gpuxray_allocated_idle_seconds:rate5m{namespace="data-science"})`, 0.9, 1.1, "the notebook holds one GPU idle"},
 		{`cluster:gpuxray_idle_gpus:rate5m`, 6.5, 8.5, "idle capacity: the stalled training job's four GPUs, the notebook, the idle slice, the quiet vLLM server, half the GPU nobody holds"},
+		{`sum(cluster_gpu_type_window:gpuxray_idle_allocated_cost:rate5m) / sum(cluster_gpu_type_window:gpuxray_device_allocated_idle_seconds:rate5m)`, 2.4999, 2.5001, "idle GPUs priced at the * price"},
+		{`count(uuid:gpuxray_device_gpu_type:info{gpu_type="NVIDIA-H100-80GB-HBM3"})`, 8, 8, "the demo's eight GPUs are of GFD type NVIDIA-H100-80GB-HBM3"},
 	}
 	deadline = time.Now().Add(30 * time.Second)
 	for len(checks) > 0 {
@@ -461,26 +468,28 @@ func TestBackfilledDays(t *testing.T) {
 		window string
 		want   map[string]float64
 	}{{".*", want.hours}, {"peak", want.peakHours}} {
-		q := strings.ReplaceAll(top, `window=~".*"`, `window=~"`+c.window+`"`)
-		res, err := promQuery(addr, q, end)
-		if err != nil {
-			t.Fatal(err)
-		}
-		got := map[string]float64{}
-		for _, s := range res {
-			got[s.Labels["namespace"]] += s.Value
-			if wl := s.Labels["workload"]; wl != "" && wl != want.workload[s.Labels["namespace"]] {
-				t.Errorf("namespace %s: workload %q, want %q", s.Labels["namespace"], wl, want.workload[s.Labels["namespace"]])
+		t.Run("window "+c.window, func(t *testing.T) {
+			q := strings.ReplaceAll(top, `window=~".*"`, `window=~"`+c.window+`"`)
+			res, err := promQuery(addr, q, end)
+			if err != nil {
+				t.Fatal(err)
 			}
-		}
-		for ns, w := range c.want {
-			if math.Abs(got[ns]-w) > 0.02*w {
-				t.Errorf("window %s: %s has %.2f idle GPU-hours, want %.2f ± 2%%", c.window, ns, got[ns], w)
+			got := map[string]float64{}
+			for _, s := range res {
+				got[s.Labels["namespace"]] += s.Value
+				if wl := s.Labels["workload"]; wl != "" && wl != want.workload[s.Labels["namespace"]] {
+					t.Errorf("namespace %s: workload %q, want %q", s.Labels["namespace"], wl, want.workload[s.Labels["namespace"]])
+				}
 			}
-		}
-		if len(got) != len(c.want) {
-			t.Errorf("window %s: top workloads %v, want %v", c.window, got, c.want)
-		}
+			for ns, w := range c.want {
+				if math.Abs(got[ns]-w) > 0.02*w {
+					t.Errorf("window %s: %s has %.2f idle GPU-hours, want %.2f ± 2%%", c.window, ns, got[ns], w)
+				}
+			}
+			if len(got) != len(c.want) {
+				t.Errorf("window %s: top workloads %v, want %v", c.window, got, c.want)
+			}
+		})
 	}
 	t.Logf("replayed and backfilled in %s, rule backfill %s, checked at %s",
 		backfilled.Round(time.Millisecond), (rulesBackfilled - backfilled).Round(time.Millisecond),

@@ -1,3 +1,5 @@
+//go:build e2e
+
 package e2e
 
 import (
@@ -95,7 +97,7 @@ func TestWebConfig(t *testing.T) {
 	addr, healthAddr := freeAddr(t), freeAddr(t)
 	p := start(t, binary, "agent", "--simulate", "--log.format=json",
 		"--web.listen-address="+addr, "--web.health-listen-address="+healthAddr, "--web.config.file="+webConfig)
-	waitFor(t, "http://"+healthAddr+"/readyz", 10*time.Second)
+	waitFor(t, "http://"+healthAddr+"/readyz", 30*time.Second)
 
 	// The client trusts only the test CA: the agent serves the configured certificate.
 	client := &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pool}}}
@@ -135,13 +137,15 @@ func TestWebConfig(t *testing.T) {
 		{"no metrics on the health port", plain, "http://" + healthAddr + "/metrics", "", "", 404, ""},
 	}
 	for _, tc := range tests {
-		code, body := get(tc.c, tc.url, tc.user, tc.pwd)
-		if code != tc.code || !strings.Contains(body, tc.contains) {
-			t.Errorf("%s: GET %s = %d %.80q, want %d containing %q", tc.what, tc.url, code, body, tc.code, tc.contains)
-		}
-		if tc.code != 200 && strings.Contains(body, "gpuxray_") {
-			t.Errorf("%s: GET %s leaked metrics", tc.what, tc.url)
-		}
+		t.Run(tc.what, func(t *testing.T) {
+			code, body := get(tc.c, tc.url, tc.user, tc.pwd)
+			if code != tc.code || !strings.Contains(body, tc.contains) {
+				t.Errorf("%s: GET %s = %d %.80q, want %d containing %q", tc.what, tc.url, code, body, tc.code, tc.contains)
+			}
+			if tc.code != 200 && strings.Contains(body, "gpuxray_") {
+				t.Errorf("%s: GET %s leaked metrics", tc.what, tc.url)
+			}
+		})
 	}
 	// A client that does not trust the CA is refused at the handshake.
 	untrusting := &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: x509.NewCertPool()}}}

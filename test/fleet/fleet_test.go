@@ -1,3 +1,5 @@
+//go:build e2e
+
 package fleet
 
 import (
@@ -154,6 +156,29 @@ func TestResult(t *testing.T) {
 
 func zero() float64 { return 0 }
 
+// TestResultUnjudged: a check with nothing the truth could judge neither
+// passes nor fails; the table and the last line say so.
+func TestResultUnjudged(t *testing.T) {
+	t.Parallel()
+	r := &Result{Nodes: 40, GPUs: 320}
+	r.figure("live", "rule a", "GPUs", 100.5, 100, floorGPUs)
+	w := newWorst("live", "rule b", "GPUs", floorGPUs)
+	w.mayNotJudge = true
+	w.notes = append(w.notes, "7 samples near a change skipped")
+	r.addWorst(w)
+	if len(r.Failed()) != 0 {
+		t.Fatalf("failed %+v", r.Failed())
+	}
+	var b bytes.Buffer
+	r.Write(&b)
+	if got, want := lastLine(b.String()), "fleet: 40 nodes, 320 GPUs, worst error 0.500% (live rule a), 1 checks passed (1 NOT JUDGED: nothing the truth could judge)"; got != want {
+		t.Errorf("last line %q, want %q", got, want)
+	}
+	if !strings.Contains(b.String(), "NOT JUDGED") || !strings.Contains(b.String(), "7 samples near a change skipped") {
+		t.Errorf("the table does not say why rule b was not judged:\n%s", b.String())
+	}
+}
+
 // TestFleetRules: the fleet checks every recording rule but the DRA
 // demand ones, which read ResourceClaims the fleet does not serve.
 func TestFleetRules(t *testing.T) {
@@ -166,7 +191,8 @@ func TestFleetRules(t *testing.T) {
 	checked := fleetRules(all)
 	for name := range all {
 		_, ok := checked[name]
-		left := strings.Contains(name, "resourceclaim") || strings.Contains(name, "priority") || strings.Contains(name, "queue")
+		left := strings.Contains(name, "resourceclaim") || strings.Contains(name, "priority") || strings.Contains(name, "queue") ||
+			strings.HasSuffix(name, ":info") || strings.Contains(name, "_cost:")
 		if ok == left {
 			t.Errorf("%s checked: %v", name, ok)
 		}

@@ -88,7 +88,9 @@ type Node struct {
 //     last poll to the pods the kubelet lists then: a pod idle at both ends
 //     of its allocation is credited with exactly its own time.
 //   - No pod starts or ends at a peak window's boundary (09:00, 18:00), for
-//     the same reason.
+//     the same reason; nor does a pod on a time-sliced GPU change its use
+//     there: the agent spreads a process sample's busy time over the
+//     refresh it covers, and would move some across the boundary.
 //   - Bursts fall on the simulated driver's sample grid (sim.SamplePeriod,
 //     166,667 µs from the scenario's start): a sample that straddled a
 //     burst's edge would be neither idle nor busy as the truth says.
@@ -363,7 +365,7 @@ func (g *nodeGen) timeSliced(gpu, replicas int) {
 		}
 		for _, d := range g.days() {
 			if d+9*time.Hour > from {
-				u = append(u, value(d+9*time.Hour, busy), value(d+17*time.Hour, 0))
+				u = append(u, value(g.offBoundary(d+9*time.Hour), busy), value(d+17*time.Hour, 0))
 			}
 		}
 		g.pods = append(g.pods, genPod{

@@ -55,16 +55,117 @@ type stepTruth struct {
 	peak, peakObserved                                        float64
 	observed, allocated, active, idle, unallocated, unallocAc float64 // GPUs
 	pending                                                   float64
+	// covered is the seconds of the step the engine's data covers, as
+	// the report reads them (qCovered).
+	covered float64
 	// waiting is the pending GPUs by the GPU type their pods select
 	// ("any" for none); supply the free or idle GPUs not in MIG mode by
 	// type: the queue X-ray's two sides.
 	waiting, supply map[string]float64
 }
 
+// engineReads is how the engine a report reads takes a step's increase()
+// of counters scraped on a grid.
+type engineReads int
+
+const (
+	// readsExact: the step's own time. VictoriaMetrics' reading where the
+	// scrapes fall on the steps' edges, as in the history.
+	readsExact engineReads = iota
+	// readsVictoriaMetrics: from the last sample at or before the step's
+	// start to the last at or before its end. The steps tile the samples:
+	// nothing is lost, a boundary's seconds land a step late.
+	readsVictoriaMetrics
+	// readsPrometheus: from the first sample in the step to the last,
+	// extrapolated to its edges at the series' mean slope, up to 1.1 mean
+	// intervals (half an interval beyond), never to before the counter's
+	// zero (Prometheus 2.42's extrapolatedRate, its range including its
+	// start). A series that stops growing in the step's first seconds
+	// (the off-peak counters at 09:00, the peak ones at 18:00) is not
+	// extrapolated over them: up to a scrape of every GPU's time is lost
+	// at each window switch, 0.8% of an hour's heatmap cell at a 30 s
+	// scrape where two nodes' idle GPUs switch at once.
+	readsPrometheus
+)
+
+// stepSpan is tr's truth over the step [a, b) (scenario offsets), peak and
+// off-peak, as an engine reads counters scraped every scrape on the grid
+// from the scenario's start (at virtual time: a shifted scraper stamps
+// them later, which the caller's offsets carry).
+func stepSpan(tr *truther, a, b, scrape time.Duration, sched *agent.Schedule, reads engineReads) (peak, offpeak *totals) {
+	floor := func(t time.Duration) time.Duration { return max(0, t-t%scrape) }
+	switch reads {
+	case readsVictoriaMetrics:
+		return tr.span(floor(a), floor(b), sched)
+	case readsPrometheus:
+		first, last := floor(a), floor(b)
+		if first < a {
+			first += scrape
+		}
+		if last-first < scrape {
+			return newTotals(), newTotals() // one sample: no increase
+		}
+		p0, o0 := tr.span(0, first, sched)
+		p1, o1 := tr.span(0, last, sched)
+		x := promExtrapolation{toStart: (first - a).Seconds(), toEnd: (b - last).Seconds(), sampled: (last - first).Seconds(), mean: scrape.Seconds()}
+		return x.totals(p0, p1), x.totals(o0, o1)
+	}
+	return tr.span(a, b, sched)
+}
+
+// promExtrapolation is Prometheus' extrapolation of one step's increase
+// of counters sampled at the same times.
+type promExtrapolation struct{ toStart, toEnd, sampled, mean float64 }
+
+// of is the increase of a counter that reads c0 at the step's first sample
+// and c1 at its last, as Prometheus extrapolates it to the step's edges.
+func (x promExtrapolation) of(c0, c1 float64) float64 {
+	d := c1 - c0
+	if d <= 0 {
+		return max(d, 0)
+	}
+	toStart := x.toStart
+	if c0 >= 0 {
+		toStart = min(toStart, x.sampled*c0/d)
+	}
+	to := x.sampled
+	for _, e := range []float64{toStart, x.toEnd} {
+		if e < 1.1*x.mean {
+			to += e
+		} else {
+			to += x.mean / 2
+		}
+	}
+	return d * to / x.sampled
+}
+
+// totals is the step's increase of every counter of c0 (at the first
+// sample) and c1 (at the last). The counters of a node's devices are
+// taken summed, those of a workload summed over its pods on the node: a
+// counter that starts from zero in the step (a window's, after a switch)
+// starts from zero on every device at once; a pod's mostly has the
+// workload's alone.
+func (x promExtrapolation) totals(c0, c1 *totals) *totals {
+	t := newTotals()
+	t.Observed = x.of(c0.Observed, c1.Observed)
+	t.Allocated = x.of(c0.Allocated, c1.Allocated)
+	t.AllocIdle = x.of(c0.AllocIdle, c1.AllocIdle)
+	t.AllocActive = x.of(c0.AllocActive, c1.AllocActive)
+	t.Unallocated = x.of(c0.Unallocated, c1.Unallocated)
+	t.UnallocActive = x.of(c0.UnallocActive, c1.UnallocActive)
+	t.WholeIdle = x.of(c0.WholeIdle, c1.WholeIdle)
+	t.WholeFree = x.of(c0.WholeFree, c1.WholeFree)
+	for k, v1 := range c1.Work {
+		v0 := c0.Work[k]
+		t.Work[k] = podSeconds{Allocated: x.of(v0.Allocated, v1.Allocated), Idle: x.of(v0.Idle, v1.Idle), Active: x.of(v0.Active, v1.Active)}
+	}
+	return t
+}
+
 // historyTruth is the report's truth over [start, start+rng) at step, for
 // a fleet of members, with the history scraped every scrape (the idle
-// streak is a gauge, read at scrapes).
-func historyTruth(members []member, start time.Time, rng, step, scrape time.Duration, sched *agent.Schedule, c report.Config) reportTruth {
+// streak is a gauge, read at scrapes), as reads reads the counters.
+func historyTruth(members []member, start time.Time, rng, step, scrape time.Duration, sched *agent.Schedule, c report.Config, reads engineReads) reportTruth {
 	n := int(rng / step)
 	stepS, stepH := step.Seconds(), step.Hours()
 	var rt reportTruth
@@ -91,8 +192,14 @@ func historyTruth(members []member, start time.Time, rng, step, scrape time.Dura
 		off := start.Sub(sc.Start) - m.shift
 		for i := 0; i < n; i++ {
 			a, b := off+time.Duration(i)*step, off+time.Duration(i+1)*step
-			pk, op := m.tr.span(a, b, sched)
+			pk, op := stepSpan(m.tr, a, b, scrape, sched, reads)
 			st := &rt.steps[i]
+			// The report divides by the step's covered time: the longest
+			// any GPU's observed time reads (the same for every GPU of a
+			// node, whole or in MIG mode).
+			if g := float64(sc.GPUs); g > 0 {
+				st.covered = max(st.covered, (pk.Observed+op.Observed)/g)
+			}
 			st.peakObserved += pk.Observed / stepS
 			product := report.GPUProduct(sim.ProductName(sc.System))
 			for _, t := range []*totals{pk, op} {
@@ -208,11 +315,17 @@ func historyTruth(members []member, start time.Time, rng, step, scrape time.Dura
 		f.All.UnallocatedActive += st.unallocAc * stepH
 		st.peak = ratio(st.peakObserved, st.observed)
 		f.Peak.Hours += st.peak * stepH
-		demand[i] = report.DemandStep{Hours: stepH, Peak: st.peak, Pending: st.pending, IdleAllocated: st.idle, Unallocated: st.unallocated, UnallocatedActive: st.unallocAc,
-			Short: st.shortTotal(), Matched: true}
+		// Per covered second, as the report divides: the step's, unless
+		// the engine reads less of it (readsPrometheus at a switch).
+		perCovered := stepS / st.covered
+		if st.covered <= 0 {
+			perCovered = 1
+		}
+		demand[i] = report.DemandStep{Hours: stepH, Peak: st.peak, Pending: st.pending, IdleAllocated: st.idle * perCovered, Unallocated: st.unallocated * perCovered,
+			UnallocatedActive: st.unallocAc * perCovered, Short: st.shortTotal(), Matched: true}
 		mid := start.Add(time.Duration(i)*step + step/2).In(c.Location)
-		idle[mid.Weekday()][mid.Hour()] += st.idle
-		obs[mid.Weekday()][mid.Hour()]++
+		idle[mid.Weekday()][mid.Hour()] += st.idle * stepS
+		obs[mid.Weekday()][mid.Hour()] += stepS / perCovered
 	}
 	for d := range idle {
 		for h := range idle[d] {

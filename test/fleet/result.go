@@ -29,11 +29,19 @@ type Check struct {
 	Of int
 	// Failed marks a check without a figure that failed; Note says why.
 	Failed bool
-	Note   string
+	// Unjudged marks a check that had nothing it could judge: every
+	// figure was one the truth cannot be set against (near a change, too
+	// few evaluations). It neither passes nor fails; the table says so and
+	// the last line counts it, and Note says why.
+	Unjudged bool
+	Note     string
 }
 
-// Pass reports whether the check is within Tolerance.
-func (c Check) Pass() bool { return !c.Failed && !math.IsNaN(c.Err) && c.Err <= Tolerance }
+// Pass reports whether the check is within Tolerance. An unjudged check
+// does not fail.
+func (c Check) Pass() bool {
+	return c.Unjudged || (!c.Failed && !math.IsNaN(c.Err) && c.Err <= Tolerance)
+}
 
 // Measure is a figure the run measured for docs/fleet.md.
 type Measure struct {
@@ -75,6 +83,9 @@ type worst struct {
 	c                 Check
 	n                 int
 	notes             []string
+	// mayNotJudge: with no figure added, the check is unjudged (the
+	// truth could not be set against any), not failed.
+	mayNotJudge bool
 }
 
 func newWorst(phase, name, unit string, floor float64) *worst {
@@ -98,7 +109,10 @@ func (w *worst) add(what string, got, want float64) {
 func (r *Result) addWorst(w *worst) {
 	c := w.c
 	c.Phase, c.Name, c.Unit, c.Of = w.phase, w.name, w.unit, w.n
-	if w.n == 0 {
+	switch {
+	case w.n == 0 && w.mayNotJudge:
+		c.Err, c.Unjudged, c.Note = 0, true, "nothing the truth could judge"
+	case w.n == 0:
 		c.Err, c.Failed, c.Note = 0, true, "nothing to check"
 	}
 	if len(w.notes) > 0 {
@@ -146,7 +160,7 @@ func (r *Result) WorstError() (float64, Check) {
 	var w Check
 	max := 0.0
 	for _, c := range r.Checks {
-		if !c.Failed && c.Err > max {
+		if !c.Failed && !c.Unjudged && c.Err > max {
 			max, w = c.Err, c
 		}
 	}
@@ -163,7 +177,9 @@ func (r *Result) Write(w io.Writer) {
 	fmt.Fprintln(tw, "PHASE\tFIGURE\tTRUTH\tENGINE\tERROR\tOF\t")
 	for _, c := range checks {
 		status := fmt.Sprintf("%.3f%%", 100*c.Err)
-		if c.Failed {
+		if c.Unjudged {
+			status = "NOT JUDGED"
+		} else if c.Failed {
 			status = "FAIL"
 		} else if !c.Pass() {
 			status += " FAIL"
@@ -186,10 +202,19 @@ func (r *Result) Write(w io.Writer) {
 	}
 	worstErr, wc := r.WorstError()
 	line := fmt.Sprintf("fleet: %d nodes, %d GPUs, worst error %.3f%% (%s %s)", r.Nodes, r.GPUs, 100*worstErr, wc.Phase, wc.Name)
+	unjudged := 0
+	for _, c := range r.Checks {
+		if c.Unjudged {
+			unjudged++
+		}
+	}
 	if f := r.Failed(); len(f) > 0 {
 		line += fmt.Sprintf(", %d of %d checks FAILED", len(f), len(r.Checks))
 	} else {
-		line += fmt.Sprintf(", %d checks passed", len(r.Checks))
+		line += fmt.Sprintf(", %d checks passed", len(r.Checks)-unjudged)
+	}
+	if unjudged > 0 {
+		line += fmt.Sprintf(" (%d NOT JUDGED: nothing the truth could judge)", unjudged)
 	}
 	for _, s := range r.Summary {
 		line += ", " + s

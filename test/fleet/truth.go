@@ -41,13 +41,18 @@ type totals struct {
 	// MIG mode: what the queue X-ray's waiters could have run on.
 	WholeIdle, WholeFree float64
 	Work                 map[wkey]podSeconds
+	// WholeNS are the pod-seconds on GPUs not in MIG mode by namespace:
+	// what the rules by GPU type sum (a MIG instance has no type there).
+	WholeNS map[string]podSeconds
 
 	// byPod are the pod-seconds of each pod of the truther's scenario, by
 	// its index there; a cumulative truth's only (add leaves them).
 	byPod []podSeconds
 }
 
-func newTotals() *totals { return &totals{Work: map[wkey]podSeconds{}} }
+func newTotals() *totals {
+	return &totals{Work: map[wkey]podSeconds{}, WholeNS: map[string]podSeconds{}}
+}
 
 // add adds sign·o to t, renaming o's workloads with rename when it is set.
 func (t *totals) add(o *totals, sign float64, rename func(string) string) {
@@ -66,6 +71,11 @@ func (t *totals) add(o *totals, sign float64, rename func(string) string) {
 		w := t.Work[k]
 		w.add(v, sign)
 		t.Work[k] = w
+	}
+	for ns, v := range o.WholeNS {
+		w := t.WholeNS[ns]
+		w.add(v, sign)
+		t.WholeNS[ns] = w
 	}
 }
 
@@ -201,6 +211,11 @@ func (tr *truther) cumulative(t time.Duration) *totals {
 			w := out.Work[k]
 			w.add(s, 1)
 			out.Work[k] = w
+			if !r.Device.MIG {
+				w := out.WholeNS[r.Namespace]
+				w.add(s, 1)
+				out.WholeNS[r.Namespace] = w
+			}
 		}
 	}
 	tr.mu.Lock()

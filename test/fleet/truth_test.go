@@ -233,3 +233,107 @@ pods:
 		}
 	}
 }
+
+// TestStaleAt: an evaluation is not judged when a scrape of a target it
+// sums failed at most its lag and a scrape before it (the engine may have
+// read that target's series as stale, and left them out); a failed scrape
+// older than that, or of another target, changes nothing.
+func TestStaleAt(t *testing.T) {
+	t.Parallel()
+	sc := parse(t, truthScenario)
+	t0 := sc.Start.Add(time.Hour)
+	l := &liveRun{agents: []*liveAgent{{node: &Node{Name: "n1"}, scenario: sc}, {node: &Node{Name: "n2"}, scenario: sc}},
+		scrape: 5 * time.Second, ksm: []string{"127.0.0.1:9"},
+		failedScrapes: map[string][]time.Time{"n1": {t0}, "127.0.0.1:9": {t0.Add(time.Minute)}}}
+	cluster := recorded{name: "cluster_window:gpuxray_allocated_seconds:rate5m"}
+	job := recorded{name: "namespace_workload_model_window:gpuxray_allocated_seconds:rate5m",
+		labels: map[string]string{"namespace": "ml", "workload_kind": "Job", "workload": "a", "model": ""}}
+	other := recorded{name: job.name, labels: map[string]string{"namespace": "ml", "workload_kind": "Job", "workload": "nobody", "model": ""}}
+	pending := recorded{name: "cluster:kube_pod_container_resource_requests_gpu_pending:sum"}
+	for _, c := range []struct {
+		name string
+		r    recorded
+		at   time.Duration
+		want bool
+	}{
+		{"at the failed scrape", cluster, 0, true},
+		{"a lag and a scrape after it", cluster, time.Minute + 5*time.Second, true},
+		{"later: inside the window only", cluster, time.Minute + 6*time.Second, false},
+		{"before it", cluster, -time.Second, false},
+		{"a workload on the node", job, 30 * time.Second, true},
+		{"a workload on no node", other, 30 * time.Second, false},
+		{"pending demand: kube-state-metrics' scrape", pending, 90 * time.Second, true},
+		{"pending demand: a node's failed scrape", pending, 0, false},
+	} {
+		if got := l.staleAt(l.targetsOf(c.r), t0.Add(c.at), time.Minute); got != c.want {
+			t.Errorf("%s: stale %v, want %v", c.name, got, c.want)
+		}
+	}
+}
+
+// TestJudgedFrom: from the first evaluation judged, every window the
+// engine may have read is at least minWindow long, and a workload's at
+// least workloadWindow.
+func TestJudgedFrom(t *testing.T) {
+	t.Parallel()
+	for _, poll := range []time.Duration{time.Second, 5 * time.Second} {
+		l := &liveRun{targetsAt: time.Date(2026, 12, 1, 8, 0, 0, 0, time.UTC), poll: poll, scrape: 5 * time.Second, eval: 15 * time.Second}
+		for _, derived := range []bool{false, true} {
+			lag := maxLag
+			if derived {
+				lag += l.derivedLag()
+			}
+			// The shortest window: the latest start (the second scrape),
+			// the longest lag.
+			if w := l.judgedFrom(derived).Add(-lag).Sub(l.targetsAt.Add(l.scrape)); w < minWindow {
+				t.Errorf("poll %s, derived %v: a window of %s at the first evaluation judged", poll, derived, w)
+			}
+		}
+		if w := l.workloadFrom().Add(-maxLag).Sub(l.targetsAt.Add(l.scrape)); w < l.workloadWindow() {
+			t.Errorf("poll %s: a workload's window of %s at the first evaluation judged, want %s", poll, w, l.workloadWindow())
+		}
+	}
+}
+
+// TestEngineReads: a GPU held idle throughout, scraped every 30 s by a
+// scraper 10 s late, across the 09:00 switch to peak. VictoriaMetrics
+// reads each 15-minute step from its last sample before the step, so
+// the steps tile the samples and the switch's seconds land a step late;
+// Prometheus extrapolates each window's series over its own samples, and
+// the off-peak series, flat from the step's first sample, gives none of
+// the 10 s before it: 890 s of 900.
+func TestEngineReads(t *testing.T) {
+	t.Parallel()
+	sc := parse(t, `start: 2026-11-23T07:00:00Z
+duration: 4h
+node: e
+system: dgxh100
+gpus: 1
+pods:
+  - {namespace: ml, name: nb-0, devices: ["gpu:0"], util: [{at: 0s, value: 0}]}
+`)
+	sched, _ := agent.ParseSchedule(agent.DefaultPeakSchedule, time.UTC)
+	tr := newTruther(sc)
+	const shift = 10 * time.Second
+	// The steps 08:45 and 09:00 on the scraper's clock, at virtual time.
+	before := [2]time.Duration{105*time.Minute - shift, 120*time.Minute - shift}
+	after := [2]time.Duration{120*time.Minute - shift, 135*time.Minute - shift}
+	for _, c := range []struct {
+		reads                 engineReads
+		before, after, atPeak float64
+	}{
+		{readsExact, 900, 900, 890},
+		{readsVictoriaMetrics, 900, 900, 870}, // from 08:59:30: 30 s off-peak
+		{readsPrometheus, 900, 890, 890},
+	} {
+		got := func(s [2]time.Duration) (all, peak float64) {
+			pk, op := stepSpan(tr, s[0], s[1], 30*time.Second, sched, c.reads)
+			return pk.AllocIdle + op.AllocIdle, pk.AllocIdle
+		}
+		b, _ := got(before)
+		a, p := got(after)
+		if !near(b, c.before) || !near(a, c.after) || !near(p, c.atPeak) {
+			t.Errorf("reads %d: idle %g s in the step before 09:00 (want %g), %g after (want %g), %g of it at peak (want %g)", c.reads, b, c.before, a, c.after, p, c.atPeak)
+		}
+	}
+}
