@@ -6,20 +6,19 @@ VERSION  ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev
 REVISION ?= $(shell git rev-parse HEAD 2>/dev/null || echo unknown)
 LDFLAGS  := -s -w -X main.version=$(VERSION) -X main.revision=$(REVISION)
 GOFLAGS_BUILD := -trimpath -ldflags "$(LDFLAGS)"
-# The image's binary leaves the simulator (--simulate, replay) out: ≈ 5 MB of
-# a 33 MB file (docs/benchmarks.md). make build, demo and fleet keep it.
-IMAGE_TAGS ?= nosim
 
 .PHONY: all build image-binaries test test-e2e lint fmt vet demo bench fuzz fleet clean
 
 all: lint test build
 
-## build: the gpuxray binary in ./bin
+## build: the gpuxray binary in ./bin, and gpuxray-sim, the same with the
+## simulated node (agent --simulate, replay; docs/demo.md)
 build:
 	go build $(GOFLAGS_BUILD) -o bin/gpuxray ./cmd/gpuxray
+	go build $(GOFLAGS_BUILD) -o bin/gpuxray-sim ./cmd/gpuxray-sim
 
 ## image-binaries: gpuxray for each of PLATFORMS in $(BINDIR)/<os>_<arch>/gpuxray, as the
-## Dockerfile builds it, without the simulator (IMAGE_TAGS=nosim). cgo needs a C compiler per target: Debian's cross compilers
+## Dockerfile builds it (cmd/gpuxray links no simulator). cgo needs a C compiler per target: Debian's cross compilers
 ## (gcc-aarch64-linux-gnu, gcc-x86-64-linux-gnu) where the target is not the host.
 PLATFORMS ?= linux/amd64 linux/arm64
 BINDIR    ?= bin
@@ -35,7 +34,7 @@ image-binaries:
 	    esac; \
 	  fi; \
 	  echo "go build $$p (CC=$$cc) -> $(BINDIR)/$${os}_$${arch}/gpuxray"; \
-	  GOOS=$$os GOARCH=$$arch CC=$$cc go build $(GOFLAGS_BUILD) -tags "$(IMAGE_TAGS)" -o $(BINDIR)/$${os}_$${arch}/gpuxray ./cmd/gpuxray; \
+	  GOOS=$$os GOARCH=$$arch CC=$$cc go build $(GOFLAGS_BUILD) -o $(BINDIR)/$${os}_$${arch}/gpuxray ./cmd/gpuxray; \
 	done
 
 ## test: the unit tests, with the race detector (a few minutes; CONTRIBUTING.md).
@@ -55,7 +54,7 @@ E2E_TESTS = $(shell sed -nE 's/^func (Test[A-Za-z0-9_]*)\(t \*testing\.T\).*/\1/
 LONG_REPLAYS := TestReplayGoldenLong|TestReplayDriverShapes|TestReplayMIGModeSwitch|TestReplayFaultyDay
 test-e2e:
 	go test -race -count=1 -tags e2e -timeout $(E2E_TIMEOUT) -run '^($(E2E_TESTS))$$' $(sort $(dir $(E2E_FILES)))
-	go test -count=1 -tags e2e -timeout $(E2E_TIMEOUT) -run '^($(LONG_REPLAYS))$$' ./cmd/gpuxray
+	go test -count=1 -tags e2e -timeout $(E2E_TIMEOUT) -run '^($(LONG_REPLAYS))$$' ./cmd/gpuxray-sim
 
 ## bench: Go benchmarks (-count 6 for benchstat-style medians), then the real-binary
 ## harness and the 24-hour churn replay (docs/benchmarks.md)
@@ -77,7 +76,7 @@ fuzz:
 	  go test -run '^$$' -fuzz "^$$name\$$" -fuzztime $(FUZZTIME) $$pkg; \
 	done
 
-## lint: formatting, and vet of the default, e2e and image builds
+## lint: formatting, and vet of the default and e2e builds
 lint: fmt vet
 
 fmt:
@@ -86,7 +85,6 @@ fmt:
 vet:
 	go vet ./...
 	go vet -tags e2e ./...
-	go vet -tags "$(IMAGE_TAGS)" ./cmd/gpuxray
 
 ## fleet: NODES simulated nodes (8 GPUs each) served live by one process, scraped by two
 ## vmagent shards into VictoriaMetrics with vmalert and Alertmanager, and a week of their
@@ -96,13 +94,13 @@ vet:
 NODES ?= 40
 FLEETFLAGS ?=
 fleet: build
-	go run ./test/fleet/cmd/fleet -nodes $(NODES) -gpuxray bin/gpuxray $(FLEETFLAGS)
+	go run ./test/fleet/cmd/fleet -nodes $(NODES) -gpuxray bin/gpuxray-sim $(FLEETFLAGS)
 
-## demo: the agent on the embedded simulated node, on :9471; ARGS go to the
-## agent: make demo ARGS=--web.listen-address=:9472, or a scenario FILE
+## demo: the agent on the embedded simulated node (gpuxray-sim), on :9471;
+## ARGS go to the agent: make demo ARGS=--web.listen-address=:9472, or a scenario FILE
 ARGS ?=
 demo:
-	go run ./cmd/gpuxray agent --simulate $(ARGS)
+	go run ./cmd/gpuxray-sim agent --simulate $(ARGS)
 
 clean:
 	rm -rf bin

@@ -126,6 +126,8 @@ type deviceState struct {
 	util    float64
 	hasUtil bool
 	c       [NumWindows]DeviceCounters
+	// through is the end of the time c holds (credit, gap).
+	through time.Time
 	// unattributedMem is the memory of processes no holder owns, known
 	// only with process attribution.
 	hasUnattributed bool
@@ -777,6 +779,7 @@ func (e *Engine) split(from, to time.Time) [NumWindows]time.Duration {
 }
 
 func (e *Engine) gap(ds *deviceState, from, to time.Time) {
+	ds.through = maxTime(ds.through, to)
 	parent, frac := e.migParent(ds)
 	for w, d := range e.split(from, to) {
 		if d == 0 {
@@ -849,6 +852,7 @@ func (e *Engine) unpartitioned(ds *deviceState, now time.Time) {
 // counts as unallocated activity on any device. A MIG
 // instance's device counters reach its GPU too, weighted by its share.
 func (e *Engine) credit(ds *deviceState, from, to time.Time, v float64, known bool, holders []allocKey, holdersKnown bool, shares []float64, unattributed float64) {
+	ds.through = maxTime(ds.through, to)
 	states, at, shared := e.holderStates(holders)
 	// Several holders of an exclusive device (resolveConflict) split it.
 	split := 1.0
@@ -1013,6 +1017,7 @@ func (e *Engine) buildSnapshot(now time.Time) *Snapshot {
 			Device:         ds.info,
 			Present:        ds.present,
 			Counters:       ds.c,
+			Through:        ds.through,
 			HasUtilization: ds.hasUtil && ds.present,
 			Utilization:    ds.util,
 			DeviceGauges:   ds.reading.DeviceGauges.Available(ds.present),

@@ -100,6 +100,9 @@ type shareState struct {
 	// prevRead is the previous poll: a process's first sample covers the
 	// time since, while the refresh is unknown.
 	prevRead time.Time
+	// seen is the newest process sample stamp ingested: the lastSeen the
+	// reader asked the next read from.
+	seen time.Time
 	// past are the periods credited lately, oldest first.
 	past []pastPeriod
 }
@@ -153,9 +156,29 @@ func (e *Engine) wait(sh *shareState) time.Duration {
 	return min(max(2*sh.refresh+e.cfg.PollInterval, e.cfg.MaxSampleGap), MaxProcessWait)
 }
 
-// maxSpan is the longest time a process sample is taken to cover.
+// maxSpan is the longest time a process sample is taken to cover when
+// the reads before it do not say (see since).
 func (e *Engine) maxSpan(sh *shareState) time.Duration {
 	return max(2*sh.refresh, e.cfg.MaxSampleGap)
+}
+
+// processKeep is how far back the driver keeps a process's refresh
+// windows: the span of its sample buffer (120 samples of 1/6 s, as the
+// utilization ring; docs/accounting.md).
+const processKeep = 20 * time.Second
+
+// since is where a sample of one process, stamped at, begins when the
+// read before it was asked from seen: the driver values an entry over its
+// process's refresh windows newer than seen, whole ones, as long as it
+// keeps them (docs/accounting.md). A late poll reads every window since
+// the poll before, not one or two. Zero where the refresh or seen is not
+// known.
+func (sh *shareState) since(at time.Time) time.Time {
+	if sh.refresh <= 0 || sh.seen.IsZero() || !at.After(sh.seen) {
+		return time.Time{}
+	}
+	windows := (at.Sub(sh.seen) + sh.refresh - 1) / sh.refresh
+	return maxTime(at.Add(-windows*sh.refresh), at.Add(-processKeep))
 }
 
 // resolved reports whether every process the reading lists has an owner,
@@ -209,6 +232,9 @@ func (e *Engine) ingest(ds *deviceState, rd collector.DeviceReading, owners map[
 	for _, p := range rd.Processes {
 		track(p.PID)
 	}
+	// Where this read's samples begin: after the newest stamp read before.
+	seen := sh.seen
+	defer func() { sh.seen = seen }()
 	// Several samples of one process in a read: one per period.
 	count := make(map[uint32]int, len(rd.ProcessSamples))
 	for _, s := range rd.ProcessSamples {
@@ -224,6 +250,7 @@ func (e *Engine) ingest(ds *deviceState, rd collector.DeviceReading, owners map[
 		}
 		prev := tr.frontier
 		tr.frontier = s.Time
+		seen = maxTime(seen, s.Time)
 		if !prev.IsZero() {
 			if d := s.Time.Sub(prev); d >= minSamplePeriod && (sh.refresh == 0 || d < sh.refresh) {
 				sh.refresh = d
@@ -239,6 +266,8 @@ func (e *Engine) ingest(ds *deviceState, rd collector.DeviceReading, owners map[
 			from = s.Time.Add(-r)
 		case sh.refresh == 0 && prev.IsZero():
 			from = maxTime(tr.born, s.Time.Add(-e.maxSpan(sh)))
+		case !sh.since(s.Time).IsZero():
+			from = sh.since(s.Time)
 		default:
 			from = s.Time.Add(-e.maxSpan(sh))
 			if sh.refresh > 0 && (prev.IsZero() || s.Time.Sub(prev) > e.maxSpan(sh)) {

@@ -88,6 +88,10 @@ type DeviceSnapshot struct {
 	UnattributedMemoryBytes uint64
 
 	Counters [NumWindows]DeviceCounters
+	// Through is the end of the time Counters hold: a shared GPU's periods
+	// wait for their process samples (MaxProcessWait), so its counters may
+	// end seconds before the snapshot's At. Zero before any is counted.
+	Through time.Time
 }
 
 // AllocationCounters are an allocation's monotonic counters on one device in

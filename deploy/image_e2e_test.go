@@ -62,9 +62,9 @@ func TestImageBinaries(t *testing.T) {
 				t.Errorf("%s: %s is not stamped into the binary", arch, s)
 			}
 		}
-		// -tags nosim: the image carries no simulator (docs/benchmarks.md).
+		// The image carries no simulator: cmd/gpuxray links none (docs/design/simulator-build.md).
 		if bytes.Contains(b, []byte("gpuxray/collector/sim.")) {
-			t.Errorf("%s: the image's binary links the simulator; want make image-binaries to build with -tags nosim", arch)
+			t.Errorf("%s: the image's binary links the simulator; want make image-binaries to build cmd/gpuxray, which links none", arch)
 		}
 	}
 	// The host's binary runs and says its version.

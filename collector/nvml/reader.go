@@ -599,16 +599,12 @@ func (r *Reader) readDevice(d *device) (res readResult) {
 	buf := &d.bufs[d.flip]
 	d.flip ^= 1
 
-	// Each call's samples are judged against the time the call answers,
-	// not the time the read began: a call that hung for minutes answers
-	// with samples stamped up to its answer.
-	//
-	// Process samples are asked for from the newest process sample read:
-	// each process's entry carries its own stamp, and one refreshed since
-	// the previous call is stamped after it (go-nvml #51, nvtop #110). The
-	// engine keeps each process's samples until the time they cover is
-	// decided, so the order of the device and process calls does not
-	// matter.
+	// Each call's samples are judged against the time it answers, not the
+	// time the read began: a call that hung for minutes answers with
+	// samples stamped up to its answer. Process samples are asked for from
+	// the newest one read, as each entry carries its own stamp (go-nvml
+	// #51, nvtop #110); the engine holds them until the time they cover is
+	// decided, so the two calls' order does not matter.
 	dry := false
 	if !d.noSamples {
 		rr := readSamples(d.handle, d.lastSeen, &d.stamps, r.clock, buf.samples[:0])
@@ -980,12 +976,15 @@ func (r *Reader) shutdownLocked() {
 	r.initialized = false
 }
 
-// retError turns an NVML return code into an error without calling into the
-// library (nvml.ErrorString would need a loaded library).
+// retError turns an NVML return code into an error that errors.Is matches
+// against the nvml.Return constants.
 func retError(ret nvml.Return) error { return nvmlError(ret) }
 
 type nvmlError nvml.Return
 
+// Error is go-nvml's text for the code: nvmlErrorString while the library
+// is loaded, go-nvml's own table when it is not (it could not be loaded,
+// or after Shutdown), so it is safe to call either way.
 func (e nvmlError) Error() string { return nvml.Return(e).Error() }
 
 // Is lets callers test errors.Is(err, nvml.ERROR_GPU_IS_LOST).

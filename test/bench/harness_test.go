@@ -37,7 +37,7 @@ var (
 // scrape_protocols: OpenMetrics first.
 const prometheusAccept = "application/openmetrics-text;version=1.0.0;escaping=allow-utf-8,application/openmetrics-text;version=0.0.1;q=0.9,text/plain;version=1.0.0;escaping=allow-utf-8;q=0.8,text/plain;version=0.0.4;q=0.7,*/*;q=0.6"
 
-// TestHarness builds gpuxray as the container image does (-tags nosim, no
+// TestHarness builds gpuxray as the container image does (cmd/gpuxray, no
 // simulator inside) and runs it, unmodified, on the node-110 scenario (8
 // GPUs, 110 allocations, time-sliced, churn) in real time through the fake
 // libnvidia-ml.so.1 (test/nvmlfake): the simulated driver, kubelet and
@@ -60,7 +60,7 @@ func TestHarness(t *testing.T) {
 	dir := t.TempDir()
 	load0 := loadAvg(t)
 	bin := filepath.Join(dir, "gpuxray")
-	build := exec.Command("go", "build", "-tags", "nosim", "-trimpath", "-o", bin, "../../cmd/gpuxray")
+	build := exec.Command("go", "build", "-trimpath", "-o", bin, "../../cmd/gpuxray")
 	build.Env = append(os.Environ(), "CGO_CFLAGS=-Wno-deprecated-declarations")
 	if out, err := build.CombinedOutput(); err != nil {
 		t.Fatalf("go build: %v\n%s", err, out)
@@ -216,7 +216,7 @@ func TestHarness(t *testing.T) {
 		time.Now().UTC().Format("2006-01-02 15:04"), load0, loadAvg(t), 100*agent/60, float64(hwm)/1024,
 		float64(procStatus(t, pid, "RssAnon"))/1024, float64(procStatus(t, pid, "RssFile"))/1024,
 		metric(after, "go_memstats_heap_alloc_bytes")/(1<<20), pct(0.5).Round(10*time.Microsecond), pct(0.99).Round(10*time.Microsecond), series)
-	t.Logf("  (the production binary, -tags nosim, on the fake libnvidia-ml.so.1: the simulator runs in the test's process, not in these figures)")
+	t.Logf("  (the production binary, cmd/gpuxray, on the fake libnvidia-ml.so.1: the simulator runs in the test's process, not in these figures)")
 }
 
 // loadAvg is the machine's 1-minute load average.

@@ -35,8 +35,10 @@ func TestMain(m *testing.M) {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(1)
 	}
+	// gpuxray-sim: gpuxray's commands with the simulated node (agent
+	// --simulate, replay) that these tests run.
 	binary = filepath.Join(dir, "gpuxray")
-	build := exec.Command("go", "build", "-o", binary, "../../cmd/gpuxray")
+	build := exec.Command("go", "build", "-o", binary, "../../cmd/gpuxray-sim")
 	build.Env = append(os.Environ(), "CGO_CFLAGS=-Wno-deprecated-declarations", "CGO_ENABLED=1")
 	if out, err := build.CombinedOutput(); err != nil {
 		fmt.Fprintf(os.Stderr, "building gpuxray: %v\n%s", err, out)

@@ -27,13 +27,20 @@ type agentCounters struct {
 	// SourceErrors are the failed calls of each source, summed over
 	// reasons.
 	SourceErrors map[string]uint64 `json:"source_errors"`
+	// Through is, by GPU index, the end of the time a whole GPU's
+	// counters hold (agent.DeviceSnapshot.Through): a shared GPU's lag
+	// behind At.
+	Through map[int]time.Time `json:"through"`
 }
 
 func countersOf(a *liveAgent, s *agent.Snapshot) agentCounters {
-	c := agentCounters{Node: a.node.Name, Start: a.scenario.Start, At: s.At, Polls: s.Polls}
+	c := agentCounters{Node: a.node.Name, Start: a.scenario.Start, At: s.At, Polls: s.Polls, Through: map[int]time.Time{}}
 	for _, d := range s.Devices {
 		if d.ParentUUID != "" {
 			continue
+		}
+		if !d.Through.IsZero() {
+			c.Through[d.GPU] = d.Through
 		}
 		for _, w := range d.Counters {
 			c.Observed += w.Observed
@@ -110,21 +117,16 @@ func (l *liveRun) checkAgentCounters(res *Result, from, to []agentCounters) {
 		if t.Polls <= f.Polls {
 			continue
 		}
-		tr := newTruther(asPolled(a.scenario, l.poll))
-		pk, op := tr.span(f.At.Sub(a.scenario.Start), t.At.Sub(a.scenario.Start), l.sched)
-		want := newTotals()
-		want.add(pk, 1, nil)
-		want.add(op, 1, nil)
-		pods := want.pods()
+		want := countedTruth(newTruther(asPolled(a.scenario, l.poll)), f, t)
 		add("observed", t.Observed-f.Observed, want.Observed)
 		add("allocated", t.Allocated-f.Allocated, want.Allocated)
 		add("allocated idle", t.AllocatedIdle-f.AllocatedIdle, want.AllocIdle)
 		add("allocated active", t.AllocatedActive-f.AllocatedActive, want.AllocActive)
 		add("unallocated", t.Unallocated-f.Unallocated, want.Unallocated)
 		add("unallocated active", t.UnallocatedActive-f.UnallocatedActive, want.UnallocActive)
-		add("pod-seconds allocated", t.PodAllocated-f.PodAllocated, pods.Allocated)
-		add("pod-seconds idle", t.PodIdle-f.PodIdle, pods.Idle)
-		add("pod-seconds active", t.PodActive-f.PodActive, pods.Active)
+		add("pod-seconds allocated", t.PodAllocated-f.PodAllocated, want.Pods.Allocated)
+		add("pod-seconds idle", t.PodIdle-f.PodIdle, want.Pods.Idle)
+		add("pod-seconds active", t.PodActive-f.PodActive, want.Pods.Active)
 		secs += t.At.Sub(f.At).Seconds()
 		gap += t.Gap - f.Gap
 	}
@@ -143,6 +145,31 @@ func (l *liveRun) checkAgentCounters(res *Result, from, to []agentCounters) {
 	// It is in the observed figure above already; here, how much.
 	res.measure("live: agents' sample gaps (mean GPUs over the live phase)", gap/span, "GPUs")
 	res.summary(fmt.Sprintf("agents' own counters over %.0fs", span))
+}
+
+// countedTruth is the truth of what an agent counted between two of its
+// polls: each GPU's over the time its counters hold at each (Through, or
+// the poll where a GPU has none, as a GPU in MIG mode, which its
+// instances count), so that a shared GPU's periods still waiting for
+// their process samples at either end are not taken for lost time.
+func countedTruth(tr *truther, from, to agentCounters) gpuSeconds {
+	var out gpuSeconds
+	for g := range tr.sc.GPUs {
+		end := func(c agentCounters) time.Duration {
+			at, ok := c.Through[g]
+			if _, mig := tr.sc.MIG[g]; !ok || mig || tr.sc.MIGDynamic[g] {
+				at = c.At
+			}
+			return at.Sub(tr.sc.Start)
+		}
+		a, b := end(from), end(to)
+		if b <= a {
+			continue
+		}
+		out.add(tr.cumulative(b).byGPU[g], 1)
+		out.add(tr.cumulative(a).byGPU[g], -1)
+	}
+	return out
 }
 
 // failedSources are, by node, the sources whose calls failed in the

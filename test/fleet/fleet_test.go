@@ -34,7 +34,7 @@ func TestFleet(t *testing.T) {
 		testtool.Need(t, name)
 	}
 	dir := t.TempDir()
-	gpuxray := goBuild(t, dir, "../../cmd/gpuxray")
+	gpuxray := goBuild(t, dir, "../../cmd/gpuxray-sim")
 	fleet := goBuild(t, dir, "./cmd/fleet")
 	ctx, cancel := context.WithTimeout(context.Background(), 8*time.Minute)
 	defer cancel()

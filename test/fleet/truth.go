@@ -46,8 +46,26 @@ type totals struct {
 	WholeNS map[string]podSeconds
 
 	// byPod are the pod-seconds of each pod of the truther's scenario, by
-	// its index there; a cumulative truth's only (add leaves them).
+	// its index there; byGPU each GPU's own time and the pod-seconds on it
+	// (onGPU), by GPU index: a cumulative truth's only (add leaves them).
 	byPod []podSeconds
+	byGPU []gpuSeconds
+}
+
+// gpuSeconds are one GPU's own time and the pod-seconds of its holders.
+type gpuSeconds struct {
+	Observed, Allocated, AllocIdle, AllocActive, Unallocated, UnallocActive float64
+	Pods                                                                    podSeconds
+}
+
+func (g *gpuSeconds) add(o gpuSeconds, sign float64) {
+	g.Observed += sign * o.Observed
+	g.Allocated += sign * o.Allocated
+	g.AllocIdle += sign * o.AllocIdle
+	g.AllocActive += sign * o.AllocActive
+	g.Unallocated += sign * o.Unallocated
+	g.UnallocActive += sign * o.UnallocActive
+	g.Pods.add(o.Pods, sign)
 }
 
 func newTotals() *totals {
@@ -181,6 +199,7 @@ func (tr *truther) cumulative(t time.Duration) *totals {
 	tr.mu.Unlock()
 	out := newTotals()
 	out.byPod = make([]podSeconds, len(tr.sc.Pods))
+	out.byGPU = make([]gpuSeconds, tr.sc.GPUs)
 	if t > 0 {
 		c := cut(tr.sc, t)
 		blind := noMIGActivity(c.System)
@@ -189,6 +208,8 @@ func (tr *truther) cumulative(t time.Duration) *totals {
 			out.Observed += g.ObservedSeconds
 			out.Allocated += g.AllocatedSeconds
 			out.Unallocated += g.UnallocatedSeconds
+			bg := &out.byGPU[g.GPU]
+			bg.Observed, bg.Allocated, bg.Unallocated = g.ObservedSeconds, g.AllocatedSeconds, g.UnallocatedSeconds
 			if !mig {
 				out.WholeIdle += g.AllocatedIdleSeconds
 				out.WholeFree += max(0, g.UnallocatedSeconds-g.UnallocatedActiveSeconds)
@@ -199,6 +220,7 @@ func (tr *truther) cumulative(t time.Duration) *totals {
 			out.AllocIdle += g.AllocatedIdleSeconds
 			out.AllocActive += g.AllocatedActiveSeconds
 			out.UnallocActive += g.UnallocatedActiveSeconds
+			bg.AllocIdle, bg.AllocActive, bg.UnallocActive = g.AllocatedIdleSeconds, g.AllocatedActiveSeconds, g.UnallocatedActiveSeconds
 		}
 		for _, r := range c.Truth(idleThreshold) {
 			i := tr.index[r.Namespace+"/"+r.Pod]
@@ -207,6 +229,7 @@ func (tr *truther) cumulative(t time.Duration) *totals {
 				s.Idle, s.Active = 0, 0
 			}
 			out.byPod[i].add(s, 1)
+			out.byGPU[r.Device.GPU].Pods.add(s, 1)
 			k := workloadOf(tr.sc.Pods[i])
 			w := out.Work[k]
 			w.add(s, 1)

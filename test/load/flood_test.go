@@ -34,7 +34,7 @@ func TestScrapeUnderFlood(t *testing.T) {
 	sc := sim.Demo()
 	n := simnode.New(t, sc, nil)
 	n.Run(time.Second, 10*time.Second) // series to render
-	// What the agent registers beside the engine (cmd/gpuxray/agent.go).
+	// What the agent registers beside the engine (internal/app/agent.go).
 	n.Registry.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	for _, tc := range []struct {
 		name     string

@@ -53,8 +53,8 @@ func TestMain(m *testing.M) {
 	os.Exit(code)
 }
 
-// productionAgent builds gpuxray as the container image does (-tags
-// nosim: no simulator inside), or returns $NVMLFAKE_AGENT, a build to try
+// productionAgent builds gpuxray as the container image does (cmd/gpuxray:
+// no simulator inside), or returns $NVMLFAKE_AGENT, a build to try
 // instead (an older one, to see a trap it falls into).
 func productionAgent(t *testing.T) string {
 	t.Helper()
@@ -63,7 +63,7 @@ func productionAgent(t *testing.T) string {
 	}
 	agentOnce.Do(func() {
 		agentBin = filepath.Join(buildRoot, "gpuxray")
-		cmd := exec.Command("go", "build", "-tags", "nosim", "-trimpath", "-o", agentBin, "../../cmd/gpuxray")
+		cmd := exec.Command("go", "build", "-trimpath", "-o", agentBin, "../../cmd/gpuxray")
 		cmd.Env = append(os.Environ(), "CGO_CFLAGS=-Wno-deprecated-declarations")
 		if out, err := cmd.CombinedOutput(); err != nil {
 			agentErr = fmt.Errorf("go build: %w\n%s", err, out)
