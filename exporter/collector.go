@@ -3,12 +3,12 @@ package exporter
 import (
 	"slices"
 	"strconv"
-	"sync"
 	"unicode/utf8"
 
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/gpuxray/gpuxray/agent"
+	"github.com/gpuxray/gpuxray/collector"
 	"github.com/gpuxray/gpuxray/collector/workload"
 )
 
@@ -24,26 +24,13 @@ type BuildInfo struct {
 }
 
 // Collector is a prometheus.Collector over the engine's latest snapshot. It
-// renders the snapshot at scrape time and never blocks on a source.
-//
-// The label pairs of a device's or an allocation's series are built once and
-// kept across scrapes (see labelCache): a scrape writes only the values.
+// renders the snapshot at scrape time, with a const metric per series, and
+// never blocks on a source.
 type Collector struct {
 	src   SnapshotSource
 	build *BuildInfo
 	extra []string
 	d     *descs
-
-	buildLabels labels // of gpuxray_build_info, fixed
-
-	// fams are the families (families.go); text says whether the text
-	// fast path (text.go) can write them.
-	fams []family
-	text bool
-
-	mu     sync.Mutex
-	labels labelCache
-	orders textOrders // of the text fast path
 }
 
 // CollectorOption configures a Collector.
@@ -65,78 +52,123 @@ func NewCollector(src SnapshotSource, build *BuildInfo, opts ...CollectorOption)
 		o(c)
 	}
 	c.d = newDescs(c.extra)
-	c.labels = newLabelCache()
-	c.fams, c.text = newFamilies(c.d)
-	if build != nil {
-		c.buildLabels = makeLabels(c.d.buildInfo, build.Version, build.Revision, build.GoVersion)
-	}
 	return c
 }
 
 // Describe sends every description.
 func (c *Collector) Describe(ch chan<- *prometheus.Desc) {
-	for i := range c.fams {
-		ch <- c.fams[i].desc
+	for _, d := range c.d.all() {
+		ch <- d
 	}
 }
 
 // Collect renders the latest snapshot.
 func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 	s := c.src.Snapshot()
-	// Under the lock: the label cache's slices are reused by the next
-	// scrape. The samples sent keep only labels, which are never modified
-	// once built, and their own values.
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	devs, allocs := c.labels.update(s, c.d, c.extra)
-
-	var out samples
-	var rows []textRow
-	for i := range c.fams {
-		f := &c.fams[i]
-		emit := func(v float64, l labels) { ch <- out.sample(f.desc, f.typ, v, l) }
-		switch f.kind {
-		case kindDevInfo:
-			for _, l := range devs {
-				emit(1, l.info)
-			}
-		case kindDevBase:
-			for j := range s.Devices {
-				if v, ok := f.dev(&s.Devices[j]); ok {
-					emit(v, devs[j].base)
-				}
-			}
-		case kindDevWin:
-			for j := range s.Devices {
-				for w := range agent.NumWindows {
-					emit(f.devWin(&s.Devices[j].Counters[w]), devs[j].win[w])
-				}
-			}
-		case kindAllocInfo:
-			for j := range s.Allocations {
-				if s.Allocations[j].Live {
-					emit(1, allocs[j].info)
-				}
-			}
-		case kindAllocBase:
-			for j := range s.Allocations {
-				if v, ok := f.alloc(s.Allocations[j]); ok {
-					emit(v, allocs[j].base)
-				}
-			}
-		case kindAllocWin:
-			for j := range s.Allocations {
-				for w := range agent.NumWindows {
-					emit(f.allocWin(&s.Allocations[j].Counters[w]), allocs[j].win[w])
-				}
-			}
-		case kindOther:
-			rows = f.other(c, s, rows[:0])
-			for _, r := range rows {
-				emit(r.v, r.l)
-			}
+	d := c.d
+	gauge := func(desc *prometheus.Desc, v float64, lv ...string) {
+		ch <- prometheus.MustNewConstMetric(desc, prometheus.GaugeValue, v, labelValues(lv)...)
+	}
+	counter := func(desc *prometheus.Desc, v float64, lv ...string) {
+		ch <- prometheus.MustNewConstMetric(desc, prometheus.CounterValue, v, labelValues(lv)...)
+	}
+	if c.build != nil {
+		gauge(d.buildInfo, 1, c.build.Version, c.build.Revision, c.build.GoVersion)
+	}
+	for i := range s.Devices {
+		dev := &s.Devices[i]
+		gpu := strconv.Itoa(dev.GPU)
+		gauge(d.deviceInfo, 1, dev.UUID, gpu, dev.Name, dev.MIGProfile, dev.ParentUUID, migMode(dev.Device), dev.DriverVersion, dev.UtilizationSource)
+		gauge(d.deviceUp, boolValue(dev.Present), dev.UUID, gpu)
+		if dev.HasUtilization {
+			gauge(d.deviceUtil, dev.Utilization, dev.UUID, gpu)
+		}
+		if dev.HasMemory {
+			gauge(d.deviceMemUsed, float64(dev.MemoryUsedBytes), dev.UUID, gpu)
+			gauge(d.deviceMemTotal, float64(dev.MemoryTotalBytes), dev.UUID, gpu)
+		}
+		if dev.HasPower {
+			gauge(d.devicePower, dev.PowerWatts, dev.UUID, gpu)
+		}
+		if dev.HasEnergy {
+			counter(d.deviceEnergy, dev.EnergyJoules, dev.UUID, gpu)
+		}
+		if dev.HasGPM {
+			gauge(d.deviceSMActive, dev.SMActive, dev.UUID, gpu)
+			gauge(d.deviceSMOccupancy, dev.SMOccupancy, dev.UUID, gpu)
+			gauge(d.deviceTensorActive, dev.TensorActive, dev.UUID, gpu)
+		}
+		if dev.HasUnattributedMemory {
+			gauge(d.deviceUnattributedMem, float64(dev.UnattributedMemoryBytes), dev.UUID, gpu)
+		}
+		for w := range agent.NumWindows {
+			wc, win := &dev.Counters[w], w.String()
+			counter(d.deviceObserved, wc.Observed, dev.UUID, gpu, win)
+			counter(d.deviceIdle, wc.Idle, dev.UUID, gpu, win)
+			counter(d.deviceUnalloc, wc.Unallocated, dev.UUID, gpu, win)
+			counter(d.deviceUnallocActive, wc.UnallocatedActive, dev.UUID, gpu, win)
+			counter(d.deviceGap, wc.Gap, dev.UUID, gpu, win)
+			counter(d.deviceUnattributed, wc.Unattributed, dev.UUID, gpu, win)
+			counter(d.deviceAllocated, wc.Allocated, dev.UUID, gpu, win)
+			counter(d.deviceAllocIdle, wc.AllocatedIdle, dev.UUID, gpu, win)
+			counter(d.deviceAllocActive, wc.AllocatedActive, dev.UUID, gpu, win)
 		}
 	}
+	for i := range s.Allocations {
+		a := s.Allocations[i]
+		lv := []string{a.UUID, formatGPU(a.GPU), a.Namespace, a.Pod, a.Container, a.WorkloadKind, a.Workload, a.Model}
+		for _, name := range c.extra {
+			lv = append(lv, a.ExtraLabels[name])
+		}
+		if a.Live {
+			gauge(d.allocInfo, 1, append(slices.Clip(lv), a.Resource, strconv.FormatBool(a.Shared), a.Attribution, strconv.FormatBool(a.Stale),
+				a.DRA.ClaimNamespace, a.DRA.Claim, a.DRA.Driver, a.DRA.Pool, a.DRA.Device,
+				a.Scheduling.PriorityClass, priorityValue(a.Scheduling), a.Scheduling.Queue, a.Scheduling.ClusterQueue)...)
+		}
+		for w := range agent.NumWindows {
+			ac, wlv := &a.Counters[w], append(slices.Clip(lv), w.String())
+			counter(d.allocSeconds, ac.Allocated, wlv...)
+			counter(d.allocIdle, ac.Idle, wlv...)
+			counter(d.allocActive, ac.Active, wlv...)
+		}
+		if a.HasIdleStreak {
+			gauge(d.allocStreak, a.IdleStreak, lv...)
+		}
+		if a.HasMemory {
+			gauge(d.allocMemory, float64(a.MemoryUsedBytes), lv...)
+		}
+	}
+	if s.Overflowed > 0 {
+		counter(d.allocOverflow, float64(s.Overflowed))
+	}
+	for _, src := range s.Sources {
+		gauge(d.sourceUp, boolValue(src.Up), src.Name)
+		for reason, n := range src.Errors {
+			counter(d.sourceErrors, float64(n), src.Name, reason)
+		}
+	}
+}
+
+// migMode is a device's mig_mode label: "enabled" or "disabled" on a whole
+// GPU, so that rules can tell a GPU in MIG mode (whose counters aggregate
+// its instances) from one that is used whole; empty on a MIG instance.
+func migMode(d collector.Device) string {
+	switch {
+	case d.ParentUUID != "":
+		return ""
+	case d.MIGEnabled:
+		return "enabled"
+	}
+	return "disabled"
+}
+
+// priorityValue is the priority label: the pod's priority in decimal, ""
+// when it has none. A property of the pod's class, so it adds no series.
+func priorityValue(s collector.Scheduling) string {
+	if !s.HasPriority {
+		return ""
+	}
+	return strconv.FormatInt(int64(s.Priority), 10)
 }
 
 func boolValue(b bool) float64 {

@@ -9,7 +9,6 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
-	"github.com/prometheus/client_golang/prometheus/promhttp"
 	dto "github.com/prometheus/client_model/go"
 	"go.uber.org/zap"
 
@@ -98,13 +97,12 @@ func benchScrape(b *testing.B, yaml []byte, name string) {
 		b.ReportMetric(float64(size), "bytes/scrape")
 		b.ReportMetric(float64(series), "series")
 	}
-	// The agent's: its registry, whose text scrapes the fast path writes.
-	h := handler(agentRegistry(n))
+	h := handler(n.Registry)
 	for _, encoding := range encodings {
 		b.Run("encoding="+encoding, func(b *testing.B) { run(b, h, encoding) })
 	}
-	// As Prometheus asks, for OpenMetrics.
-	openMetrics := func(b *testing.B, h http.Handler) {
+	// As Prometheus asks: OpenMetrics, gzip.
+	b.Run("encoding=gzip-openmetrics", func(b *testing.B) {
 		size := len(scrapeAccept(b, h, prometheusAccept, "gzip"))
 		b.ReportAllocs()
 		b.ResetTimer()
@@ -115,23 +113,7 @@ func benchScrape(b *testing.B, yaml []byte, name string) {
 		b.ReportMetric(float64((cpuTime(b)-cpu0).Nanoseconds())/float64(b.N), "cpu-ns/op")
 		b.ReportMetric(float64(size), "bytes/scrape")
 		b.ReportMetric(float64(series), "series")
-	}
-	b.Run("encoding=gzip-openmetrics", func(b *testing.B) { openMetrics(b, h) })
-	// For comparison, the agent's handler over a plain prometheus.Registry:
-	// client_golang's Gather and expfmt, as before the fast path.
-	gather := handler(n.Registry)
-	b.Run("encoding=gzip-gather", func(b *testing.B) { run(b, gather, "gzip") })
-	b.Run("encoding=gzip-openmetrics-gather", func(b *testing.B) { openMetrics(b, gather) })
-	// And the handler as it was at first: promhttp's own compression
-	// (gzip's default level) inside its timeout.
-	old := promhttp.HandlerFor(n.Registry, promhttp.HandlerOpts{MaxRequestsInFlight: 4, Timeout: 10 * time.Second, EnableOpenMetrics: true})
-	b.Run("encoding=gzip-promhttp", func(b *testing.B) { run(b, old, "gzip") })
-}
-
-// agentRegistry is n's engine in the agent's registry (without the Go and
-// process collectors, whose series vary).
-func agentRegistry(n *simnode.Node) *exporter.Registry {
-	return exporter.NewRegistry(exporter.NewCollector(n.Engine, nil))
+	})
 }
 
 // BenchmarkScrape8GPU110Alloc renders the node-110 scenario's metrics.
@@ -210,10 +192,8 @@ func (c *bare) Collect(ch chan<- prometheus.Metric) {
 // const series (same names, help, labels and values, so the same
 // exposition) in turns, in one run, and reports the ratio of their times
 // (target ≤ 1.3): a noisy machine slows both alike. Both go through the
-// agent's handler (exporter.NewHandler), with the same encoding: ours is the
-// agent's exporter.Registry, whose text scrapes the fast path writes; the
-// bare one a plain prometheus.Registry, gathered and encoded by
-// client_golang, the least a client_golang exporter of these series costs.
+// agent's handler (exporter.NewHandler), with the same encoding; the bare
+// one is the least a client_golang exporter of these series costs.
 func BenchmarkScrapeVsBare(b *testing.B) {
 	n := scrapeNode(b, scenario.Node110(), "node-110.yaml")
 	mfs, err := n.Registry.Gather()
@@ -222,7 +202,7 @@ func BenchmarkScrapeVsBare(b *testing.B) {
 	}
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(newBare(mfs))
-	ours, base := handler(agentRegistry(n)), handler(reg)
+	ours, base := handler(n.Registry), handler(reg)
 	if a, c := scrapeBody(b, ours, "identity"), scrapeBody(b, base, "identity"); !bytes.Equal(a, c) {
 		b.Fatalf("our scrape (%d bytes) is not the bare one (%d bytes): not the same series", len(a), len(c))
 	}

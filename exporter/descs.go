@@ -27,26 +27,13 @@ type descs struct {
 	deviceAllocated, deviceAllocIdle, deviceAllocActive                              *prometheus.Desc
 	allocInfo, allocSeconds, allocIdle, allocActive, allocStreak, allocMemory        *prometheus.Desc
 	sourceUp, sourceErrors, buildInfo, allocOverflow                                 *prometheus.Desc
-
-	// meta holds each description's name and help, which a Desc does not
-	// give back, for the text fast path (see text.go).
-	meta map[*prometheus.Desc]descMeta
-}
-
-// descMeta is what a description was made of.
-type descMeta struct {
-	name, help string
-	labels     []string
 }
 
 // newDescs builds the descriptions; extra are the extra pod labels every
 // allocation series carries after the base labels, in this order.
 func newDescs(extra []string) *descs {
-	meta := map[*prometheus.Desc]descMeta{}
 	d := func(name, help string, labels []string) *prometheus.Desc {
-		desc := prometheus.NewDesc(namespace+"_"+name, help, labels, nil)
-		meta[desc] = descMeta{name: namespace + "_" + name, help: help, labels: labels}
-		return desc
+		return prometheus.NewDesc(namespace+"_"+name, help, labels, nil)
 	}
 	allocLabels := append(slices.Clip(allocBaseLabels), extra...)
 	allocWinLabels := append(slices.Clip(allocLabels), "window")
@@ -83,7 +70,6 @@ func newDescs(extra []string) *descs {
 		sourceErrors:          d("source_errors_total", "Failed source calls, by reason.", []string{"source", "reason"}),
 		allocOverflow:         d("allocation_overflow_total", "Allocations folded into pod=\"__overflow__\" because the node tracked --limits.max-allocations already.", nil),
 		buildInfo:             d("build_info", "Build information of the running gpuxray.", []string{"version", "revision", "goversion"}),
-		meta:                  meta,
 	}
 }
 

@@ -19,6 +19,7 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/prometheus/exporter-toolkit/web"
 	"go.uber.org/zap"
 	"go.uber.org/zap/exp/zapslog"
@@ -281,27 +282,20 @@ func onlyMethods(h http.HandlerFunc, methods ...string) http.HandlerFunc {
 
 // NewHandler serves metrics from g at metricsPath, /healthz (the process is
 // serving) and /readyz (ready reports true: a poll has completed). Metrics
-// are gzipped at BestSpeed when the scraper accepts gzip (see withGzip). A
-// *Registry's text and OpenMetrics scrapes are written by the fast path (see
-// Registry). In OpenMetrics a counter foo_total beside a family foo is
-// served as unknown (see openMetricsFamilies). maxRequests scrapes are
+// are promhttp.HandlerFor's, OpenMetrics and gzip included, each family
+// named once in OpenMetrics (see metricsHandler). maxRequests scrapes are
 // rendered at once (0 is no limit); one beyond them waits in line for half
 // its scrape timeout, then gets a 503.
 func NewHandler(g prometheus.Gatherer, metricsPath string, ready func() bool, logger *zap.Logger, maxRequests int) http.Handler {
 	mux := http.NewServeMux()
-	// promhttp's answers (a *Registry's text and OpenMetrics written by the
-	// fast path), each family named once in OpenMetrics (openmetrics.go);
-	// limitInFlight limits, with a wait in line, and withGzip compresses,
-	// at a cheaper level than promhttp's.
-	metrics := newTextHandler(g, zap.NewStdLog(logger))
-	// The timeout is promhttp's Timeout (same handler, same message), set
-	// here so that it is outside the compression: http.TimeoutHandler
-	// buffers the whole body, which costs about as much again as gzip at
-	// BestSpeed for 266 KB of text, and little for the 15 KB it compresses
-	// to.
+	metrics := metricsHandler(g, promhttp.HandlerOpts{
+		ErrorLog:          zap.NewStdLog(logger),
+		ErrorHandling:     promhttp.ContinueOnError,
+		EnableOpenMetrics: true,
+		Timeout:           scrapeTimeout,
+	})
 	// The wait for a slot is outside the timeout, which bounds rendering.
-	mux.HandleFunc(metricsPath, onlyGetHead(limitInFlight(http.TimeoutHandler(withGzip(metrics), scrapeTimeout,
-		fmt.Sprintf("Exceeded configured timeout of %v.\n", scrapeTimeout)), maxRequests).ServeHTTP))
+	mux.HandleFunc(metricsPath, onlyGetHead(limitInFlight(metrics, maxRequests).ServeHTTP))
 	mux.HandleFunc("/healthz", onlyGetHead(func(w http.ResponseWriter, _ *http.Request) {
 		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
 		_, _ = w.Write([]byte("ok\n"))

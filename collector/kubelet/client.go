@@ -74,11 +74,8 @@ type Client struct {
 
 	malformed atomic.Uint64
 
-	// listMu serialises List calls, which share the answer's buffer, the
-	// decoder and the allocation buffers.
+	// listMu serialises List calls, which share the allocation buffers.
 	listMu sync.Mutex
-	raw    rawAnswer
-	dec    *decoder
 	// bufs are the two allocation slices List fills in turn: one is the
 	// last good list's, which a stale answer repeats, the other is the
 	// next answer's.
@@ -129,7 +126,6 @@ func New(cfg Config, logger *zap.Logger) (*Client, error) {
 		log:   logger,
 		conn:  conn,
 		api:   podresourcesv1.NewPodResourcesListerClient(conn),
-		dec:   newDecoder(),
 	}, nil
 }
 
@@ -176,18 +172,12 @@ func (c *Client) List(ctx context.Context) (collector.AllocationList, error) {
 	defer c.listMu.Unlock()
 	ctx, cancel := context.WithTimeout(ctx, c.cfg.Timeout)
 	defer cancel()
-	// The answer's bytes are decoded by c.dec rather than by the
-	// generated types (see decode.go).
-	err := c.conn.Invoke(ctx, podresourcesv1.PodResourcesLister_List_FullMethodName, (*podresourcesv1.ListPodResourcesRequest)(nil), &c.raw,
-		grpc.ForceCodecV2(rawCodec{}))
+	resp, err := c.api.List(ctx, &podresourcesv1.ListPodResourcesRequest{})
 	if err != nil {
 		return c.stale(), c.failed("list pod resources", err)
 	}
 	next := 1 - c.good
-	allocs, problems, err := c.allocations(c.raw.b, c.bufs[next][:0])
-	if err != nil {
-		return c.stale(), collector.NewSourceError(collector.SourceKubelet, ReasonOther, fmt.Errorf("list pod resources: the answer: %w", err))
-	}
+	allocs, problems := c.allocations(resp, c.bufs[next][:0])
 	c.bufs[next], c.good = allocs, next
 	list := collector.AllocationList{At: c.clock.Now(), Allocations: allocs, Problems: problems}
 	c.mu.Lock()
@@ -225,21 +215,20 @@ func (c *Client) Allocatable(ctx context.Context) ([]collector.DeviceRef, error)
 	return refs, nil
 }
 
-// allocations decodes an answer and converts it, appending to out, keeping
-// the devices of GPU resources and every device allocated through DRA
-// (collector/dra resolves those and keeps its drivers' only). Entries it
-// cannot use are skipped and returned as problems.
-func (c *Client) allocations(answer []byte, out []collector.Allocation) ([]collector.Allocation, []error, error) {
+// allocations converts an answer, appending to out, keeping the devices
+// of GPU resources and every device allocated through DRA (collector/dra
+// resolves those and keeps its drivers' only). Entries it cannot use are
+// skipped and returned as problems.
+func (c *Client) allocations(resp *podresourcesv1.ListPodResourcesResponse, out []collector.Allocation) ([]collector.Allocation, []error) {
 	var problems []error
-	err := c.dec.decode(answer, func(ctr *wireContainer) {
-		out, problems = c.container(ctr, out, problems)
-	})
-	if err != nil {
-		return out, nil, err
+	for _, pod := range resp.GetPodResources() {
+		for _, ctr := range pod.GetContainers() {
+			out, problems = c.container(pod, ctr, out, problems)
+		}
 	}
 	markSharedClaims(out)
 	slices.SortFunc(out, compareAllocations)
-	return out, problems, nil
+	return out, problems
 }
 
 // compareAllocations orders allocations by namespace, pod, container and
@@ -256,85 +245,86 @@ func compareAllocations(a, b collector.Allocation) int {
 	)
 }
 
-// container appends the allocations of one container of an answer.
-func (c *Client) container(ctr *wireContainer, out []collector.Allocation, problems []error) ([]collector.Allocation, []error) {
-	validNames := validName(ctr.namespace) && validName(ctr.pod) && validName(ctr.name)
+// container appends the allocations of one container of pod.
+func (c *Client) container(pod *podresourcesv1.PodResources, ctr *podresourcesv1.ContainerResources, out []collector.Allocation, problems []error) ([]collector.Allocation, []error) {
+	namespace, podName, name := pod.GetNamespace(), pod.GetName(), ctr.GetName()
+	validNames := validName(namespace) && validName(podName) && validName(name)
 	invalidName := func() error {
 		return collector.NewSourceError(collector.SourceKubelet, ReasonInvalidName,
 			fmt.Errorf("a pod with a namespace, name or container name of %d, %d and %d bytes, not all valid UTF-8 of at most %d",
-				len(ctr.namespace), len(ctr.pod), len(ctr.name), maxNameBytes))
+				len(namespace), len(podName), len(name), maxNameBytes))
 	}
-	if len(ctr.claims) > 0 {
+	if len(ctr.GetDynamicResources()) > 0 {
 		if !validNames {
 			problems = append(problems, invalidName())
 		} else {
-			out, problems = c.dynamic(ctr, out, problems)
+			out, problems = c.dynamic(namespace, podName, ctr, out, problems)
 		}
 	}
-	for i := range ctr.devices {
-		dev := &ctr.devices[i]
-		name := dev.resource
-		if !c.cfg.matches(name) {
+	devices := ctr.GetDevices()
+	for i, dev := range devices {
+		resource := dev.GetResourceName()
+		if !c.cfg.matches(resource) {
 			continue
 		}
 		if !validNames {
 			problems = append(problems, invalidName())
 			continue
 		}
-		for _, id := range dev.ids {
-			if listedBefore(ctr.devices[:i], name, id) {
+		for _, id := range dev.GetDeviceIds() {
+			if listedBefore(devices[:i], resource, id) {
 				continue
 			}
-			ref, ok := c.parse(id, name, ctr.namespace, ctr.pod)
+			ref, ok := c.parse(id, resource, namespace, podName)
 			if !ok {
 				problems = append(problems, collector.NewSourceError(collector.SourceKubelet, ReasonMalformedDeviceID,
-					fmt.Errorf("pod %s/%s: device ID of %d bytes", ctr.namespace, ctr.pod, len(id))))
+					fmt.Errorf("pod %s/%s: device ID of %d bytes", namespace, podName, len(id))))
 				continue
 			}
 			out = append(out, collector.Allocation{
-				Namespace: ctr.namespace,
-				Pod:       ctr.pod,
-				Container: ctr.name,
-				Resource:  name,
+				Namespace: namespace,
+				Pod:       podName,
+				Container: name,
+				Resource:  resource,
 				Device:    ref,
-				Shared:    ref.Replicated || name == ResourceGPUShared,
+				Shared:    ref.Replicated || resource == ResourceGPUShared,
 			})
 		}
 	}
 	return out, problems
 }
 
-// dynamic appends the devices a container holds through DRA claims, as
-// allocations of kind collector.RefDRA whose resource is the driver's name.
-// A device with a share ID is shared; markSharedClaims marks those of
-// claims that several containers use.
-func (c *Client) dynamic(ctr *wireContainer, out []collector.Allocation, problems []error) ([]collector.Allocation, []error) {
-	for i := range ctr.claims {
-		dr := &ctr.claims[i]
+// dynamic appends the devices a container of pod namespace/podName holds
+// through DRA claims, as allocations of kind collector.RefDRA whose
+// resource is the driver's name. A device with a share ID is shared;
+// markSharedClaims marks those of claims that several containers use.
+func (c *Client) dynamic(namespace, podName string, ctr *podresourcesv1.ContainerResources, out []collector.Allocation, problems []error) ([]collector.Allocation, []error) {
+	for _, dr := range ctr.GetDynamicResources() {
 		// A claim lives in its pod's namespace; the kubelet names it anyway.
-		claimNS := cmp.Or(dr.namespace, ctr.namespace)
-		for _, res := range dr.resources {
-			share := res.share
-			if !validName(claimNS) || !validName(dr.name) || !validName(res.driver) ||
-				!validName(res.pool) || !validName(res.device) || (share != "" && !validName(share)) {
+		claimNS := cmp.Or(dr.GetClaimNamespace(), namespace)
+		claimName := dr.GetClaimName()
+		for _, res := range dr.GetClaimResources() {
+			driver, pool, device, share := res.GetDriverName(), res.GetPoolName(), res.GetDeviceName(), res.GetShareId()
+			if !validName(claimNS) || !validName(claimName) || !validName(driver) ||
+				!validName(pool) || !validName(device) || (share != "" && !validName(share)) {
 				c.malformed.Add(1)
-				c.log.Debug("skipping DRA device", zap.String("pod", ctr.namespace+"/"+ctr.pod),
-					zap.Int("claim_bytes", len(dr.name)), zap.Int("driver_bytes", len(res.driver)),
-					zap.Int("pool_bytes", len(res.pool)), zap.Int("device_bytes", len(res.device)))
+				c.log.Debug("skipping DRA device", zap.String("pod", namespace+"/"+podName),
+					zap.Int("claim_bytes", len(claimName)), zap.Int("driver_bytes", len(driver)),
+					zap.Int("pool_bytes", len(pool)), zap.Int("device_bytes", len(device)))
 				problems = append(problems, collector.NewSourceError(collector.SourceKubelet, ReasonMalformedDeviceID,
 					fmt.Errorf("pod %s/%s: a DRA device whose claim, driver, pool or device name is empty, not valid UTF-8 or longer than %d bytes",
-						ctr.namespace, ctr.pod, maxNameBytes)))
+						namespace, podName, maxNameBytes)))
 				continue
 			}
 			d := collector.DRADevice{
-				ClaimNamespace: claimNS, Claim: dr.name,
-				Driver: res.driver, Pool: res.pool, Device: res.device,
+				ClaimNamespace: claimNS, Claim: claimName,
+				Driver: driver, Pool: pool, Device: device,
 				ShareID: share,
 			}
 			out = append(out, collector.Allocation{
-				Namespace: ctr.namespace,
-				Pod:       ctr.pod,
-				Container: ctr.name,
+				Namespace: namespace,
+				Pod:       podName,
+				Container: ctr.GetName(),
 				Resource:  d.Driver,
 				Device:    collector.DeviceRef{ID: d.Driver + "/" + d.Pool + "/" + d.Device, Kind: collector.RefDRA},
 				Shared:    share != "",
@@ -467,9 +457,9 @@ func (realClock) Now() time.Time { return time.Now() }
 // node of its topology, each in a ContainerDevices of its own (kubernetes
 // pkg/kubelet/cm/container_manager_linux.go
 // containerDevicesFromResourceDeviceInstances), and those are one device.
-func listedBefore(groups []wireDevices, resource, id string) bool {
-	for i := range groups {
-		if groups[i].resource == resource && slices.Contains(groups[i].ids, id) {
+func listedBefore(groups []*podresourcesv1.ContainerDevices, resource, id string) bool {
+	for _, g := range groups {
+		if g.GetResourceName() == resource && slices.Contains(g.GetDeviceIds(), id) {
 			return true
 		}
 	}

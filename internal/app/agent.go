@@ -10,6 +10,7 @@ import (
 	"strings"
 
 	gonvml "github.com/NVIDIA/go-nvml/pkg/nvml"
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"go.uber.org/zap"
 	"golang.org/x/sync/errgroup"
@@ -271,11 +272,11 @@ func buildAgent(ctx context.Context, c *agentConfig, src *Sources, logger *zap.L
 	if err != nil {
 		return nil, usageError{err}
 	}
-	// exporter.Registry: text scrapes of the engine's series take the fast path.
-	reg := exporter.NewRegistry(exporter.NewCollector(engine, &bi, exporter.WithExtraLabels(c.identity.LabelNames()...)))
+	reg := prometheus.NewRegistry()
 	reg.MustRegister(
+		exporter.NewCollector(engine, &bi, exporter.WithExtraLabels(c.identity.LabelNames()...)),
 		collectors.NewGoCollector(),
-		exporter.NewProcessCollector(),
+		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
 	)
 	if allocs.Classes != nil {
 		reg.MustRegister(exporter.NewPriorityClassCollector(allocs.Classes))

@@ -172,7 +172,8 @@ func startAgent(ctx context.Context, n *Node, c LiveConfig, sched *agent.Schedul
 			break
 		}
 	}
-	reg := exporter.NewRegistry(exporter.NewCollector(a.engine, nil))
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(exporter.NewCollector(a.engine, nil))
 	if a.ln, err = net.Listen("tcp", "127.0.0.1:0"); err != nil {
 		return fail(err)
 	}

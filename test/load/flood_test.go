@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"go.uber.org/zap"
 
@@ -34,7 +35,7 @@ func TestScrapeUnderFlood(t *testing.T) {
 	n := simnode.New(t, sc, nil)
 	n.Run(time.Second, 10*time.Second) // series to render
 	// What the agent registers beside the engine (internal/app/agent.go).
-	n.Registry.MustRegister(collectors.NewGoCollector(), exporter.NewProcessCollector())
+	n.Registry.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	for _, tc := range []struct {
 		name     string
 		flooders int
@@ -65,7 +66,7 @@ const (
 	scrapes     = 25
 )
 
-func floodScrapes(t *testing.T, reg *exporter.Registry, flooders, limit int) (ok, total, flood, refused int64) {
+func floodScrapes(t *testing.T, reg prometheus.Gatherer, flooders, limit int) (ok, total, flood, refused int64) {
 	cfg := exporter.Config{ListenAddress: "127.0.0.1:0", MetricsPath: "/metrics"}
 	h := exporter.NewHandler(reg, cfg.MetricsPath, func() bool { return true }, zap.NewNop(), limit)
 	srv, err := exporter.Listen(cfg, h, zap.NewNop())

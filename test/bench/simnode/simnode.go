@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"go.uber.org/zap"
 
 	"github.com/gpuxray/gpuxray/agent"
@@ -28,7 +29,7 @@ type Node struct {
 	Sim      *sim.Node
 	Clock    *sim.VirtualClock
 	Engine   *agent.Engine
-	Registry *exporter.Registry
+	Registry *prometheus.Registry
 }
 
 // New builds the node of sc with cfg (agent.DefaultConfig() when nil); it
@@ -77,9 +78,8 @@ func New(tb testing.TB, sc *sim.Scenario, cfg *agent.Config) *Node {
 	if err != nil {
 		tb.Fatal(err)
 	}
-	// The agent's own registry, so that scrapes through exporter.NewHandler
-	// take the agent's text path.
-	reg := exporter.NewRegistry(exporter.NewCollector(engine, nil))
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(exporter.NewCollector(engine, nil))
 	return &Node{Scenario: sc, Sim: node, Clock: clock, Engine: engine, Registry: reg}
 }
 

@@ -12,7 +12,9 @@ import (
 	"github.com/gpuxray/gpuxray/test/bench/simnode"
 )
 
-func TestTextFastPathSimulatedNodes(t *testing.T) {
+// TestSimulatedNodesExposition: the agent's handler serves simulated
+// nodes' series in full, as many as the registry gathers.
+func TestSimulatedNodesExposition(t *testing.T) {
 	for _, tc := range []struct {
 		name string
 		yaml []byte
@@ -26,10 +28,9 @@ func TestTextFastPathSimulatedNodes(t *testing.T) {
 			c := exporter.NewCollector(n.Engine, &exporter.BuildInfo{Version: "1.2.3", Revision: "abc\"def", GoVersion: "go1.26"})
 			for _, until := range []time.Duration{time.Minute, 2 * time.Minute, 10 * time.Minute} {
 				n.Run(time.Second, until)
-				body := compareScrapes(t, c, stable{})
-				r := exporter.NewRegistry(c)
-				r.MustRegister(stable{})
-				if got, want := parseSeries(t, body), gatherCount(t, r); got != want || got < 100 {
+				r := agentGatherer(c, stable{})
+				a := do(t, handler(r), scrapeReq{name: "text", method: "GET", accept: "text/plain;version=0.0.4"})
+				if got, want := parseSeries(t, a.body), gatherCount(t, r); got != want || got < 100 {
 					t.Errorf("at %v: %d series parsed, %d gathered", until, got, want)
 				}
 			}
