@@ -1,6 +1,7 @@
 package sim
 
 import (
+	"bytes"
 	"fmt"
 	"math"
 	"regexp"
@@ -34,9 +35,9 @@ type ScenarioSpec struct {
 	Kueue           []ClusterQueueSpec `yaml:"kueue,omitempty"`
 	Driver          *DriverSpec        `yaml:"driver,omitempty"`
 	DeviceIDs       string             `yaml:"device_ids,omitempty"`
-	MinorNumbers    []Whole            `yaml:"minor_numbers,omitempty"`
-	VFIO            []GPURef           `yaml:"vfio,omitempty"`
-	NUMANodes       map[string][]Whole `yaml:"numa_nodes,omitempty"`
+	MinorNumbers    []Whole            `yaml:"minor_numbers,omitempty,flow"`
+	VFIO            []GPURef           `yaml:"vfio,omitempty,flow"`
+	NUMANodes       map[string][]Whole `yaml:"numa_nodes,omitempty,flow"`
 	Kubelet         *KubeletFileSpec   `yaml:"kubelet,omitempty"`
 }
 
@@ -45,19 +46,19 @@ type PodSpec struct {
 	Namespace     string            `yaml:"namespace"`
 	Name          string            `yaml:"name"`
 	Container     string            `yaml:"container,omitempty"`
-	Owner         *Owner            `yaml:"owner,omitempty"`
-	Labels        map[string]string `yaml:"labels,omitempty"`
-	Cmdline       []string          `yaml:"cmdline,omitempty"`
-	ParentCmdline []string          `yaml:"parent_cmdline,omitempty"`
+	Owner         *Owner            `yaml:"owner,omitempty,flow"`
+	Labels        map[string]string `yaml:"labels,omitempty,flow"`
+	Cmdline       []string          `yaml:"cmdline,omitempty,flow"`
+	ParentCmdline []string          `yaml:"parent_cmdline,omitempty,flow"`
 	Allocation    string            `yaml:"allocation,omitempty"`
 	Claim         string            `yaml:"claim,omitempty"`
 	Resource      string            `yaml:"resource,omitempty"`
 	PID           Whole             `yaml:"pid,omitempty"`
-	Devices       []DeviceSpec      `yaml:"devices"`
+	Devices       []DeviceSpec      `yaml:"devices,flow"`
 	From          Duration          `yaml:"from,omitempty"`
 	To            Duration          `yaml:"to,omitempty"`
 	Memory        Bytes             `yaml:"memory,omitempty"`
-	Util          *Steps            `yaml:"util,omitempty"`
+	Util          *Steps            `yaml:"util,omitempty,flow"`
 	PriorityClass string            `yaml:"priority_class,omitempty"`
 	Static        Bool              `yaml:"static,omitempty"`
 	SMFraction    Ratio             `yaml:"sm_fraction,omitempty"`
@@ -102,10 +103,10 @@ type UnattributedSpec struct {
 	Device  GPURef   `yaml:"device"`
 	PID     Whole    `yaml:"pid"`
 	Memory  Bytes    `yaml:"memory,omitempty"`
-	Cmdline []string `yaml:"cmdline,omitempty"`
+	Cmdline []string `yaml:"cmdline,omitempty,flow"`
 	From    Duration `yaml:"from,omitempty"`
 	To      Duration `yaml:"to,omitempty"`
-	Util    *Steps   `yaml:"util,omitempty"`
+	Util    *Steps   `yaml:"util,omitempty,flow"`
 }
 
 // EngineSpec is a pod's engine.
@@ -132,7 +133,7 @@ type FaultSpec struct {
 	Delay Duration  `yaml:"delay,omitempty"`
 	Code  string    `yaml:"code,omitempty"`
 	Pod   string    `yaml:"pod,omitempty"`
-	IDs   []string  `yaml:"ids,omitempty"`
+	IDs   []string  `yaml:"ids,omitempty,flow"`
 	Phase string    `yaml:"phase,omitempty"`
 }
 
@@ -141,7 +142,7 @@ type UnscheduledSpec struct {
 	Namespace     string            `yaml:"namespace"`
 	Name          string            `yaml:"name"`
 	Container     string            `yaml:"container,omitempty"`
-	Owner         *Owner            `yaml:"owner,omitempty"`
+	Owner         *Owner            `yaml:"owner,omitempty,flow"`
 	Resource      string            `yaml:"resource,omitempty"`
 	GPUs          Whole             `yaml:"gpus,omitempty"`
 	From          Duration          `yaml:"from,omitempty"`
@@ -149,7 +150,7 @@ type UnscheduledSpec struct {
 	PriorityClass string            `yaml:"priority_class,omitempty"`
 	Queue         string            `yaml:"queue,omitempty"`
 	Claim         string            `yaml:"claim,omitempty"`
-	NodeSelector  map[string]string `yaml:"node_selector,omitempty"`
+	NodeSelector  map[string]string `yaml:"node_selector,omitempty,flow"`
 	Suspended     Bool              `yaml:"suspended,omitempty"`
 }
 
@@ -159,7 +160,7 @@ type ClusterQueueSpec struct {
 	Cohort         string   `yaml:"cohort,omitempty"`
 	NominalQuota   Whole    `yaml:"nominal_quota,omitempty"`
 	BorrowingLimit *Whole   `yaml:"borrowing_limit,omitempty"`
-	LocalQueues    []string `yaml:"local_queues,omitempty"`
+	LocalQueues    []string `yaml:"local_queues,omitempty,flow"`
 }
 
 // KubeletFileSpec is the top-level kubelet key.
@@ -176,9 +177,9 @@ type DriverSpec struct {
 	IdleSamples         *Bool            `yaml:"idle_samples,omitempty"`
 	Version             string           `yaml:"version,omitempty"`
 	MIGParentPermission string           `yaml:"mig_parent_permission,omitempty"`
-	MPS                 []GPURef         `yaml:"mps,omitempty"`
-	Graphics            []GPURef         `yaml:"graphics,omitempty"`
-	MemoryNotAvailable  []GPURef         `yaml:"memory_not_available,omitempty"`
+	MPS                 []GPURef         `yaml:"mps,omitempty,flow"`
+	Graphics            []GPURef         `yaml:"graphics,omitempty,flow"`
+	MemoryNotAvailable  []GPURef         `yaml:"memory_not_available,omitempty,flow"`
 	Zombies             []ZombieSpec     `yaml:"zombies,omitempty"`
 	ComputeInstances    map[string]Whole `yaml:"compute_instances,omitempty"`
 	MIGMode             []MIGModeSpec    `yaml:"mig_mode,omitempty"`
@@ -549,5 +550,12 @@ func decodeStrict(n *yaml.Node, out any) error {
 // Marshal writes the scenario back as YAML that parses to the same
 // Scenario.
 func (s *ScenarioSpec) Marshal() ([]byte, error) {
-	return yaml.Marshal(s)
+	var b bytes.Buffer
+	enc := yaml.NewEncoder(&b)
+	enc.SetIndent(2)
+	if err := enc.Encode(s); err != nil {
+		return nil, err
+	}
+	err := enc.Close()
+	return b.Bytes(), err
 }
