@@ -548,12 +548,24 @@ func decodeStrict(n *yaml.Node, out any) error {
 }
 
 // Marshal writes the scenario back as YAML that parses to the same
-// Scenario.
+// Scenario: one line per entry of its lists (pods, unallocated, …), as
+// generated scenarios of thousands of pods are written.
 func (s *ScenarioSpec) Marshal() ([]byte, error) {
+	var doc yaml.Node
+	if err := doc.Encode(s); err != nil {
+		return nil, err
+	}
+	for i := 1; i < len(doc.Content); i += 2 {
+		if list := doc.Content[i]; list.Kind == yaml.SequenceNode {
+			for _, it := range list.Content {
+				it.Style = yaml.FlowStyle
+			}
+		}
+	}
 	var b bytes.Buffer
 	enc := yaml.NewEncoder(&b)
 	enc.SetIndent(2)
-	if err := enc.Encode(s); err != nil {
+	if err := enc.Encode(&doc); err != nil {
 		return nil, err
 	}
 	err := enc.Close()
