@@ -110,8 +110,9 @@ type validator struct {
 // that Kubernetes and the kubelet take as they are.
 var emptyAllowed = regexp.MustCompile(`(^pods\[\d+\]\.labels\.|node_selector\.|^driver\.node_labels\[\d+\]\.value$|^faults\[\d+\]\.ids\[\d+\]$)`)
 
-// index walks the document under path, refusing merge keys, values left
-// out (key: with nothing) and "" where a value must say something.
+// index walks the document under path, refusing merge keys, keys given
+// twice, values left out (key: with nothing) and "" where a string must
+// say something (the leaf types refuse "" themselves).
 func (d *validator) index(n *yaml.Node, path string, key bool) error {
 	if n.Kind == yaml.AliasNode && n.Alias != nil {
 		return d.index(n.Alias, path, key)
@@ -136,8 +137,8 @@ func (d *validator) index(n *yaml.Node, path string, key bool) error {
 	case yaml.ScalarNode:
 		switch {
 		case n.Tag == "!!null" && path != "":
-			return d.errf(path, "want a value, got nothing")
-		case n.Value == "" && !emptyAllowed.MatchString(path):
+			return d.errf(path, "want %s, got nothing", wantOf(typeAt(path), path))
+		case n.Value == "" && n.Tag == "!!str" && !emptyAllowed.MatchString(path) && typeAt(path) == reflect.TypeFor[string]():
 			return d.errf(path, "must not be empty")
 		}
 	case yaml.SequenceNode:
@@ -147,16 +148,23 @@ func (d *validator) index(n *yaml.Node, path string, key bool) error {
 			}
 		}
 	case yaml.MappingNode:
+		seen := map[string]bool{}
 		for i := 0; i+1 < len(n.Content); i += 2 {
-			k, v := n.Content[i], n.Content[i+1]
+			k := n.Content[i]
 			p := join(path, k.Value)
 			if err := d.index(k, p, true); err != nil {
 				return err
 			}
-			if k.Value == "<<" {
+			switch {
+			case k.Value == "<<":
 				return &ScenarioError{File: d.file, Line: k.Line, Field: path, Msg: "merge keys (<<) are not supported"}
+			case seen[k.Value]:
+				return &ScenarioError{File: d.file, Line: k.Line, Field: p, Msg: "given twice"}
 			}
-			if err := d.index(v, p, false); err != nil {
+			seen[k.Value] = true
+		}
+		for i := 0; i+1 < len(n.Content); i += 2 {
+			if err := d.index(n.Content[i+1], join(path, n.Content[i].Value), false); err != nil {
 				return err
 			}
 		}
@@ -211,7 +219,6 @@ func (d *validator) first(paths ...string) string {
 
 var (
 	unknownKeyRE = regexp.MustCompile(`^line (\d+): field (.+) not found in type (\S+)$`)
-	twiceRE      = regexp.MustCompile(`^line (\d+): (?:field (.+) already set in type \S+|mapping key "(.*)" already defined at line \d+)$`)
 	typeRE       = regexp.MustCompile("^line (\\d+): cannot unmarshal (!!\\w+)(?: `(.*)`)? into (.+)$")
 )
 
@@ -236,31 +243,14 @@ func (d *validator) decodeError(err error) error {
 		return &ScenarioError{File: d.file, Line: line, Field: d.keyPath(line, m[2]),
 			Msg: "unknown key; want one of " + strings.Join(keyNames(specTypes[m[3]]), ", ")}
 	}
-	if m := twiceRE.FindStringSubmatch(msg); m != nil {
-		line, _ := strconv.Atoi(m[1])
-		return &ScenarioError{File: d.file, Line: line, Field: d.keyPath(line, m[2]+m[3]), Msg: "given twice"}
-	}
 	if m := typeRE.FindStringSubmatch(msg); m != nil {
 		line, _ := strconv.Atoi(m[1])
 		path, n := d.valueAt(line, m[2], m[3], m[4])
-		want := "a value"
-		switch into := m[4]; {
-		case strings.HasPrefix(into, "[]"):
-			want = "a list"
-		case strings.HasPrefix(into, "map["):
-			want = "a mapping " + mapDesc[path[strings.LastIndex(path, ".")+1:]]
-		case strings.HasPrefix(into, "sim."):
-			what := path
-			if what == "" {
-				what = "the scenario"
-			}
-			want = "a mapping for " + what
+		if n == nil {
+			return &ScenarioError{File: d.file, Line: line, Msg: fmt.Sprintf("a %s value where a %s is wanted", m[2], m[4])}
 		}
-		got := m[2]
-		if n != nil {
-			got = kindName(n)
-		}
-		return &ScenarioError{File: d.file, Line: line, Field: path, Msg: fmt.Sprintf("want %s, got %s", want, got)}
+		got := kindName(n)
+		return &ScenarioError{File: d.file, Line: line, Field: path, Msg: fmt.Sprintf("want %s, got %s", wantOf(typeAt(path), path), got)}
 	}
 	line := 0
 	if m := regexp.MustCompile(`^line (\d+): (.*)$`).FindStringSubmatch(msg); m != nil {
@@ -278,6 +268,24 @@ func (d *validator) keyPath(line int, key string) string {
 		}
 	}
 	return key
+}
+
+// wantOf says what a field of type t at path wants.
+func wantOf(t reflect.Type, path string) string {
+	switch {
+	case t == nil:
+		return "a value"
+	case t.Kind() == reflect.Slice || t.Kind() == reflect.Struct && t.NumField() > 0 && t.Field(0).Name == "List":
+		return "a list"
+	case t.Kind() == reflect.Map:
+		return "a mapping " + mapDesc[path[strings.LastIndex(path, ".")+1:]]
+	case t.Kind() == reflect.Struct && !reflect.PointerTo(t).Implements(unmarshalerType):
+		if path == "" {
+			return "a mapping for the scenario"
+		}
+		return "a mapping for " + path
+	}
+	return "a value"
 }
 
 // mapDesc says what the mappings of names to values hold, by key.
@@ -315,14 +323,30 @@ var pathPart = regexp.MustCompile(`\[\d+\]|[^.\[]+`)
 // none.
 func typeAt(path string) reflect.Type {
 	t := reflect.TypeFor[ScenarioSpec]()
-	for _, part := range pathPart.FindAllString(path, -1) {
+	parts := pathPart.FindAllString(path, -1)
+	for i := 0; i < len(parts); i++ {
 		for t.Kind() == reflect.Pointer {
 			t = t.Elem()
 		}
+		part := parts[i]
 		switch {
+		case strings.HasPrefix(part, "[") && t.Kind() == reflect.Struct:
+			// Steps, Levels and MIGSpec: a list, or a form of their own.
+			f, ok := t.FieldByName("List")
+			if !ok {
+				f, ok = t.FieldByName("Profiles")
+			}
+			if !ok {
+				return nil
+			}
+			t = f.Type.Elem()
 		case strings.HasPrefix(part, "[") && t.Kind() == reflect.Slice:
 			t = t.Elem()
 		case t.Kind() == reflect.Map:
+			// A key may have dots of its own (kueue.x-k8s.io/queue-name).
+			for i+1 < len(parts) && !strings.HasPrefix(parts[i+1], "[") {
+				i++
+			}
 			t = t.Elem()
 		case t.Kind() == reflect.Struct:
 			if t = fieldByKey(t, part); t == nil {

@@ -507,7 +507,7 @@ func (l *Levels[T]) UnmarshalYAML(n *yaml.Node) error {
 		return n.Decode(l.Value)
 	}
 	if n.Kind != yaml.SequenceNode {
-		return valueErrorf(n, "want a value or a list, got %s", kindName(n))
+		return valueErrorf(n, "want a list, got %s", kindName(n))
 	}
 	return decodeStrict(n, &l.List)
 }
@@ -526,6 +526,9 @@ func (m *MIGSpec) UnmarshalYAML(n *yaml.Node) error {
 		}
 		m.Dynamic = true
 		return nil
+	}
+	if n.Kind != yaml.SequenceNode {
+		return valueErrorf(n, "want a list, got %s", kindName(n))
 	}
 	return n.Decode(&m.Profiles)
 }
