@@ -8,7 +8,6 @@ import (
 	"math"
 	"reflect"
 	"regexp"
-	"slices"
 	"strconv"
 	"strings"
 
@@ -68,13 +67,13 @@ func parseSpec(data []byte, name string) (*ScenarioSpec, *validator, error) {
 	if expanded-literal > MaxAliasNodes {
 		return nil, nil, &ScenarioError{File: name, Msg: fmt.Sprintf("its aliases expand to more than %d YAML nodes beyond the file's %d; write the values out", MaxAliasNodes, literal)}
 	}
-	d := &validator{file: name, byPath: map[string]*yaml.Node{}, byPos: map[nodePos]string{}, lines: map[int][]*yaml.Node{}}
-	if err := d.index(doc.Content[0], "", false); err != nil {
+	d := &validator{file: name, byPath: map[string]*yaml.Node{}, byPos: map[nodePos]string{}}
+	if err := d.index(doc.Content[0], "", reflect.TypeFor[ScenarioSpec]()); err != nil {
 		return nil, nil, err
 	}
 	spec := &ScenarioSpec{}
 	strict := yaml.NewDecoder(bytes.NewReader(data))
-	strict.KnownFields(true)
+	strict.KnownFields(true) // index refused unknown keys already: a second guard
 	if err := strict.Decode(spec); err != nil {
 		return nil, nil, d.decodeError(err)
 	}
@@ -86,87 +85,156 @@ func parseSpec(data []byte, name string) (*ScenarioSpec, *validator, error) {
 type nodePos struct {
 	line, col int
 	kind      yaml.Kind
-	key       bool
-}
-
-func posOf(n *yaml.Node, key bool) nodePos {
-	return nodePos{line: n.Line, col: n.Column, kind: n.Kind, key: key}
 }
 
 // validator turns a decoded ScenarioSpec into a Scenario, naming each error
 // by field path and by the line the document's index gives that path.
 type validator struct {
 	file string
-	// byPath are the document's value nodes by field path
-	// ("pods[1].util[2].value"), byPos the paths of its value and key
-	// nodes, lines its nodes by line, in document order.
+	// byPath are the document's nodes by field path
+	// ("pods[1].util[2].value"), byPos the paths of its value nodes.
 	byPath map[string]*yaml.Node
 	byPos  map[nodePos]string
-	lines  map[int][]*yaml.Node
-	keys   map[*yaml.Node]bool
 }
 
 // emptyAllowed are the fields whose values may be "": names and values
 // that Kubernetes and the kubelet take as they are.
 var emptyAllowed = regexp.MustCompile(`(^pods\[\d+\]\.labels\.|node_selector\.|^driver\.node_labels\[\d+\]\.value$|^faults\[\d+\]\.ids\[\d+\]$)`)
 
-// index walks the document under path, refusing merge keys, keys given
-// twice, values left out (key: with nothing) and "" where a string must
-// say something (the leaf types refuse "" themselves).
-func (d *validator) index(n *yaml.Node, path string, key bool) error {
+var unmarshalerType = reflect.TypeFor[yaml.Unmarshaler]()
+
+// index walks the document under path, whose field has type t, checking
+// its shape against t: lists where t wants one, mappings with t's keys,
+// each given once (no merge keys), values given ("key:" with nothing is
+// not one), and strings not "" where a string must say something. The
+// leaf types check their own values when they are decoded.
+func (d *validator) index(n *yaml.Node, path string, t reflect.Type) error {
 	if n.Kind == yaml.AliasNode && n.Alias != nil {
-		return d.index(n.Alias, path, key)
+		return d.index(n.Alias, path, t)
 	}
-	if _, ok := d.byPos[posOf(n, key)]; !ok {
-		d.byPos[posOf(n, key)] = path
-		d.lines[n.Line] = append(d.lines[n.Line], n)
-		if key {
-			if d.keys == nil {
-				d.keys = map[*yaml.Node]bool{}
-			}
-			d.keys[n] = true
-		}
+	for t.Kind() == reflect.Pointer {
+		t = t.Elem()
 	}
-	if key {
-		return nil
+	pos := nodePos{n.Line, n.Column, n.Kind}
+	if _, ok := d.byPos[pos]; !ok {
+		d.byPos[pos] = path
 	}
 	if _, ok := d.byPath[path]; !ok {
 		d.byPath[path] = n
 	}
-	switch n.Kind {
-	case yaml.ScalarNode:
-		switch {
-		case n.Tag == "!!null" && path != "":
-			return d.errf(path, "want %s, got nothing", wantOf(typeAt(path), path))
-		case n.Value == "" && n.Tag == "!!str" && !emptyAllowed.MatchString(path) && typeAt(path) == reflect.TypeFor[string]():
-			return d.errf(path, "must not be empty")
-		}
-	case yaml.SequenceNode:
+	self := reflect.PointerTo(t).Implements(unmarshalerType)
+	list := elemOf(t)
+	switch {
+	case n.Tag == "!!null" && path != "":
+		return d.errf(path, "want %s, got nothing", wantOf(t, path))
+	case n.Kind == yaml.SequenceNode && list != nil:
 		for i, c := range n.Content {
-			if err := d.index(c, fmt.Sprintf("%s[%d]", path, i), false); err != nil {
+			if err := d.index(c, fmt.Sprintf("%s[%d]", path, i), list); err != nil {
 				return err
 			}
 		}
-	case yaml.MappingNode:
-		seen := map[string]bool{}
-		for i := 0; i+1 < len(n.Content); i += 2 {
-			k := n.Content[i]
-			p := join(path, k.Value)
-			if err := d.index(k, p, true); err != nil {
-				return err
-			}
-			switch {
-			case k.Value == "<<":
-				return &ScenarioError{File: d.file, Line: k.Line, Field: path, Msg: "merge keys (<<) are not supported"}
-			case seen[k.Value]:
-				return &ScenarioError{File: d.file, Line: k.Line, Field: p, Msg: "given twice"}
-			}
-			seen[k.Value] = true
+	case n.Kind == yaml.MappingNode && (t.Kind() == reflect.Map || len(keyNames(t)) > 0):
+		return d.mapping(n, path, t)
+	case self:
+		// A leaf, or a union of forms that says what it wants itself.
+	case n.Kind != yaml.ScalarNode || t.Kind() == reflect.Slice || t.Kind() == reflect.Map || t.Kind() == reflect.Struct:
+		return d.errf(path, "want %s, got %s", wantOf(t, path), kindName(n))
+	case n.Value == "" && t.Kind() == reflect.String && !emptyAllowed.MatchString(path):
+		return d.errf(path, "must not be empty")
+	}
+	return nil
+}
+
+// mapping checks the keys of mapping n, a field of type t at path, before
+// it walks their values.
+func (d *validator) mapping(n *yaml.Node, path string, t reflect.Type) error {
+	seen := map[string]bool{}
+	for i := 0; i+1 < len(n.Content); i += 2 {
+		k := n.Content[i]
+		p := join(path, k.Value)
+		switch {
+		case k.Value == "<<":
+			return &ScenarioError{File: d.file, Line: k.Line, Field: path, Msg: "merge keys (<<) are not supported"}
+		case t.Kind() == reflect.Struct && fieldByKey(t, k.Value) == nil:
+			return &ScenarioError{File: d.file, Line: k.Line, Field: p, Msg: "unknown key; want one of " + strings.Join(keyNames(t), ", ")}
+		case seen[k.Value]:
+			return &ScenarioError{File: d.file, Line: k.Line, Field: p, Msg: "given twice"}
 		}
-		for i := 0; i+1 < len(n.Content); i += 2 {
-			if err := d.index(n.Content[i+1], join(path, n.Content[i].Value), false); err != nil {
-				return err
+		seen[k.Value] = true
+		d.byPos[nodePos{k.Line, k.Column, k.Kind}] = p
+	}
+	for i := 0; i+1 < len(n.Content); i += 2 {
+		vt := t.Elem
+		if t.Kind() == reflect.Struct {
+			vt = func() reflect.Type { return fieldByKey(t, n.Content[i].Value) }
+		}
+		if err := d.index(n.Content[i+1], join(path, n.Content[i].Value), vt()); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// elemOf is the type of the items of a list of type t: a slice's, or the
+// list form's of Steps, Levels and MIGSpec; nil when t is no list.
+func elemOf(t reflect.Type) reflect.Type {
+	if t.Kind() == reflect.Slice {
+		return t.Elem()
+	}
+	if t.Kind() == reflect.Struct {
+		for f := range t.Fields() {
+			if f.Type.Kind() == reflect.Slice && f.Tag.Get("yaml") == "-" {
+				return f.Type.Elem()
 			}
+		}
+	}
+	return nil
+}
+
+// wantOf says what a field of type t at path wants.
+func wantOf(t reflect.Type, path string) string {
+	switch {
+	case elemOf(t) != nil:
+		return "a list"
+	case t.Kind() == reflect.Map:
+		return "a mapping " + mapDesc[path[strings.LastIndex(path, ".")+1:]]
+	case t.Kind() == reflect.Struct && !reflect.PointerTo(t).Implements(unmarshalerType):
+		if path == "" {
+			return "a mapping for the scenario"
+		}
+		return "a mapping for " + path
+	}
+	return "a value"
+}
+
+// mapDesc says what the mappings of names to values hold, by key.
+var mapDesc = map[string]string{
+	"mig":               `of GPUs to MIG layouts, such as {"gpu:0": [3g.40gb, 2g.20gb]}`,
+	"numa_nodes":        `of GPUs to NUMA nodes, such as {"gpu:0": [0, 1]}`,
+	"compute_instances": `of MIG devices to compute instance counts, such as {"mig:0/0": 3}`,
+	"priority_classes":  "of class names to values",
+	"labels":            "of names to values",
+	"node_selector":     "of names to values",
+}
+
+// keyNames are the keys of struct type t, in field order.
+func keyNames(t reflect.Type) []string {
+	var out []string
+	if t.Kind() == reflect.Struct {
+		for f := range t.Fields() {
+			if k, _, _ := strings.Cut(f.Tag.Get("yaml"), ","); k != "" && k != "-" {
+				out = append(out, k)
+			}
+		}
+	}
+	return out
+}
+
+// fieldByKey is the type of struct t's field for key; nil for none.
+func fieldByKey(t reflect.Type, key string) reflect.Type {
+	for f := range t.Fields() {
+		if k, _, _ := strings.Cut(f.Tag.Get("yaml"), ","); k == key {
+			return f.Type
 		}
 	}
 	return nil
@@ -217,224 +285,29 @@ func (d *validator) first(paths ...string) string {
 	return paths[len(paths)-1]
 }
 
-var (
-	unknownKeyRE = regexp.MustCompile(`^line (\d+): field (.+) not found in type (\S+)$`)
-	typeRE       = regexp.MustCompile("^line (\\d+): cannot unmarshal (!!\\w+)(?: `(.*)`)? into (.+)$")
-)
+var lineRE = regexp.MustCompile(`^line (\d+): (.*)$`)
 
-// decodeError turns what yaml.v3's decoder says into a ScenarioError that
-// names the field.
+// decodeError turns what yaml.v3's decoder says into a ScenarioError: a
+// leaf's own error names its field.
 func (d *validator) decodeError(err error) error {
 	var ve *valueError
 	if errors.As(err, &ve) {
-		path := d.byPos[nodePos{line: ve.line, col: ve.col, kind: ve.kind, key: ve.key}]
+		path := d.byPos[nodePos{ve.line, ve.col, ve.kind}]
 		if ve.sub != "" {
 			path = join(path, ve.sub)
 		}
 		return &ScenarioError{File: d.file, Line: ve.line, Field: path, Msg: ve.msg}
 	}
+	msg := strings.TrimPrefix(err.Error(), "yaml: ")
 	var te *yaml.TypeError
-	if !errors.As(err, &te) || len(te.Errors) == 0 {
-		return &ScenarioError{File: d.file, Msg: strings.TrimPrefix(err.Error(), "yaml: ")}
+	if errors.As(err, &te) && len(te.Errors) > 0 {
+		msg = te.Errors[0]
 	}
-	msg := te.Errors[0]
-	if m := unknownKeyRE.FindStringSubmatch(msg); m != nil {
+	if m := lineRE.FindStringSubmatch(msg); m != nil {
 		line, _ := strconv.Atoi(m[1])
-		return &ScenarioError{File: d.file, Line: line, Field: d.keyPath(line, m[2]),
-			Msg: "unknown key; want one of " + strings.Join(keyNames(specTypes[m[3]]), ", ")}
+		return &ScenarioError{File: d.file, Line: line, Msg: m[2]}
 	}
-	if m := typeRE.FindStringSubmatch(msg); m != nil {
-		line, _ := strconv.Atoi(m[1])
-		path, n := d.valueAt(line, m[2], m[3], m[4])
-		if n == nil {
-			return &ScenarioError{File: d.file, Line: line, Msg: fmt.Sprintf("a %s value where a %s is wanted", m[2], m[4])}
-		}
-		got := kindName(n)
-		return &ScenarioError{File: d.file, Line: line, Field: path, Msg: fmt.Sprintf("want %s, got %s", wantOf(typeAt(path), path), got)}
-	}
-	line := 0
-	if m := regexp.MustCompile(`^line (\d+): (.*)$`).FindStringSubmatch(msg); m != nil {
-		line, _ = strconv.Atoi(m[1])
-		msg = m[2]
-	}
-	return &ScenarioError{File: d.file, Line: line, Msg: msg}
-}
-
-// keyPath is the path of the key spelled key on line.
-func (d *validator) keyPath(line int, key string) string {
-	for _, n := range d.lines[line] {
-		if d.keys[n] && n.Value == key {
-			return d.byPos[posOf(n, true)]
-		}
-	}
-	return key
-}
-
-// wantOf says what a field of type t at path wants.
-func wantOf(t reflect.Type, path string) string {
-	switch {
-	case t == nil:
-		return "a value"
-	case t.Kind() == reflect.Slice || t.Kind() == reflect.Struct && t.NumField() > 0 && t.Field(0).Name == "List":
-		return "a list"
-	case t.Kind() == reflect.Map:
-		return "a mapping " + mapDesc[path[strings.LastIndex(path, ".")+1:]]
-	case t.Kind() == reflect.Struct && !reflect.PointerTo(t).Implements(unmarshalerType):
-		if path == "" {
-			return "a mapping for the scenario"
-		}
-		return "a mapping for " + path
-	}
-	return "a value"
-}
-
-// mapDesc says what the mappings of names to values hold, by key.
-var mapDesc = map[string]string{
-	"mig":               `of GPUs to MIG layouts, such as {"gpu:0": [3g.40gb, 2g.20gb]}`,
-	"numa_nodes":        `of GPUs to NUMA nodes, such as {"gpu:0": [0, 1]}`,
-	"compute_instances": `of MIG devices to compute instance counts, such as {"mig:0/0": 3}`,
-	"priority_classes":  "of class names to values",
-	"labels":            "of names to values",
-	"node_selector":     "of names to values",
-}
-
-// valueAt finds the value node on line that yaml.v3's type error shows:
-// its tag, its value (cut to 7 characters and "..." when long) and the
-// type its field has.
-func (d *validator) valueAt(line int, tag, value, into string) (string, *yaml.Node) {
-	for _, n := range d.lines[line] {
-		if d.keys[n] || n.ShortTag() != tag {
-			continue
-		}
-		path := d.byPos[posOf(n, false)]
-		if t := typeAt(path); t == nil || t.String() != into {
-			continue
-		}
-		if v, cut := strings.CutSuffix(value, "..."); (cut && strings.HasPrefix(n.Value, v)) || n.Value == value || value == "" {
-			return path, n
-		}
-	}
-	return "", nil
-}
-
-var pathPart = regexp.MustCompile(`\[\d+\]|[^.\[]+`)
-
-// typeAt is the Go type of the field at path in a ScenarioSpec, nil for
-// none.
-func typeAt(path string) reflect.Type {
-	t := reflect.TypeFor[ScenarioSpec]()
-	parts := pathPart.FindAllString(path, -1)
-	for i := 0; i < len(parts); i++ {
-		for t.Kind() == reflect.Pointer {
-			t = t.Elem()
-		}
-		part := parts[i]
-		switch {
-		case strings.HasPrefix(part, "[") && t.Kind() == reflect.Struct:
-			// Steps, Levels and MIGSpec: a list, or a form of their own.
-			f, ok := t.FieldByName("List")
-			if !ok {
-				f, ok = t.FieldByName("Profiles")
-			}
-			if !ok {
-				return nil
-			}
-			t = f.Type.Elem()
-		case strings.HasPrefix(part, "[") && t.Kind() == reflect.Slice:
-			t = t.Elem()
-		case t.Kind() == reflect.Map:
-			// A key may have dots of its own (kueue.x-k8s.io/queue-name).
-			for i+1 < len(parts) && !strings.HasPrefix(parts[i+1], "[") {
-				i++
-			}
-			t = t.Elem()
-		case t.Kind() == reflect.Struct:
-			if t = fieldByKey(t, part); t == nil {
-				return nil
-			}
-		default:
-			return nil
-		}
-	}
-	for t.Kind() == reflect.Pointer {
-		t = t.Elem()
-	}
-	return t
-}
-
-// specTypes are the mapping types of a scenario file by the name yaml.v3's
-// errors give them.
-var specTypes = func() map[string]reflect.Type {
-	out := map[string]reflect.Type{}
-	for _, v := range []any{ScenarioSpec{}, PodSpec{}, StepSpec{}, DutySpec{}, UnallocatedSpec{}, UnattributedSpec{},
-		EngineSpec{}, FaultSpec{}, UnscheduledSpec{}, ClusterQueueSpec{}, KubeletFileSpec{}, DriverSpec{},
-		ZombieSpec{}, MIGModeSpec{}, ReloadSpec{}, NodeLabelSpec{}, Owner{}, LevelStep[Ratio]{}, LevelStep[Level]{}} {
-		t := reflect.TypeOf(v)
-		out[t.String()] = t
-	}
-	return out
-}()
-
-// keyNames are the keys of struct type t, in field order.
-func keyNames(t reflect.Type) []string {
-	if t == nil || t.Kind() != reflect.Struct {
-		return nil
-	}
-	var out []string
-	for f := range t.Fields() {
-		if k, _, _ := strings.Cut(f.Tag.Get("yaml"), ","); k != "" && k != "-" {
-			out = append(out, k)
-		}
-	}
-	return out
-}
-
-func reflectType(v any) reflect.Type { return reflect.TypeOf(v) }
-
-var unmarshalerType = reflect.TypeFor[yaml.Unmarshaler]()
-
-// knownKeys refuses keys of mappings under n that type t has no field for,
-// down to the types that decode themselves.
-func knownKeys(n *yaml.Node, t reflect.Type) error {
-	for n.Kind == yaml.AliasNode && n.Alias != nil {
-		n = n.Alias
-	}
-	for t.Kind() == reflect.Pointer {
-		t = t.Elem()
-	}
-	if reflect.PointerTo(t).Implements(unmarshalerType) && n.Kind != yaml.DocumentNode {
-		return nil
-	}
-	switch {
-	case t.Kind() == reflect.Slice && n.Kind == yaml.SequenceNode:
-		for _, c := range n.Content {
-			if err := knownKeys(c, t.Elem()); err != nil {
-				return err
-			}
-		}
-	case t.Kind() == reflect.Struct && n.Kind == yaml.MappingNode:
-		keys := keyNames(t)
-		for i := 0; i+1 < len(n.Content); i += 2 {
-			k := n.Content[i]
-			j := slices.Index(keys, k.Value)
-			if j < 0 {
-				return &valueError{line: k.Line, col: k.Column, kind: k.Kind, key: true, msg: "unknown key; want one of " + strings.Join(keys, ", ")}
-			}
-			if err := knownKeys(n.Content[i+1], fieldByKey(t, k.Value)); err != nil {
-				return err
-			}
-		}
-	}
-	return nil
-}
-
-func fieldByKey(t reflect.Type, key string) reflect.Type {
-	for f := range t.Fields() {
-		if k, _, _ := strings.Cut(f.Tag.Get("yaml"), ","); k == key {
-			return f.Type
-		}
-	}
-	return nil
+	return &ScenarioError{File: d.file, Msg: msg}
 }
 
 // nodeCounts returns the YAML nodes of n as written, and as the decoder

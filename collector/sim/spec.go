@@ -87,8 +87,8 @@ type DutySpec struct {
 // Steps is a util list of steps, or {duty: …}: one duty cycle from the
 // pod's from.
 type Steps struct {
-	List []StepSpec
-	Duty *DutySpec
+	List []StepSpec `yaml:"-"`
+	Duty *DutySpec  `yaml:"duty"`
 }
 
 // UnallocatedSpec is one entry of unallocated.
@@ -220,15 +220,15 @@ type NodeLabelSpec struct {
 // MIGSpec is one GPU's MIG layout: its profiles by MIG device index
 // ("empty" for an unused one), or the dynamic mode.
 type MIGSpec struct {
-	Profiles []string
-	Dynamic  bool
+	Profiles []string `yaml:"-"`
+	Dynamic  bool     `yaml:"-"`
 }
 
 // Levels is an engine figure: one value from the pod's start, or a list of
 // {at, value} steps.
 type Levels[T Ratio | Level] struct {
-	Value *T
-	List  []LevelStep[T]
+	Value *T             `yaml:"-"`
+	List  []LevelStep[T] `yaml:"-"`
 }
 
 // LevelStep is a step of a Levels list.
@@ -242,7 +242,6 @@ type LevelStep[T Ratio | Level] struct {
 type valueError struct {
 	line, col int
 	kind      yaml.Kind
-	key       bool
 	// sub, when set, is a key under the node that the error names.
 	sub string
 	msg string
@@ -479,7 +478,7 @@ func (s *Steps) UnmarshalYAML(n *yaml.Node) error {
 		var m struct {
 			Duty *DutySpec `yaml:"duty"`
 		}
-		if err := decodeStrict(n, &m); err != nil {
+		if err := n.Decode(&m); err != nil {
 			return err
 		}
 		if m.Duty == nil {
@@ -491,7 +490,7 @@ func (s *Steps) UnmarshalYAML(n *yaml.Node) error {
 	if n.Kind != yaml.SequenceNode {
 		return valueErrorf(n, "want a list, got %s", kindName(n))
 	}
-	return decodeStrict(n, &s.List)
+	return n.Decode(&s.List)
 }
 
 func (s Steps) MarshalYAML() (any, error) {
@@ -509,7 +508,7 @@ func (l *Levels[T]) UnmarshalYAML(n *yaml.Node) error {
 	if n.Kind != yaml.SequenceNode {
 		return valueErrorf(n, "want a list, got %s", kindName(n))
 	}
-	return decodeStrict(n, &l.List)
+	return n.Decode(&l.List)
 }
 
 func (l Levels[T]) MarshalYAML() (any, error) {
@@ -538,16 +537,6 @@ func (m MIGSpec) MarshalYAML() (any, error) {
 		return MIGDynamicMode, nil
 	}
 	return m.Profiles, nil
-}
-
-// decodeStrict decodes n into out, refusing keys out does not have: what
-// Decoder.KnownFields does, for the few types that decode a node of their
-// own (Node.Decode has no KnownFields).
-func decodeStrict(n *yaml.Node, out any) error {
-	if err := knownKeys(n, reflectType(out)); err != nil {
-		return err
-	}
-	return n.Decode(out)
 }
 
 // Marshal writes the scenario back as YAML that parses to the same
