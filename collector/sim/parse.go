@@ -10,6 +10,7 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
+	"sync"
 
 	"go.yaml.in/yaml/v3"
 )
@@ -122,20 +123,19 @@ func (d *validator) index(n *yaml.Node, path string, t reflect.Type) error {
 	if _, ok := d.byPath[path]; !ok {
 		d.byPath[path] = n
 	}
-	self := reflect.PointerTo(t).Implements(unmarshalerType)
-	list := elemOf(t)
+	info := infoOf(t)
 	switch {
 	case n.Tag == "!!null" && path != "":
 		return d.errf(path, "want %s, got nothing", wantOf(t, path))
-	case n.Kind == yaml.SequenceNode && list != nil:
+	case n.Kind == yaml.SequenceNode && info.elem != nil:
 		for i, c := range n.Content {
-			if err := d.index(c, fmt.Sprintf("%s[%d]", path, i), list); err != nil {
+			if err := d.index(c, path+"["+strconv.Itoa(i)+"]", info.elem); err != nil {
 				return err
 			}
 		}
-	case n.Kind == yaml.MappingNode && (t.Kind() == reflect.Map || len(keyNames(t)) > 0):
-		return d.mapping(n, path, t)
-	case self:
+	case n.Kind == yaml.MappingNode && (t.Kind() == reflect.Map || len(info.keys) > 0):
+		return d.mapping(n, path, t, info)
+	case info.self:
 		// A leaf, or a union of forms that says what it wants itself.
 	case n.Kind != yaml.ScalarNode || t.Kind() == reflect.Slice || t.Kind() == reflect.Map || t.Kind() == reflect.Struct:
 		return d.errf(path, "want %s, got %s", wantOf(t, path), kindName(n))
@@ -147,7 +147,7 @@ func (d *validator) index(n *yaml.Node, path string, t reflect.Type) error {
 
 // mapping checks the keys of mapping n, a field of type t at path, before
 // it walks their values.
-func (d *validator) mapping(n *yaml.Node, path string, t reflect.Type) error {
+func (d *validator) mapping(n *yaml.Node, path string, t reflect.Type, info *typeInfo) error {
 	seen := map[string]bool{}
 	for i := 0; i+1 < len(n.Content); i += 2 {
 		k := n.Content[i]
@@ -155,8 +155,8 @@ func (d *validator) mapping(n *yaml.Node, path string, t reflect.Type) error {
 		switch {
 		case k.Value == "<<":
 			return &ScenarioError{File: d.file, Line: k.Line, Field: path, Msg: "merge keys (<<) are not supported"}
-		case t.Kind() == reflect.Struct && fieldByKey(t, k.Value) == nil:
-			return &ScenarioError{File: d.file, Line: k.Line, Field: p, Msg: "unknown key; want one of " + strings.Join(keyNames(t), ", ")}
+		case t.Kind() == reflect.Struct && info.fields[k.Value] == nil:
+			return &ScenarioError{File: d.file, Line: k.Line, Field: p, Msg: "unknown key; want one of " + strings.Join(info.keys, ", ")}
 		case seen[k.Value]:
 			return &ScenarioError{File: d.file, Line: k.Line, Field: p, Msg: "given twice"}
 		}
@@ -164,37 +164,56 @@ func (d *validator) mapping(n *yaml.Node, path string, t reflect.Type) error {
 		d.byPos[nodePos{k.Line, k.Column, k.Kind}] = p
 	}
 	for i := 0; i+1 < len(n.Content); i += 2 {
-		vt := t.Elem
-		if t.Kind() == reflect.Struct {
-			vt = func() reflect.Type { return fieldByKey(t, n.Content[i].Value) }
+		vt := info.fields[n.Content[i].Value]
+		if t.Kind() == reflect.Map {
+			vt = t.Elem()
 		}
-		if err := d.index(n.Content[i+1], join(path, n.Content[i].Value), vt()); err != nil {
+		if err := d.index(n.Content[i+1], join(path, n.Content[i].Value), vt); err != nil {
 			return err
 		}
 	}
 	return nil
 }
 
-// elemOf is the type of the items of a list of type t: a slice's, or the
-// list form's of Steps, Levels and MIGSpec; nil when t is no list.
-func elemOf(t reflect.Type) reflect.Type {
-	if t.Kind() == reflect.Slice {
-		return t.Elem()
+// typeInfo is what index needs of a spec type: whether it decodes itself,
+// the type of its list items (a slice's, or the list form's of Steps,
+// Levels and MIGSpec), and a struct's keys in field order with their types.
+type typeInfo struct {
+	self   bool
+	elem   reflect.Type
+	keys   []string
+	fields map[string]reflect.Type
+}
+
+var typeInfos sync.Map // reflect.Type → *typeInfo
+
+func infoOf(t reflect.Type) *typeInfo {
+	if v, ok := typeInfos.Load(t); ok {
+		return v.(*typeInfo)
 	}
-	if t.Kind() == reflect.Struct {
+	info := &typeInfo{self: reflect.PointerTo(t).Implements(unmarshalerType), fields: map[string]reflect.Type{}}
+	switch t.Kind() {
+	case reflect.Slice:
+		info.elem = t.Elem()
+	case reflect.Struct:
 		for f := range t.Fields() {
-			if f.Type.Kind() == reflect.Slice && f.Tag.Get("yaml") == "-" {
-				return f.Type.Elem()
+			switch k, _, _ := strings.Cut(f.Tag.Get("yaml"), ","); {
+			case k == "-" && f.Type.Kind() == reflect.Slice && info.elem == nil:
+				info.elem = f.Type.Elem()
+			case k != "" && k != "-":
+				info.keys = append(info.keys, k)
+				info.fields[k] = f.Type
 			}
 		}
 	}
-	return nil
+	typeInfos.Store(t, info)
+	return info
 }
 
 // wantOf says what a field of type t at path wants.
 func wantOf(t reflect.Type, path string) string {
 	switch {
-	case elemOf(t) != nil:
+	case infoOf(t).elem != nil:
 		return "a list"
 	case t.Kind() == reflect.Map:
 		return "a mapping " + mapDesc[path[strings.LastIndex(path, ".")+1:]]
@@ -215,29 +234,6 @@ var mapDesc = map[string]string{
 	"priority_classes":  "of class names to values",
 	"labels":            "of names to values",
 	"node_selector":     "of names to values",
-}
-
-// keyNames are the keys of struct type t, in field order.
-func keyNames(t reflect.Type) []string {
-	var out []string
-	if t.Kind() == reflect.Struct {
-		for f := range t.Fields() {
-			if k, _, _ := strings.Cut(f.Tag.Get("yaml"), ","); k != "" && k != "-" {
-				out = append(out, k)
-			}
-		}
-	}
-	return out
-}
-
-// fieldByKey is the type of struct t's field for key; nil for none.
-func fieldByKey(t reflect.Type, key string) reflect.Type {
-	for f := range t.Fields() {
-		if k, _, _ := strings.Cut(f.Tag.Get("yaml"), ","); k == key {
-			return f.Type
-		}
-	}
-	return nil
 }
 
 // has reports whether the file gives path.
