@@ -9,7 +9,6 @@ import (
 	"time"
 
 	"github.com/NVIDIA/go-nvml/pkg/nvml/mock/server"
-	"go.yaml.in/yaml/v3"
 
 	"github.com/gpuxray/gpuxray/collector"
 )
@@ -81,12 +80,6 @@ type PodAllocation struct {
 	ClaimAccess
 }
 
-// nodeAllocationKeys and podAllocationKeys are the keys this file decodes.
-var (
-	nodeAllocationKeys = []string{"device_ids", "minor_numbers", "vfio", "numa_nodes", "kubelet"}
-	podAllocationKeys  = []string{"gpu_fraction", "container_type", "admin_access", "request"}
-)
-
 // minor is GPU g's minor number.
 func (s *Scenario) minor(g int) int {
 	if s.MinorNumbers != nil {
@@ -103,150 +96,123 @@ func (s *Scenario) numaNodes(g int) []int {
 	return []int{g / 4}
 }
 
-// nodeAllocation decodes the top-level device_ids, minor_numbers, vfio and
-// numa_nodes, after gpus and allocation and before mig and pods.
-func (d *decoder) nodeAllocation(m map[string]*yaml.Node, s *Scenario) error {
-	if err := d.kubelet(m, s); err != nil {
-		return err
-	}
+// nodeAllocation checks the top-level kubelet, device_ids, minor_numbers,
+// vfio and numa_nodes, after gpus and allocation and before mig and pods.
+func (d *validator) nodeAllocation(spec *ScenarioSpec, s *Scenario) error {
+	s.Kubelet.DynamicResources = spec.Kubelet == nil || spec.Kubelet.DynamicResources == nil || bool(*spec.Kubelet.DynamicResources)
 	s.DeviceIDs = DeviceIDsNVIDIA
-	if n := m["device_ids"]; n != nil {
-		v, err := d.str(n, "device_ids")
-		if err != nil {
-			return err
-		}
+	if d.has("device_ids") {
+		v := spec.DeviceIDs
 		if v != DeviceIDsNVIDIA && v != DeviceIDsGKE && v != DeviceIDsHAMi {
-			return d.errf(n, "device_ids", "%q is not a device ID scheme; want %s, %s or %s", v, DeviceIDsNVIDIA, DeviceIDsGKE, DeviceIDsHAMi)
+			return d.errf("device_ids", "%q is not a device ID scheme; want %s, %s or %s", v, DeviceIDsNVIDIA, DeviceIDsGKE, DeviceIDsHAMi)
 		}
 		s.DeviceIDs = v
 	}
-	if n := m["minor_numbers"]; n != nil {
-		items, err := d.seq(n, "minor_numbers")
-		if err != nil {
-			return err
-		}
-		if len(items) != s.GPUs {
-			return d.errf(n, "minor_numbers", "%d minor numbers for %d GPUs; give one per GPU, by index", len(items), s.GPUs)
+	if d.has("minor_numbers") {
+		if len(spec.MinorNumbers) != s.GPUs {
+			return d.errf("minor_numbers", "%d minor numbers for %d GPUs; give one per GPU, by index", len(spec.MinorNumbers), s.GPUs)
 		}
 		seen := map[int]int{}
-		for i, it := range items {
+		for i, w := range spec.MinorNumbers {
 			f := fmt.Sprintf("minor_numbers[%d]", i)
-			v, err := d.integer(it, f, 0, 255)
+			v, err := d.whole(f, w, 0, 255)
 			if err != nil {
 				return err
 			}
 			if j, dup := seen[int(v)]; dup {
-				return d.errf(it, f, "%d is already gpu:%d's minor number", v, j)
+				return d.errf(f, "%d is already gpu:%d's minor number", v, j)
 			}
 			seen[int(v)] = i
 			s.MinorNumbers = append(s.MinorNumbers, int(v))
 		}
 	}
-	if n := m["vfio"]; n != nil {
-		items, err := d.seq(n, "vfio")
+	if d.has("vfio") {
+		s.VFIO = map[int]bool{}
+		for i, ref := range spec.VFIO {
+			f := fmt.Sprintf("vfio[%d]", i)
+			dev, err := d.gpu(f, ref.DeviceSpec, s.GPUs)
+			if err != nil {
+				return err
+			}
+			if dev.Replicated {
+				return d.errf(f, "%s: a whole GPU is passed through; want gpu:%d", dev, dev.GPU)
+			}
+			if s.VFIO[dev.GPU] {
+				return d.errf(f, "given twice")
+			}
+			s.VFIO[dev.GPU] = true
+		}
+		if len(s.VFIO) == s.GPUs {
+			return d.errf("vfio", "every GPU is passed through; leave NVML at least one")
+		}
+		if s.Allocation != AllocationDRA {
+			return d.errf("vfio", "NVIDIA's DRA driver passes GPUs through to VMs; set allocation: %s", AllocationDRA)
+		}
+	}
+	if spec.NUMANodes != nil {
+		s.NUMANodes = map[int][]int{}
+	}
+	for _, k := range sortedKeys(spec.NUMANodes) {
+		f := "numa_nodes." + k
+		dev, err := d.gpuKey(f, k, s.GPUs)
 		if err != nil {
 			return err
 		}
-		s.VFIO = map[int]bool{}
-		for i, it := range items {
-			f := fmt.Sprintf("vfio[%d]", i)
-			spec, err := d.device(it, f, s.GPUs)
+		if _, dup := s.NUMANodes[dev.GPU]; dup || dev.Replicated {
+			return d.errf(f, "want each GPU once, as gpu:N")
+		}
+		nodes := spec.NUMANodes[k]
+		if len(nodes) == 0 || len(nodes) > 4 {
+			return d.errf(f, "want 1 to 4 NUMA nodes")
+		}
+		for j, w := range nodes {
+			node, err := d.whole(fmt.Sprintf("%s[%d]", f, j), w, 0, 7)
 			if err != nil {
 				return err
 			}
-			if spec.Replicated {
-				return d.errf(it, f, "%s: a whole GPU is passed through; want gpu:%d", spec, spec.GPU)
-			}
-			if s.VFIO[spec.GPU] {
-				return d.errf(it, f, "given twice")
-			}
-			s.VFIO[spec.GPU] = true
-		}
-		if len(s.VFIO) == s.GPUs {
-			return d.errf(n, "vfio", "every GPU is passed through; leave NVML at least one")
-		}
-		if s.Allocation != AllocationDRA {
-			return d.errf(n, "vfio", "NVIDIA's DRA driver passes GPUs through to VMs; set allocation: %s", AllocationDRA)
-		}
-	}
-	if n := m["numa_nodes"]; n != nil {
-		if n.Kind != yaml.MappingNode {
-			return d.errf(n, "numa_nodes", `want a mapping of GPUs to NUMA nodes, such as {"gpu:0": [0, 1]}, got %s`, kindName(n))
-		}
-		s.NUMANodes = map[int][]int{}
-		for i := 0; i+1 < len(n.Content); i += 2 {
-			k, v := n.Content[i], resolve(n.Content[i+1])
-			f := "numa_nodes." + k.Value
-			spec, err := d.device(k, f, s.GPUs)
-			if err != nil {
-				return err
-			}
-			if _, dup := s.NUMANodes[spec.GPU]; dup || spec.Replicated {
-				return d.errf(k, f, "want each GPU once, as gpu:N")
-			}
-			items, err := d.seq(v, f)
-			if err != nil {
-				return err
-			}
-			if len(items) == 0 || len(items) > 4 {
-				return d.errf(v, f, "want 1 to 4 NUMA nodes")
-			}
-			for j, it := range items {
-				node, err := d.integer(it, fmt.Sprintf("%s[%d]", f, j), 0, 7)
-				if err != nil {
-					return err
-				}
-				s.NUMANodes[spec.GPU] = append(s.NUMANodes[spec.GPU], int(node))
-			}
+			s.NUMANodes[dev.GPU] = append(s.NUMANodes[dev.GPU], int(node))
 		}
 	}
 	return nil
 }
 
-// podAllocation decodes a pod's gpu_fraction and container_type, after
-// its allocation and devices.
-func (d *decoder) podAllocation(p string, m map[string]*yaml.Node, devs []*yaml.Node, pod *Pod, s *Scenario) error {
-	if err := d.claimAccess(p, m, pod); err != nil {
+// podAllocation checks a pod's gpu_fraction, container_type and claim
+// keys, after its allocation and devices.
+func (d *validator) podAllocation(p string, ps *PodSpec, pod *Pod, s *Scenario) error {
+	if err := d.claimAccess(p, ps, pod); err != nil {
 		return err
 	}
-	if n := m["container_type"]; n != nil {
-		v, err := d.str(n, p+".container_type")
-		if err != nil {
-			return err
-		}
+	if d.has(p + ".container_type") {
+		v := ps.ContainerType
 		if v != ContainerInit && v != ContainerSidecar {
-			return d.errf(n, p+".container_type", "%q is not a container type; want %s or %s (a regular container gives none)", v, ContainerInit, ContainerSidecar)
+			return d.errf(p+".container_type", "%q is not a container type; want %s or %s (a regular container gives none)", v, ContainerInit, ContainerSidecar)
 		}
 		pod.ContainerType = v
 	}
 	if s.DeviceIDs == DeviceIDsHAMi && pod.Allocation != AllocationDRA {
 		for j, spec := range pod.Devices {
 			if spec.MIG {
-				return d.errf(devs[j], fmt.Sprintf("%s.devices[%d]", p, j), "%s: HAMi's MIG mode is not simulated; hold a GPU or a slice of it (gpu:N::R)", spec)
+				return d.errf(fmt.Sprintf("%s.devices[%d]", p, j), "%s: HAMi's MIG mode is not simulated; hold a GPU or a slice of it (gpu:N::R)", spec)
 			}
 		}
 	}
 	for j, spec := range pod.Devices {
 		if s.MIGDynamic[spec.GPU] && !spec.MIG && pod.Allocation != AllocationDRA {
-			return d.errf(devs[j], fmt.Sprintf("%s.devices[%d]", p, j), "%s is in dynamic MIG mode: only NVIDIA's DRA driver hands it out, whole as gpu-%d or in partitions; give the pod allocation: %s", spec, s.minor(spec.GPU), AllocationDRA)
+			return d.errf(fmt.Sprintf("%s.devices[%d]", p, j), "%s is in dynamic MIG mode: only NVIDIA's DRA driver hands it out, whole as gpu-%d or in partitions; give the pod allocation: %s", spec, s.minor(spec.GPU), AllocationDRA)
 		}
 		if s.VFIO[spec.GPU] && (pod.Allocation != AllocationDRA || spec.MIG || spec.Replicated) {
-			return d.errf(devs[j], fmt.Sprintf("%s.devices[%d]", p, j), "%s is passed through (vfio): only a DRA pod holds it, whole", spec)
+			return d.errf(fmt.Sprintf("%s.devices[%d]", p, j), "%s is passed through (vfio): only a DRA pod holds it, whole", spec)
 		}
 	}
-	n := m["gpu_fraction"]
-	if n == nil {
+	if !d.has(p + ".gpu_fraction") {
 		return nil
 	}
-	f, err := d.ratio(n, p+".gpu_fraction")
-	if err != nil {
-		return err
-	}
+	f := float64(ps.GPUFraction)
 	if f == 0 {
-		return d.errf(n, p+".gpu_fraction", "a fraction of 0 holds nothing; give more than 0")
+		return d.errf(p+".gpu_fraction", "a fraction of 0 holds nothing; give more than 0")
 	}
 	if pod.Allocation == AllocationDRA || len(pod.Devices) != 1 || pod.Devices[0].MIG || pod.Devices[0].Replicated || pod.Resource != ResourceGPU || s.DeviceIDs == DeviceIDsHAMi {
-		return d.errf(n, p+".gpu_fraction", "a KAI Scheduler fraction is of one whole GPU (devices: [gpu:N]) that the NVIDIA device plugin hands its reservation pod as %s", ResourceGPU)
+		return d.errf(p+".gpu_fraction", "a KAI Scheduler fraction is of one whole GPU (devices: [gpu:N]) that the NVIDIA device plugin hands its reservation pod as %s", ResourceGPU)
 	}
 	pod.GPUFraction = f
 	return nil
@@ -267,7 +233,7 @@ func (s *Scenario) shareGPU(a, b int) bool {
 // allocationCheck validates what spans pods for the keys above: KAI
 // fractions of a GPU add up to one at most, and a GPU is shared by
 // fractions or held otherwise, never both.
-func (d *decoder) allocationCheck(s *Scenario) error {
+func (d *validator) allocationCheck(_ *ScenarioSpec, s *Scenario) error {
 	for j, b := range s.Pods {
 		if b.GPUFraction == 0 {
 			continue
@@ -278,13 +244,13 @@ func (d *decoder) allocationCheck(s *Scenario) error {
 				continue
 			}
 			if a.GPUFraction == 0 {
-				return d.errf(d.devNodes[j][0], fmt.Sprintf("pods[%d].devices[0]", j),
+				return d.errf(fmt.Sprintf("pods[%d].devices[0]", j),
 					"%s is held whole by %s/%s (pods[%d]) when this fraction starts", b.Devices[0], a.Namespace, a.Name, i)
 			}
 			sum += a.GPUFraction
 		}
 		if sum > 1+1e-9 {
-			return d.errf(d.podNode[j], fmt.Sprintf("pods[%d].gpu_fraction", j), "%s's fractions add up to %g at %s, more than one GPU", b.Devices[0], sum, fmtDur(b.From))
+			return d.errAt(fmt.Sprintf("pods[%d]", j), fmt.Sprintf("pods[%d].gpu_fraction", j), "%s's fractions add up to %g at %s, more than one GPU", b.Devices[0], sum, fmtDur(b.From))
 		}
 	}
 	return nil

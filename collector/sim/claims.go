@@ -3,7 +3,6 @@ package sim
 import (
 	"slices"
 
-	"go.yaml.in/yaml/v3"
 	resourcev1 "k8s.io/api/resource/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -43,51 +42,25 @@ type ClaimAccess struct {
 // names none: NVIDIA's DRA driver's examples name their one request "gpu".
 const DefaultRequest = "gpu"
 
-// kubelet decodes the top-level kubelet key.
-func (d *decoder) kubelet(m map[string]*yaml.Node, s *Scenario) error {
-	s.Kubelet.DynamicResources = true
-	n := m["kubelet"]
-	if n == nil {
-		return nil
-	}
-	km, err := d.mapping(n, "kubelet", "dynamic_resources")
-	if err != nil {
-		return err
-	}
-	if v := km["dynamic_resources"]; v != nil {
-		if s.Kubelet.DynamicResources, err = d.boolean(v, "kubelet.dynamic_resources"); err != nil {
-			return err
-		}
-	}
-	return nil
-}
-
-// claimAccess decodes a pod's admin_access and request, after its devices
+// claimAccess checks a pod's admin_access and request, after its devices
 // and util.
-func (d *decoder) claimAccess(p string, m map[string]*yaml.Node, pod *Pod) error {
-	if n := m["admin_access"]; n != nil {
-		v, err := d.boolean(n, p+".admin_access")
-		if err != nil {
-			return err
-		}
-		if v && pod.Allocation != AllocationDRA {
-			return d.errf(n, p+".admin_access", "admin access is a DRA claim's; give the pod allocation: %s", AllocationDRA)
-		}
-		if v && slices.ContainsFunc(pod.Util, func(s Step) bool { return s.Value > 0 }) {
-			return d.errf(m["util"], p+".util", "a pod with admin access monitors a GPU others hold: it runs no kernels")
-		}
-		pod.AdminAccess = v
-	}
-	if n := m["request"]; n != nil {
-		v, err := d.str(n, p+".request")
-		if err != nil {
-			return err
-		}
+func (d *validator) claimAccess(p string, ps *PodSpec, pod *Pod) error {
+	if ps.AdminAccess {
 		if pod.Allocation != AllocationDRA {
-			return d.errf(n, p+".request", "a request is a DRA claim's; give the pod allocation: %s", AllocationDRA)
+			return d.errf(p+".admin_access", "admin access is a DRA claim's; give the pod allocation: %s", AllocationDRA)
+		}
+		if slices.ContainsFunc(pod.Util, func(s Step) bool { return s.Value > 0 }) {
+			return d.errf(p+".util", "a pod with admin access monitors a GPU others hold: it runs no kernels")
+		}
+		pod.AdminAccess = true
+	}
+	if d.has(p + ".request") {
+		v := ps.Request
+		if pod.Allocation != AllocationDRA {
+			return d.errf(p+".request", "a request is a DRA claim's; give the pod allocation: %s", AllocationDRA)
 		}
 		if len(v) > 63 || !claimNameRE.MatchString(v) || slices.Contains([]byte(v), '.') {
-			return d.errf(n, p+".request", "%q is not a request name: a DNS label", v)
+			return d.errf(p+".request", "%q is not a request name: a DNS label", v)
 		}
 		pod.Request = v
 	}

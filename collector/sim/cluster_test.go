@@ -17,7 +17,7 @@ func TestParseQueueErrors(t *testing.T) {
 	classes := "priority_classes: {high: 1000, low: 10}\n"
 	checkParseErrors(t, []parseErrorCase{
 		{"class not a mapping", head + "priority_classes: [high]\n", `t.yaml:5: priority_classes: want a mapping of class names to values, got a list`},
-		{"class value", head + "priority_classes: {high: lots}\n", "t.yaml:5: priority_classes.high: lots is not a whole number from -2147483648 to 2000001000"},
+		{"class value", head + "priority_classes: {high: lots}\n", "t.yaml:5: priority_classes.high: lots is not a whole number"},
 		{"pod class unknown", head + classes + "pods:\n  - {namespace: a, name: p, devices: [\"gpu:0\"], priority_class: mid}\n",
 			`t.yaml:7: pods[0].priority_class: "mid" is not a class of priority_classes (high, low)`},
 		{"pod class without classes", head + "pods:\n  - {namespace: a, name: p, devices: [\"gpu:0\"], priority_class: mid}\n",

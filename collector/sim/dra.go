@@ -6,8 +6,6 @@ import (
 	"regexp"
 	"slices"
 	"strings"
-
-	"go.yaml.in/yaml/v3"
 )
 
 // How a simulated pod gets its GPUs: the scenario's and pods' `allocation`.
@@ -28,45 +26,39 @@ const DRADriver = "gpu.nvidia.com"
 // claimNameRE is a Kubernetes object name: a lower-case RFC 1123 subdomain.
 var claimNameRE = regexp.MustCompile(`^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$`)
 
-func (d *decoder) allocation(n *yaml.Node, field string) (string, error) {
-	v, err := d.str(n, field)
-	if err != nil {
-		return "", err
-	}
+// allocation checks an allocation key.
+func (d *validator) allocation(field, v string) (string, error) {
 	if v != AllocationDevicePlugin && v != AllocationDRA {
-		return "", d.errf(n, field, "%q is not an allocation; want %s or %s", v, AllocationDevicePlugin, AllocationDRA)
+		return "", d.errf(field, "%q is not an allocation; want %s or %s", v, AllocationDevicePlugin, AllocationDRA)
 	}
 	return v, nil
 }
 
-// draPod decodes a pod's allocation and claim keys, before its devices.
-func (d *decoder) draPod(p string, m map[string]*yaml.Node, pod *Pod, s *Scenario) error {
+// draPod checks a pod's allocation and claim keys, before its devices.
+func (d *validator) draPod(p string, ps *PodSpec, pod *Pod, s *Scenario) error {
 	pod.Allocation = s.Allocation
-	if n := m["allocation"]; n != nil {
-		v, err := d.allocation(n, p+".allocation")
+	if d.has(p + ".allocation") {
+		v, err := d.allocation(p+".allocation", ps.Allocation)
 		if err != nil {
 			return err
 		}
 		pod.Allocation = v
 	}
-	n := m["claim"]
+	claim := d.has(p + ".claim")
 	if pod.Allocation != AllocationDRA {
-		if n != nil {
-			return d.errf(n, p+".claim", "a claim is DRA's, but the pod's devices come from the device plugin; give it allocation: %s", AllocationDRA)
+		if claim {
+			return d.errf(p+".claim", "a claim is DRA's, but the pod's devices come from the device plugin; give it allocation: %s", AllocationDRA)
 		}
 		return nil
 	}
-	if r := m["resource"]; r != nil {
-		return d.errf(r, p+".resource", "an extended resource is the device plugin's; a DRA pod's devices come through its claim")
+	if d.has(p + ".resource") {
+		return d.errf(p+".resource", "an extended resource is the device plugin's; a DRA pod's devices come through its claim")
 	}
 	pod.Resource, pod.Claim = "", pod.Name
-	if n != nil {
-		v, err := d.str(n, p+".claim")
-		if err != nil {
-			return err
-		}
+	if claim {
+		v := ps.Claim
 		if len(v) > 253 || !claimNameRE.MatchString(v) {
-			return d.errf(n, p+".claim", "%q is not a claim name: lower-case letters, digits, '-' and '.'", v)
+			return d.errf(p+".claim", "%q is not a claim name: lower-case letters, digits, '-' and '.'", v)
 		}
 		pod.Claim = v
 	}
@@ -74,12 +66,12 @@ func (d *decoder) draPod(p string, m map[string]*yaml.Node, pod *Pod, s *Scenari
 }
 
 // draDevice checks one device of a pod against its allocation.
-func (d *decoder) draDevice(n *yaml.Node, field string, pod *Pod, spec DeviceSpec) error {
+func (d *validator) draDevice(field string, pod *Pod, spec DeviceSpec) error {
 	switch {
 	case pod.Allocation == AllocationDRA && spec.Replicated:
-		return d.errf(n, field, "%s: DRA gives a GPU to one claim; pods share it by naming the same claim", spec)
+		return d.errf(field, "%s: DRA gives a GPU to one claim; pods share it by naming the same claim", spec)
 	case pod.Allocation != AllocationDRA && spec.Dynamic:
-		return d.errf(n, field, "%s: dynamic MIG devices are made by the DRA driver; give the pod allocation: %s", spec, AllocationDRA)
+		return d.errf(field, "%s: dynamic MIG devices are made by the DRA driver; give the pod allocation: %s", spec, AllocationDRA)
 	}
 	return nil
 }
@@ -147,7 +139,7 @@ func (s *Scenario) DRAGPU(gpu int) bool {
 // draCheck validates what spans DRA pods: a shared claim's pods name the
 // same devices, the device plugin and the DRA driver do not share a GPU,
 // dynamic MIG has the driver, and the driver can name every MIG device.
-func (d *decoder) draCheck(s *Scenario) error {
+func (d *validator) draCheck(_ *ScenarioSpec, s *Scenario) error {
 	for _, c := range s.claims() {
 		// Pods that use one request of a claim share its devices; each
 		// request has devices of its own.
@@ -162,11 +154,11 @@ func (d *decoder) draCheck(s *Scenario) error {
 			want := deviceNames(s.Pods[j].Devices)
 			if got := deviceNames(s.Pods[i].Devices); !slices.Equal(got, want) {
 				if s.Pods[i].Request == "" {
-					return d.errf(d.devList[i], fmt.Sprintf("pods[%d].devices", i),
+					return d.errf(fmt.Sprintf("pods[%d].devices", i),
 						"[%s] differs from the [%s] of claim %s/%s that pods[%d] holds; pods naming one claim share its devices",
 						strings.Join(got, ", "), strings.Join(want, ", "), c.namespace, c.name, j)
 				}
-				return d.errf(d.devList[i], fmt.Sprintf("pods[%d].devices", i),
+				return d.errf(fmt.Sprintf("pods[%d].devices", i),
 					"[%s] differs from the [%s] of claim %s/%s's request %s that pods[%d] holds; pods using one request share its devices",
 					strings.Join(got, ", "), strings.Join(want, ", "), c.namespace, c.name, req, j)
 			}
@@ -188,20 +180,20 @@ func (d *decoder) draCheck(s *Scenario) error {
 			if a.Allocation == AllocationDRA {
 				by = "DRA"
 			}
-			return d.errf(d.devNodes[j][k], fmt.Sprintf("pods[%d].devices[%d]", j, k),
+			return d.errf(fmt.Sprintf("pods[%d].devices[%d]", j, k),
 				"gpu:%d is also handed out by %s, to %s/%s (pods[%d]); the device plugin and the DRA driver do not share a GPU",
 				db.GPU, by, a.Namespace, a.Name, i)
 		}
 	}
 	sys := systems[s.System]
 	for gpu, layout := range s.MIG {
-		n := d.migKeys[gpu]
+		f := fmt.Sprintf("mig.gpu:%d", gpu)
 		switch {
 		case s.MIGDynamic[gpu] && !s.UsesDRA():
-			return d.errf(n, "mig."+n.Value, "dynamic MIG devices are made by the DRA driver; set allocation: %s, on the node or on a pod", AllocationDRA)
+			return d.errf(f, "dynamic MIG devices are made by the DRA driver; set allocation: %s, on the node or on a pod", AllocationDRA)
 		case !s.MIGDynamic[gpu] && s.DRAGPU(gpu):
 			if _, ok := sys.staticPlacements(layout); !ok {
-				return d.errf(n, "mig."+n.Value, "%s fits by counts, but no placement on the GPU's memory slices holds it, so the DRA driver cannot name its devices", fmtLayout(layout))
+				return d.errf(f, "%s fits by counts, but no placement on the GPU's memory slices holds it, so the DRA driver cannot name its devices", fmtLayout(layout))
 			}
 		}
 	}
@@ -218,9 +210,9 @@ func deviceNames(devs []DeviceSpec) []string {
 }
 
 // planCheck places the dynamic MIG devices, refusing one that does not fit.
-func (d *decoder) planCheck(s *Scenario) error {
+func (d *validator) planCheck(_ *ScenarioSpec, s *Scenario) error {
 	if _, pe := s.migPlan(); pe != nil {
-		return d.errf(d.devNodes[pe.pod][pe.dev], fmt.Sprintf("pods[%d].devices[%d]", pe.pod, pe.dev), "%s", pe.msg)
+		return d.errf(fmt.Sprintf("pods[%d].devices[%d]", pe.pod, pe.dev), "%s", pe.msg)
 	}
 	return nil
 }

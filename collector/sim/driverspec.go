@@ -1,10 +1,7 @@
 package sim
 
 import (
-	"strings"
 	"time"
-
-	"go.yaml.in/yaml/v3"
 )
 
 // Shapes of the simulated driver where real drivers differ or nvml.h leaves
@@ -67,55 +64,34 @@ func (dr Driver) refresh() time.Duration {
 // bootClock reports whether stamps count from the node's boot.
 func (dr Driver) bootClock() bool { return dr.SampleClock == SampleClockBoot }
 
-// driverKeys are the keys of the `driver` mapping.
-var driverKeys = []string{"process_samples", "process_refresh", "sample_clock", "idle_samples"}
-
-// driverShapes decodes the shape keys of the `driver` mapping m (nil when
-// the scenario has none) into s.Driver, starting from the defaults.
-func (d *decoder) driverShapes(m map[string]*yaml.Node, s *Scenario) error {
+// driverShapes checks the shape keys of the driver mapping into
+// s.Driver, starting from the defaults.
+func (d *validator) driverShapes(spec *ScenarioSpec, s *Scenario) error {
 	s.Driver = Driver{ProcessSamples: ProcessSamplesPerRead, ProcessRefresh: DefaultProcessRefresh, SampleClock: SampleClockUnix}
-	if m == nil {
+	ds := spec.Driver
+	if ds == nil {
 		return nil
 	}
-	var err error
-	choice := func(key string, dst *string, allowed ...string) error {
-		n := m[key]
-		if n == nil {
-			return nil
-		}
-		v, err := d.str(n, "driver."+key)
-		if err != nil {
+	if d.has("driver.process_samples") {
+		if err := d.oneOf("driver.process_samples", ds.ProcessSamples, ProcessSamplesPerRead, ProcessSamplesPerPeriod); err != nil {
 			return err
 		}
-		if !contains(allowed, v) {
-			return d.errf(n, "driver."+key, "%q is not one of %s", v, strings.Join(allowed, ", "))
-		}
-		*dst = v
-		return nil
+		s.Driver.ProcessSamples = ds.ProcessSamples
 	}
-	if err := choice("process_samples", &s.Driver.ProcessSamples, ProcessSamplesPerRead, ProcessSamplesPerPeriod); err != nil {
-		return err
-	}
-	if err := choice("sample_clock", &s.Driver.SampleClock, SampleClockUnix, SampleClockBoot); err != nil {
-		return err
-	}
-	if n := m["process_refresh"]; n != nil {
-		if s.Driver.ProcessRefresh, err = d.duration(n, "driver.process_refresh"); err != nil {
+	if d.has("driver.sample_clock") {
+		if err := d.oneOf("driver.sample_clock", ds.SampleClock, SampleClockUnix, SampleClockBoot); err != nil {
 			return err
 		}
+		s.Driver.SampleClock = ds.SampleClock
+	}
+	if d.has("driver.process_refresh") {
+		s.Driver.ProcessRefresh = time.Duration(ds.ProcessRefresh)
 		if s.Driver.ProcessRefresh < SamplePeriod || s.Driver.ProcessRefresh > time.Minute {
-			return d.errf(n, "driver.process_refresh", "%s is not from one sample period (%s) to 1m", n.Value, SamplePeriod)
+			return d.errf("driver.process_refresh", "%s is not from one sample period (%s) to 1m", d.byPath["driver.process_refresh"].Value, SamplePeriod)
 		}
 	}
-	if n := m["idle_samples"]; n != nil {
-		if n.Kind != yaml.ScalarNode || n.ShortTag() != "!!bool" {
-			return d.errf(n, "driver.idle_samples", "want true or false, got %s", kindName(n))
-		}
-		var idle bool
-		if err := n.Decode(&idle); err != nil {
-			return d.errf(n, "driver.idle_samples", "%v", err)
-		}
-		s.Driver.DryWhenIdle = !idle
+	if ds.IdleSamples != nil {
+		s.Driver.DryWhenIdle = !bool(*ds.IdleSamples)
 	}
 	return nil
 }

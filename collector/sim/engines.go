@@ -4,12 +4,10 @@ import (
 	"fmt"
 	"math"
 	"slices"
-	"strconv"
 	"strings"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
-	"go.yaml.in/yaml/v3"
 )
 
 // Inference engines a simulated pod may run (a pod's `engine: {kind: …}`).
@@ -62,35 +60,22 @@ type Engine struct {
 	Waiting         []Step
 }
 
-var engineKeys = []string{"kind", "model", "metrics", "kv_cache_usage", "tokens_per_second", "requests_running", "requests_waiting"}
-
-// engine decodes a pod's `engine` mapping; pod's From, To and Cmdline are
-// already known, and s holds the pods before it.
-func (d *decoder) engine(n *yaml.Node, p string, pod *Pod, s *Scenario) (*Engine, error) {
-	total := s.Duration
-	m, err := d.mapping(n, p, engineKeys...)
-	if err != nil {
+// engine checks a pod's engine; pod's From, To and Cmdline are already
+// known, and s holds the pods before it.
+func (d *validator) engine(p string, es *EngineSpec, pod *Pod, s *Scenario) (*Engine, error) {
+	if err := d.required(p, "kind"); err != nil {
 		return nil, err
 	}
-	if m["kind"] == nil {
-		return nil, d.errf(n, p+".kind", "missing")
-	}
-	e := &Engine{}
-	if e.Kind, err = d.str(m["kind"], p+".kind"); err != nil {
-		return nil, err
-	}
+	e := &Engine{Kind: es.Kind, Metrics: es.Metrics, Model: es.Model}
 	if !slices.Contains(EngineKinds, e.Kind) {
-		return nil, d.errf(m["kind"], p+".kind", "%q is not one of %s", e.Kind, strings.Join(EngineKinds, ", "))
+		return nil, d.errf(p+".kind", "%q is not one of %s", e.Kind, strings.Join(EngineKinds, ", "))
 	}
-	if mn := m["metrics"]; mn != nil {
+	if d.has(p + ".metrics") {
 		if e.Kind != EngineVLLM {
-			return nil, d.errf(mn, p+".metrics", "only vllm has a choice of metrics")
-		}
-		if e.Metrics, err = d.str(mn, p+".metrics"); err != nil {
-			return nil, err
+			return nil, d.errf(p+".metrics", "only vllm has a choice of metrics")
 		}
 		if e.Metrics != VLLMMetricsV1 && e.Metrics != VLLMMetricsV0 {
-			return nil, d.errf(mn, p+".metrics", "%q is not %s or %s", e.Metrics, VLLMMetricsV1, VLLMMetricsV0)
+			return nil, d.errf(p+".metrics", "%q is not %s or %s", e.Metrics, VLLMMetricsV1, VLLMMetricsV0)
 		}
 	} else if e.Kind == EngineVLLM {
 		e.Metrics = VLLMMetricsV1
@@ -98,84 +83,51 @@ func (d *decoder) engine(n *yaml.Node, p string, pod *Pod, s *Scenario) (*Engine
 	// One family of the node's /simulate/vllm carries one label set.
 	for j, o := range s.Pods {
 		if e.Kind == EngineVLLM && o.Engine != nil && o.Engine.Kind == EngineVLLM && o.Engine.Metrics != e.Metrics {
-			at := m["metrics"]
-			if at == nil {
-				at = m["kind"]
-			}
-			return nil, d.errf(at, p+".metrics", "%s differs from pods[%d]'s %s: one node's vLLM pods share one shape of metrics", e.Metrics, j, o.Engine.Metrics)
+			return nil, d.errAt(d.first(p+".metrics", p+".kind"), p+".metrics", "%s differs from pods[%d]'s %s: one node's vLLM pods share one shape of metrics", e.Metrics, j, o.Engine.Metrics)
 		}
 	}
-	if mn := m["model"]; mn != nil {
-		if e.Model, err = d.str(mn, p+".model"); err != nil {
-			return nil, err
-		}
-	} else {
+	if !d.has(p + ".model") {
 		e.Model = servedModel(pod)
 	}
+	var err error
+	if e.KVCacheUsage, err = levels(d, p+".kv_cache_usage", es.KVCacheUsage, pod.From, s.Duration); err != nil {
+		return nil, err
+	}
 	for _, f := range []struct {
-		key   string
-		ratio bool
-		dst   *[]Step
-	}{{"kv_cache_usage", true, &e.KVCacheUsage}, {"tokens_per_second", false, &e.TokensPerSecond},
-		{"requests_running", false, &e.Running}, {"requests_waiting", false, &e.Waiting}} {
-		if v := m[f.key]; v != nil {
-			if *f.dst, err = d.levels(v, p+"."+f.key, pod.From, total, f.ratio); err != nil {
-				return nil, err
-			}
+		key string
+		src *Levels[Level]
+		dst *[]Step
+	}{{"tokens_per_second", es.TokensPerSecond, &e.TokensPerSecond}, {"requests_running", es.Running, &e.Running}, {"requests_waiting", es.Waiting, &e.Waiting}} {
+		if *f.dst, err = levels(d, p+"."+f.key, f.src, pod.From, s.Duration); err != nil {
+			return nil, err
 		}
 	}
 	return e, nil
 }
 
-// levels decodes a figure that is one value from the pod's start (from),
-// or a list of {at, value} steps in ascending scenario times: ratios in
-// 0..1, or any number at least 0.
-func (d *decoder) levels(n *yaml.Node, path string, from, total time.Duration, ratio bool) ([]Step, error) {
-	value := func(n *yaml.Node, field string) (float64, error) {
-		if ratio {
-			return d.ratio(n, field)
-		}
-		v, err := d.scalar(n, field)
-		if err != nil {
-			return 0, err
-		}
-		f, perr := strconv.ParseFloat(v, 64)
-		if perr != nil || math.IsNaN(f) || math.IsInf(f, 0) || f < 0 {
-			return 0, d.errf(n, field, "%s is not a number of at least 0", v)
-		}
-		return f, nil
+// levels checks a figure that is one value from the pod's start (from), or
+// a list of {at, value} steps in ascending scenario times.
+func levels[T Ratio | Level](d *validator, path string, l *Levels[T], from, total time.Duration) ([]Step, error) {
+	if l == nil {
+		return nil, nil
 	}
-	if n.Kind == yaml.ScalarNode {
-		v, err := value(n, path)
-		return []Step{{At: from, Value: v}}, err
+	if l.Value != nil {
+		return []Step{{At: from, Value: float64(*l.Value)}}, nil
 	}
-	items, err := d.seq(n, path)
-	if err != nil {
-		return nil, err
-	}
-	out := make([]Step, 0, len(items))
-	for i, it := range items {
+	out := make([]Step, 0, len(l.List))
+	for i, it := range l.List {
 		ip := fmt.Sprintf("%s[%d]", path, i)
-		m, err := d.mapping(it, ip, "at", "value")
+		if err := d.required(ip, "at", "value"); err != nil {
+			return nil, err
+		}
+		at, err := d.offset(ip+".at", it.At, total)
 		if err != nil {
 			return nil, err
 		}
-		for _, k := range []string{"at", "value"} {
-			if m[k] == nil {
-				return nil, d.errf(it, join(ip, k), "missing")
-			}
+		if i > 0 && at <= out[i-1].At {
+			return nil, d.errf(ip+".at", "%s does not come after the previous step's %s", fmtDur(at), fmtDur(out[i-1].At))
 		}
-		var st Step
-		if st.At, err = d.offset(m["at"], ip+".at", total); err != nil {
-			return nil, err
-		}
-		if st.Value, err = value(m["value"], ip+".value"); err != nil {
-			return nil, err
-		}
-		if i > 0 && st.At <= out[i-1].At {
-			return nil, d.errf(m["at"], ip+".at", "%s does not come after the previous step's %s", fmtDur(st.At), fmtDur(out[i-1].At))
-		}
-		out = append(out, st)
+		out = append(out, Step{At: at, Value: float64(it.Value)})
 	}
 	return out, nil
 }

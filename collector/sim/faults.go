@@ -7,7 +7,6 @@ import (
 	"time"
 
 	"github.com/NVIDIA/go-nvml/pkg/nvml"
-	"go.yaml.in/yaml/v3"
 	"google.golang.org/grpc/codes"
 )
 
@@ -145,35 +144,25 @@ func sortedKeys[V any](m map[string]V) []string {
 	return out
 }
 
-// faults decodes the scenario's faults list.
-func (d *decoder) faults(n *yaml.Node, s *Scenario) error {
-	items, err := d.seq(n, "faults")
-	if err != nil {
-		return err
-	}
-	for i, it := range items {
+// faults checks the scenario's faults list.
+func (d *validator) faults(spec *ScenarioSpec, s *Scenario) error {
+	for i := range spec.Faults {
+		fs := &spec.Faults[i]
 		p := fmt.Sprintf("faults[%d]", i)
-		m, err := d.mapping(it, p, "kind", "from", "to", "at", "gpu", "call", "error", "stamp", "delay", "code", "pod", "ids", "phase")
-		if err != nil {
+		if err := d.required(p, "kind"); err != nil {
 			return err
 		}
-		if m["kind"] == nil {
-			return d.errf(it, p+".kind", "missing")
-		}
-		f := Fault{}
-		if f.Kind, err = d.str(m["kind"], p+".kind"); err != nil {
-			return err
-		}
+		f := Fault{Kind: fs.Kind}
 		keys, ok := faultKeys[f.Kind]
 		if !ok {
-			return d.errf(m["kind"], p+".kind", "%q is not a fault; want one of %s", f.Kind, strings.Join(faultKinds(), ", "))
+			return d.errf(p+".kind", "%q is not a fault; want one of %s", f.Kind, strings.Join(faultKinds(), ", "))
 		}
 		for _, k := range []string{"at", "gpu", "call", "error", "stamp", "delay", "code", "pod", "ids", "phase"} {
-			if m[k] != nil && !slices.Contains(keys, k) {
-				return d.errf(m[k], p+"."+k, "is not a field of a %s fault", f.Kind)
+			if d.has(p+"."+k) && !slices.Contains(keys, k) {
+				return d.errf(p+"."+k, "is not a field of a %s fault", f.Kind)
 			}
 		}
-		if err := d.faultTimes(it, m, p, s, &f); err != nil {
+		if err := d.faultTimes(p, fs, s, &f); err != nil {
 			return err
 		}
 		if f.From < s.LeadIn {
@@ -181,10 +170,10 @@ func (d *decoder) faults(n *yaml.Node, s *Scenario) error {
 			if f.Kind == FaultKubeletRestart {
 				key = "at"
 			}
-			return d.errf(m[key], p+"."+key, "%s is within the lead_in (%s), which agent --simulate plays at once on a virtual clock; a fault must start at or after it",
+			return d.errf(p+"."+key, "%s is within the lead_in (%s), which agent --simulate plays at once on a virtual clock; a fault must start at or after it",
 				fmtDur(f.From), fmtDur(s.LeadIn))
 		}
-		if err := d.faultFields(it, m, p, s, &f); err != nil {
+		if err := d.faultFields(p, fs, s, &f); err != nil {
 			return err
 		}
 		s.Faults = append(s.Faults, f)
@@ -192,63 +181,50 @@ func (d *decoder) faults(n *yaml.Node, s *Scenario) error {
 	return nil
 }
 
-func (d *decoder) faultTimes(it *yaml.Node, m map[string]*yaml.Node, p string, s *Scenario, f *Fault) error {
+func (d *validator) faultTimes(p string, fs *FaultSpec, s *Scenario, f *Fault) error {
 	var err error
 	if f.Kind == FaultKubeletRestart {
-		if m["from"] != nil || m["to"] != nil {
-			n := m["from"]
-			if n == nil {
-				n = m["to"]
-			}
-			return d.errf(n, p+".at", "a kubelet_restart happens at one instant; give at, not from and to")
+		if d.has(p+".from") || d.has(p+".to") {
+			return d.errAt(d.first(p+".from", p+".to"), p+".at", "a kubelet_restart happens at one instant; give at, not from and to")
 		}
-		if m["at"] == nil {
-			return d.errf(it, p+".at", "missing")
+		if err := d.required(p, "at"); err != nil {
+			return err
 		}
-		f.From, err = d.offset(m["at"], p+".at", s.Duration)
+		f.From, err = d.offset(p+".at", *fs.At, s.Duration)
 		f.To = f.From
 		return err
 	}
-	for _, k := range []string{"from", "to"} {
-		if m[k] == nil {
-			return d.errf(it, p+"."+k, "missing")
-		}
-	}
-	if f.From, err = d.offset(m["from"], p+".from", s.Duration); err != nil {
+	if err := d.required(p, "from", "to"); err != nil {
 		return err
 	}
-	if f.To, err = d.offset(m["to"], p+".to", s.Duration); err != nil {
+	if f.From, err = d.offset(p+".from", *fs.From, s.Duration); err != nil {
+		return err
+	}
+	if f.To, err = d.offset(p+".to", *fs.To, s.Duration); err != nil {
 		return err
 	}
 	if f.To <= f.From {
-		return d.errf(m["to"], p+".to", "%s is not after from (%s)", fmtDur(f.To), fmtDur(f.From))
+		return d.errf(p+".to", "%s is not after from (%s)", fmtDur(f.To), fmtDur(f.From))
 	}
 	return nil
 }
 
-func (d *decoder) faultFields(it *yaml.Node, m map[string]*yaml.Node, p string, s *Scenario, f *Fault) error {
-	need := func(k string) error {
-		if m[k] == nil {
-			return d.errf(it, p+"."+k, "missing")
-		}
-		return nil
-	}
-	var err error
+func (d *validator) faultFields(p string, fs *FaultSpec, s *Scenario, f *Fault) error {
 	if slices.Contains(faultKeys[f.Kind], "gpu") {
-		if err := need("gpu"); err != nil {
+		if err := d.required(p, "gpu"); err != nil {
 			return err
 		}
-		spec, err := d.device(m["gpu"], p+".gpu", s.GPUs)
+		dev, err := d.gpu(p+".gpu", fs.GPU.DeviceSpec, s.GPUs)
 		if err != nil {
 			return err
 		}
-		if spec.Replicated {
-			return d.errf(m["gpu"], p+".gpu", "%s: a fault concerns a whole GPU; want gpu:%d", spec, spec.GPU)
+		if dev.Replicated {
+			return d.errf(p+".gpu", "%s: a fault concerns a whole GPU; want gpu:%d", dev, dev.GPU)
 		}
-		if _, on := s.MIG[spec.GPU]; on {
-			return d.errf(m["gpu"], p+".gpu", "%s is in MIG mode; faults are simulated on whole GPUs only", spec)
+		if _, on := s.MIG[dev.GPU]; on {
+			return d.errf(p+".gpu", "%s is in MIG mode; faults are simulated on whole GPUs only", dev)
 		}
-		f.GPU = spec.GPU
+		f.GPU = dev.GPU
 	}
 	switch f.Kind {
 	case FaultNVMLError, FaultNVMLHang:
@@ -256,110 +232,78 @@ func (d *decoder) faultFields(it *yaml.Node, m map[string]*yaml.Node, p string, 
 		if f.Kind == FaultNVMLError {
 			f.Call = CallAll
 		}
-		if n := m["call"]; n != nil {
-			if f.Call, err = d.str(n, p+".call"); err != nil {
-				return err
-			}
+		if d.has(p + ".call") {
+			f.Call = fs.Call
 			if !slices.Contains(faultCalls, f.Call) {
-				return d.errf(n, p+".call", "%q is not an NVML call; want one of %s", f.Call, strings.Join(faultCalls, ", "))
+				return d.errf(p+".call", "%q is not an NVML call; want one of %s", f.Call, strings.Join(faultCalls, ", "))
 			}
 		}
 		if f.Kind == FaultNVMLError {
-			if err := need("error"); err != nil {
+			if err := d.required(p, "error"); err != nil {
 				return err
 			}
-			v, err := d.str(m["error"], p+".error")
-			if err != nil {
-				return err
-			}
-			ret, ok := faultErrors[v]
+			ret, ok := faultErrors[fs.Error]
 			if !ok {
-				return d.errf(m["error"], p+".error", "%q is not an injectable NVML error; want one of %s", v, strings.Join(sortedKeys(faultErrors), ", "))
+				return d.errf(p+".error", "%q is not an injectable NVML error; want one of %s", fs.Error, strings.Join(sortedKeys(faultErrors), ", "))
 			}
 			f.Error = ret
 		}
 	case FaultBadTimestamp:
-		if err := need("stamp"); err != nil {
+		if err := d.required(p, "stamp"); err != nil {
 			return err
 		}
-		if f.Stamp, err = d.str(m["stamp"], p+".stamp"); err != nil {
-			return err
-		}
+		f.Stamp = fs.Stamp
 		if f.Stamp != "future" && f.Stamp != "past" && f.Stamp != "zero" {
-			return d.errf(m["stamp"], p+".stamp", "%q is not one of future, past, zero", f.Stamp)
+			return d.errf(p+".stamp", "%q is not one of future, past, zero", f.Stamp)
 		}
 	case FaultKubeletSlow:
-		if err := need("delay"); err != nil {
+		if err := d.required(p, "delay"); err != nil {
 			return err
 		}
-		if f.Delay, err = d.duration(m["delay"], p+".delay"); err != nil {
-			return err
-		}
-		if f.Delay == 0 {
-			return d.errf(m["delay"], p+".delay", "must be longer than 0s")
+		if f.Delay = time.Duration(fs.Delay); f.Delay == 0 {
+			return d.errf(p+".delay", "must be longer than 0s")
 		}
 	case FaultKubeletError:
-		if err := need("code"); err != nil {
+		if err := d.required(p, "code"); err != nil {
 			return err
 		}
-		v, err := d.str(m["code"], p+".code")
-		if err != nil {
-			return err
-		}
-		c, ok := faultCodes[v]
+		c, ok := faultCodes[fs.Code]
 		if !ok {
-			return d.errf(m["code"], p+".code", "%q is not an injectable gRPC code; want one of %s", v, strings.Join(sortedKeys(faultCodes), ", "))
+			return d.errf(p+".code", "%q is not an injectable gRPC code; want one of %s", fs.Code, strings.Join(sortedKeys(faultCodes), ", "))
 		}
 		f.Code = c
 	case FaultDeviceIDs, FaultGhostPod:
-		if err := need("pod"); err != nil {
+		if err := d.required(p, "pod"); err != nil {
 			return err
 		}
-		v, err := d.str(m["pod"], p+".pod")
-		if err != nil {
-			return err
-		}
-		ns, name, ok := strings.Cut(v, "/")
+		ns, name, ok := strings.Cut(fs.Pod, "/")
 		if !ok || ns == "" || name == "" || strings.Contains(name, "/") {
-			return d.errf(m["pod"], p+".pod", "%q is not namespace/name", v)
+			return d.errf(p+".pod", "%q is not namespace/name", fs.Pod)
 		}
 		f.Namespace, f.Pod = ns, name
 		if f.Kind == FaultDeviceIDs {
-			if err := need("ids"); err != nil {
+			if err := d.required(p, "ids"); err != nil {
 				return err
 			}
-			ids, err := d.seq(m["ids"], p+".ids")
-			if err != nil {
-				return err
+			if len(fs.IDs) == 0 {
+				return d.errf(p+".ids", "must name at least one device ID")
 			}
-			if len(ids) == 0 {
-				return d.errf(m["ids"], p+".ids", "must name at least one device ID")
-			}
-			for j, n := range ids {
-				v, err := d.scalar(n, fmt.Sprintf("%s.ids[%d]", p, j))
-				if err != nil {
-					return err
-				}
-				f.IDs = append(f.IDs, v)
-			}
+			f.IDs = fs.IDs
 			return nil
 		}
 		f.Phase = "Succeeded"
-		if n := m["phase"]; n != nil {
-			if f.Phase, err = d.str(n, p+".phase"); err != nil {
-				return err
-			}
-			switch f.Phase {
+		if d.has(p + ".phase") {
+			switch f.Phase = fs.Phase; f.Phase {
 			case "Succeeded", "Failed", "Running":
 			case "unknown":
 				f.Phase = ""
 			default:
-				return d.errf(n, p+".phase", "%q is not one of Succeeded, Failed, Running, unknown", f.Phase)
+				return d.errf(p+".phase", "%q is not one of Succeeded, Failed, Running, unknown", f.Phase)
 			}
 		}
 		for i, sp := range s.Pods {
 			if sp.Namespace == f.Namespace && sp.Name == f.Pod {
-				return d.errf(m["pod"], p+".pod", "%s is pods[%d]; a ghost pod is one the scenario does not run", v, i)
+				return d.errf(p+".pod", "%s is pods[%d]; a ghost pod is one the scenario does not run", fs.Pod, i)
 			}
 		}
 	}

@@ -6,7 +6,6 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
-	"go.yaml.in/yaml/v3"
 )
 
 // UnscheduledPod is a pod that requests GPUs and that no node has taken:
@@ -49,105 +48,75 @@ type UnscheduledPod struct {
 // (NVIDIA/k8s-device-plugin, internal/lm/resource.go).
 const ProductLabel = "nvidia.com/gpu.product"
 
-var unscheduledKeys = []string{"namespace", "name", "container", "owner", "resource", "gpus", "from", "to", "priority_class", "queue", "claim", "node_selector", "suspended"}
-
-func (d *decoder) unscheduled(n *yaml.Node, s *Scenario) error {
-	items, err := d.seq(n, "unscheduled")
-	if err != nil {
-		return err
-	}
+// unscheduled checks the unscheduled pods and fills in their defaults.
+func (d *validator) unscheduled(spec *ScenarioSpec, s *Scenario) error {
 	seen := map[string]string{}
 	for i, p := range s.Pods {
 		seen[p.Namespace+"/"+p.Name] = fmt.Sprintf("pods[%d]", i)
 	}
-	for i, it := range items {
+	for i := range spec.Unscheduled {
+		us := &spec.Unscheduled[i]
 		p := fmt.Sprintf("unscheduled[%d]", i)
-		m, err := d.mapping(it, p, unscheduledKeys...)
-		if err != nil {
+		if err := d.required(p, "namespace", "name"); err != nil {
 			return err
 		}
-		u := UnscheduledPod{Container: "main", Resource: ResourceGPU, GPUs: 1, To: s.Duration}
-		for _, k := range []string{"namespace", "name"} {
-			if m[k] == nil {
-				return d.errf(it, join(p, k), "missing")
-			}
-		}
-		if u.Namespace, err = d.str(m["namespace"], p+".namespace"); err != nil {
-			return err
-		}
-		if u.Name, err = d.str(m["name"], p+".name"); err != nil {
-			return err
-		}
+		u := UnscheduledPod{Namespace: us.Namespace, Name: us.Name, Container: "main", Resource: ResourceGPU, GPUs: 1, To: s.Duration,
+			Queue: us.Queue, NodeSelector: us.NodeSelector, Suspended: bool(us.Suspended)}
 		key := u.Namespace + "/" + u.Name
 		if prev, dup := seen[key]; dup {
-			return d.errf(m["name"], p+".name", "%s is already %s", key, prev)
+			return d.errf(p+".name", "%s is already %s", key, prev)
 		}
 		seen[key] = p
-		if c := m["container"]; c != nil {
-			if u.Container, err = d.str(c, p+".container"); err != nil {
-				return err
-			}
+		if d.has(p + ".container") {
+			u.Container = us.Container
 		}
-		if o := m["owner"]; o != nil {
-			if u.Owner, err = d.owner(o, p+".owner"); err != nil {
+		if us.Owner != nil {
+			if err := d.required(p+".owner", "kind", "name"); err != nil {
 				return err
 			}
+			u.Owner = *us.Owner
 		}
-		if r := m["resource"]; r != nil {
-			if u.Resource, err = d.str(r, p+".resource"); err != nil {
-				return err
-			}
+		if d.has(p + ".resource") {
+			u.Resource = us.Resource
 			if u.Resource != ResourceGPU && u.Resource != ResourceGPUShared && !strings.HasPrefix(u.Resource, ResourceMIGPrefix) {
-				return d.errf(r, p+".resource", "%q is not %s, %s or %s<profile>", u.Resource, ResourceGPU, ResourceGPUShared, ResourceMIGPrefix)
+				return d.errf(p+".resource", "%q is not %s, %s or %s<profile>", u.Resource, ResourceGPU, ResourceGPUShared, ResourceMIGPrefix)
 			}
 		}
-		if c := m["claim"]; c != nil {
-			if m["resource"] != nil {
-				return d.errf(c, p+".claim", "a pod that waits on a DRA claim requests no resource; drop resource")
+		if d.has(p + ".claim") {
+			if d.has(p + ".resource") {
+				return d.errf(p+".claim", "a pod that waits on a DRA claim requests no resource; drop resource")
 			}
-			if u.Claim, err = d.str(c, p+".claim"); err != nil {
-				return err
-			}
-			u.Resource = ""
+			u.Claim, u.Resource = us.Claim, ""
 		}
-		if g := m["gpus"]; g != nil {
-			n, err := d.integer(g, p+".gpus", 1, 1024)
+		if d.has(p + ".gpus") {
+			n, err := d.whole(p+".gpus", us.GPUs, 1, 1024)
 			if err != nil {
 				return err
 			}
 			u.GPUs = int(n)
 		}
-		if err := d.window(m, p, s.Duration, &u.From, &u.To); err != nil {
+		if err := d.window(p, us.From, us.To, s.Duration, &u.From, &u.To); err != nil {
 			return err
 		}
-		if n := m["priority_class"]; n != nil {
-			if u.PriorityClass, err = d.priorityClass(n, p+".priority_class", s); err != nil {
+		if d.has(p + ".priority_class") {
+			if err := d.priorityClass(p+".priority_class", us.PriorityClass, s); err != nil {
 				return err
 			}
+			u.PriorityClass = us.PriorityClass
 		}
-		if n := m["queue"]; n != nil {
-			if u.Queue, err = d.str(n, p+".queue"); err != nil {
-				return err
-			}
-		}
-		if n := m["node_selector"]; n != nil {
-			if u.NodeSelector, err = d.stringMap(n, p+".node_selector"); err != nil {
-				return err
-			}
-		}
-		if n := m["suspended"]; n != nil {
-			if u.Suspended, err = d.boolean(n, p+".suspended"); err != nil {
-				return err
+		for _, k := range sortedKeys(u.NodeSelector) {
+			if k == "" {
+				return d.errf(p+".node_selector", "a name must not be empty")
 			}
 		}
 		if u.Suspended {
 			switch {
 			case u.Claim != "":
-				return d.errf(m["suspended"], p+".suspended", "a suspended job has no pod, so no claim; drop claim")
+				return d.errf(p+".suspended", "a suspended job has no pod, so no claim; drop claim")
 			case u.Resource != ResourceGPU:
-				return d.errf(m["suspended"], p+".suspended", "Kueue counts a suspended job's %s; resource %s is not one", ResourceGPU, u.Resource)
+				return d.errf(p+".suspended", "Kueue counts a suspended job's %s; resource %s is not one", ResourceGPU, u.Resource)
 			case s.clusterQueueOf(u.Namespace, u.Queue) == "":
-				return d.errf(m["suspended"], p+".suspended", "a suspended job waits in a Kueue LocalQueue: queue must name one of kueue's local_queues in %s", u.Namespace)
+				return d.errf(p+".suspended", "a suspended job waits in a Kueue LocalQueue: queue must name one of kueue's local_queues in %s", u.Namespace)
 			}
 		}
 		s.Unscheduled = append(s.Unscheduled, u)
@@ -163,44 +132,4 @@ func (d *decoder) unscheduled(n *yaml.Node, s *Scenario) error {
 // its own.
 func (n *Node) KubeState() prometheus.Collector {
 	return clusterState{c: newCluster([]*Scenario{n.sc}, n.sc.Kueue), now: n.clock.Now}
-}
-
-// stringMap decodes a mapping of names to string values, such as a node
-// selector.
-func (d *decoder) stringMap(n *yaml.Node, field string) (map[string]string, error) {
-	if n.Kind != yaml.MappingNode {
-		return nil, d.errf(n, field, "want a mapping of names to values, got %s", kindName(n))
-	}
-	out := make(map[string]string, len(n.Content)/2)
-	for j := 0; j+1 < len(n.Content); j += 2 {
-		k, v := n.Content[j], resolve(n.Content[j+1])
-		f := field + "." + k.Value
-		if k.Value == "" {
-			return nil, d.errf(k, field, "a name must not be empty")
-		}
-		if _, dup := out[k.Value]; dup {
-			return nil, d.errf(k, f, "given twice")
-		}
-		val, err := d.scalar(v, f)
-		if err != nil {
-			return nil, err
-		}
-		out[k.Value] = val
-	}
-	return out, nil
-}
-
-// boolean decodes true or false.
-func (d *decoder) boolean(n *yaml.Node, field string) (bool, error) {
-	v, err := d.scalar(n, field)
-	if err != nil {
-		return false, err
-	}
-	switch v {
-	case "true":
-		return true, nil
-	case "false":
-		return false, nil
-	}
-	return false, d.errf(n, field, "%q is not true or false", v)
 }

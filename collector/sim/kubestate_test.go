@@ -24,7 +24,7 @@ func TestParseLeadInAndUnscheduledErrors(t *testing.T) {
 		{"node selector not a mapping", head + "unscheduled:\n  - {namespace: a, name: w, node_selector: [x]}\n",
 			"t.yaml:6: unscheduled[0].node_selector: want a mapping of names to values, got a list"},
 		{"suspended not a boolean", head + "unscheduled:\n  - {namespace: a, name: w, suspended: yes}\n",
-			`t.yaml:6: unscheduled[0].suspended: "yes" is not true or false`},
+			`t.yaml:6: unscheduled[0].suspended: want true or false, got "yes"`},
 		{"suspended without a queue", head + "unscheduled:\n  - {namespace: a, name: w, suspended: true}\n",
 			"t.yaml:6: unscheduled[0].suspended: a suspended job waits in a Kueue LocalQueue: queue must name one of kueue's local_queues in a"},
 		{"suspended with a claim", head + "unscheduled:\n  - {namespace: a, name: w, claim: c, suspended: true}\n",

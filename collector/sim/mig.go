@@ -4,15 +4,12 @@ import (
 	"crypto/sha256"
 	"fmt"
 	"math"
-	"regexp"
 	"sort"
-	"strconv"
 	"strings"
 	"time"
 
 	"github.com/NVIDIA/go-nvml/pkg/nvml"
 	"github.com/NVIDIA/go-nvml/pkg/nvml/mock"
-	"go.yaml.in/yaml/v3"
 )
 
 // ResourceMIGPrefix starts the extended resource of a MIG device, as the
@@ -97,134 +94,116 @@ func fmtLayout(layout []string) string {
 	return "[" + strings.Join(out, ", ") + "]"
 }
 
-// mig decodes the top-level mig mapping: GPU to the profile of each MIG
+// mig checks the top-level mig mapping: GPU to the profile of each MIG
 // device slot, "empty" for a slot with no device. The instances must fit the
 // GPU: at most seven compute slices, eight eighths of its memory, and no more
 // instances of a profile than the GPU offers.
-func (d *decoder) mig(n *yaml.Node, s *Scenario) error {
-	if n.Kind != yaml.MappingNode {
-		return d.errf(n, "mig", `want a mapping of GPUs to MIG layouts, such as {"gpu:0": [3g.40gb, 2g.20gb]}, got %s`, kindName(n))
+func (d *validator) mig(spec *ScenarioSpec, s *Scenario) error {
+	if spec.MIG == nil {
+		return nil
 	}
 	sys := systems[s.System]
-	s.MIG = make(map[int][]string, len(n.Content)/2)
-	d.migKeys = make(map[int]*yaml.Node, len(n.Content)/2)
-	for i := 0; i+1 < len(n.Content); i += 2 {
-		k, v := n.Content[i], resolve(n.Content[i+1])
-		f := "mig." + k.Value
-		if k.Value == "<<" {
-			return d.errf(k, "mig", "merge keys (<<) are not supported")
-		}
-		spec, err := d.device(k, f, s.GPUs)
+	s.MIG = make(map[int][]string, len(spec.MIG))
+	for _, k := range sortedKeys(spec.MIG) {
+		f := "mig." + k
+		dev, err := d.gpuKey(f, k, s.GPUs)
 		if err != nil {
 			return err
 		}
-		if spec.Replicated {
-			return d.errf(k, f, "MIG layouts are per GPU; want gpu:%d", spec.GPU)
+		if dev.Replicated {
+			return d.errf(f, "MIG layouts are per GPU; want gpu:%d", dev.GPU)
 		}
-		if _, dup := s.MIG[spec.GPU]; dup {
-			return d.errf(k, f, "given twice")
+		if _, dup := s.MIG[dev.GPU]; dup {
+			return d.errf(f, "given twice")
 		}
-		d.migKeys[spec.GPU] = k
-		if v.Kind == yaml.ScalarNode {
-			if v.Value != MIGDynamicMode {
-				return d.errf(v, f, "%q is not a MIG layout; want a list of profiles, such as [3g.40gb, 2g.20gb], or %s", v.Value, MIGDynamicMode)
-			}
+		ms := spec.MIG[k]
+		if ms.Dynamic {
 			if s.MIGDynamic == nil {
 				s.MIGDynamic = map[int]bool{}
 			}
-			s.MIG[spec.GPU], s.MIGDynamic[spec.GPU] = []string{}, true
+			s.MIG[dev.GPU], s.MIGDynamic[dev.GPU] = []string{}, true
 			continue
 		}
-		items, err := d.seq(v, f)
-		if err != nil {
-			return err
+		if len(ms.Profiles) > MaxMIGDevices {
+			return d.errf(f, "%d slots, more than the %d MIG devices a GPU holds", len(ms.Profiles), MaxMIGDevices)
 		}
-		if len(items) > MaxMIGDevices {
-			return d.errf(v, f, "%d slots, more than the %d MIG devices a GPU holds", len(items), MaxMIGDevices)
-		}
-		layout := make([]string, len(items))
+		layout := make([]string, len(ms.Profiles))
 		count := map[string]uint32{}
 		var compute, memory uint32
-		for j, it := range items {
+		for j, name := range ms.Profiles {
 			fj := fmt.Sprintf("%s[%d]", f, j)
-			name, err := d.str(it, fj)
-			if err != nil {
-				return err
-			}
 			if name == migEmpty {
 				continue
 			}
 			p, ok := sys.migProfile(name)
 			if !ok {
-				return d.errf(it, fj, "%q is not a MIG profile of the %s; want one of %s, or %s for an unused slot",
+				return d.errf(fj, "%q is not a MIG profile of the %s; want one of %s, or %s for an unused slot",
 					name, sys.gpu.Name, strings.Join(sys.migProfileNames(), ", "), migEmpty)
 			}
 			if count[name]++; count[name] > p.info.InstanceCount {
-				return d.errf(it, fj, "a GPU holds at most %d %s instances", p.info.InstanceCount, name)
+				return d.errf(fj, "a GPU holds at most %d %s instances", p.info.InstanceCount, name)
 			}
 			if compute += p.info.SliceCount; compute > migComputeSlices {
-				return d.errf(it, fj, "%s brings gpu:%d to %d compute slices, more than the %d it has", name, spec.GPU, compute, migComputeSlices)
+				return d.errf(fj, "%s brings gpu:%d to %d compute slices, more than the %d it has", name, dev.GPU, compute, migComputeSlices)
 			}
 			if memory += uint32(p.memSlices); memory > migMemorySlices {
-				return d.errf(it, fj, "%s brings gpu:%d to %d eighths of its memory, more than the %d it has", name, spec.GPU, memory, migMemorySlices)
+				return d.errf(fj, "%s brings gpu:%d to %d eighths of its memory, more than the %d it has", name, dev.GPU, memory, migMemorySlices)
 			}
 			layout[j] = name
 		}
-		s.MIG[spec.GPU] = layout
+		s.MIG[dev.GPU] = layout
 	}
 	return nil
 }
 
-var (
-	migDeviceRE  = regexp.MustCompile(`^mig:([0-9]+)/([0-9]+)$`)
-	migDynamicRE = regexp.MustCompile(`^mig:([0-9]+):(.+)$`)
-)
-
-// podDevice decodes a device a pod holds: gpu:N, gpu:N::R, or mig:N/S (slot
-// S of GPU N's MIG layout). A GPU in MIG mode is held only by its slots.
-func (d *decoder) podDevice(n *yaml.Node, field string, s *Scenario) (DeviceSpec, error) {
-	v, err := d.scalar(n, field)
-	if err != nil {
-		return DeviceSpec{}, err
+// podDevice checks a device a pod holds: gpu:N, gpu:N::R, mig:N/S (slot S
+// of GPU N's MIG layout) or mig:N:<profile>. A GPU in MIG mode is held only
+// by its slots.
+func (d *validator) podDevice(field string, spec DeviceSpec, s *Scenario) (DeviceSpec, error) {
+	v := spec.String()
+	if spec.MIG && spec.GPU >= s.GPUs {
+		return DeviceSpec{}, d.errf(field, "%s is not on one of the node's %d GPUs (gpu:0 to gpu:%d)", v, s.GPUs, s.GPUs-1)
 	}
-	if m := migDynamicRE.FindStringSubmatch(v); m != nil {
-		return d.dynamicDevice(n, field, v, m[1], m[2], s)
-	}
-	if m := migDeviceRE.FindStringSubmatch(v); m != nil {
-		gpu, err1 := strconv.Atoi(m[1])
-		if err1 != nil || gpu >= s.GPUs {
-			return DeviceSpec{}, d.errf(n, field, "%s is not on one of the node's %d GPUs (gpu:0 to gpu:%d)", v, s.GPUs, s.GPUs-1)
+	gpu := spec.GPU
+	switch {
+	case spec.Dynamic:
+		if !s.MIGDynamic[gpu] {
+			if _, on := s.MIG[gpu]; on {
+				return DeviceSpec{}, d.errf(field, "%s: gpu:%d has a fixed MIG layout; hold one of its devices as mig:%d/S, or make it %s under mig", v, gpu, gpu, MIGDynamicMode)
+			}
+			return DeviceSpec{}, d.errf(field, `%s: gpu:%d is not in dynamic MIG mode; give it mig: {"gpu:%d": %s}`, v, gpu, gpu, MIGDynamicMode)
 		}
+		sys := systems[s.System]
+		if _, ok := sys.migProfile(spec.Profile); !ok {
+			return DeviceSpec{}, d.errf(field, "%s: %q is not a MIG profile of the %s; want one of %s", v, spec.Profile, sys.gpu.Name, strings.Join(sys.migProfileNames(), ", "))
+		}
+		return spec, nil
+	case spec.MIG:
 		layout, on := s.MIG[gpu]
 		if !on {
-			return DeviceSpec{}, d.errf(n, field, "%s: gpu:%d has no MIG layout; give it one under mig, or hold it whole as gpu:%d", v, gpu, gpu)
+			return DeviceSpec{}, d.errf(field, "%s: gpu:%d has no MIG layout; give it one under mig, or hold it whole as gpu:%d", v, gpu, gpu)
 		}
 		if s.MIGDynamic[gpu] {
-			return DeviceSpec{}, d.errf(n, field, "%s: gpu:%d is in dynamic MIG mode; ask for a profile, as mig:%d:<profile>", v, gpu, gpu)
+			return DeviceSpec{}, d.errf(field, "%s: gpu:%d is in dynamic MIG mode; ask for a profile, as mig:%d:<profile>", v, gpu, gpu)
 		}
-		slot, err2 := strconv.Atoi(m[2])
-		if err2 != nil || slot >= len(layout) || layout[slot] == "" {
-			return DeviceSpec{}, d.errf(n, field, "%s: gpu:%d has no MIG device %s; its layout is %s", v, gpu, m[2], fmtLayout(layout))
+		if spec.MIGSlot >= len(layout) || layout[spec.MIGSlot] == "" {
+			return DeviceSpec{}, d.errf(field, "%s: gpu:%d has no MIG device %d; its layout is %s", v, gpu, spec.MIGSlot, fmtLayout(layout))
 		}
-		return DeviceSpec{GPU: gpu, MIG: true, MIGSlot: slot}, nil
+		return spec, nil
 	}
-	if !deviceRE.MatchString(v) {
-		return DeviceSpec{}, d.errf(n, field, "%q is not a device; want gpu:N, gpu:N::R, mig:N/S or mig:N:<profile>", v)
-	}
-	spec, err := d.device(n, field, s.GPUs)
-	if err != nil {
+	if _, err := d.gpu(field, spec, s.GPUs); err != nil {
 		return spec, err
 	}
-	if s.MIGDynamic[spec.GPU] && systems[s.System].migToggle() && !spec.Replicated {
+	if s.MIGDynamic[gpu] && systems[s.System].migToggle() && !spec.Replicated {
 		// NVIDIA's DRA driver offers the whole GPU beside its partitions
 		// where MIG mode changes without a reset (nvlib.go).
 		return spec, nil
 	}
-	if _, on := s.MIG[spec.GPU]; on {
-		if s.MIGDynamic[spec.GPU] {
-			return spec, d.errf(n, field, "%s: the %s cannot leave MIG mode without a reset, so NVIDIA's DRA driver offers only its MIG devices (mig:%d:<profile>)", spec, systems[s.System].gpu.Name, spec.GPU)
+	if _, on := s.MIG[gpu]; on {
+		if s.MIGDynamic[gpu] {
+			return spec, d.errf(field, "%s: the %s cannot leave MIG mode without a reset, so NVIDIA's DRA driver offers only its MIG devices (mig:%d:<profile>)", spec, systems[s.System].gpu.Name, gpu)
 		}
-		return spec, d.errf(n, field, "%s: the GPU is in MIG mode; hold one of its MIG devices (mig:%d/S)", spec, spec.GPU)
+		return spec, d.errf(field, "%s: the GPU is in MIG mode; hold one of its MIG devices (mig:%d/S)", spec, gpu)
 	}
 	return spec, nil
 }
@@ -234,35 +213,15 @@ func (d *decoder) podDevice(n *yaml.Node, field string, s *Scenario) (DeviceSpec
 // supportsMIGModeToggle: arch >= DEVICE_ARCH_HOPPER).
 func (s system) migToggle() bool { return s.gpu.Architecture >= nvml.DEVICE_ARCH_HOPPER }
 
-// dynamicDevice decodes mig:N:<profile>, a MIG device that the DRA driver
-// creates on GPU N in dynamic MIG mode.
-func (d *decoder) dynamicDevice(n *yaml.Node, field, v, gpuS, profile string, s *Scenario) (DeviceSpec, error) {
-	gpu, err := strconv.Atoi(gpuS)
-	if err != nil || gpu >= s.GPUs {
-		return DeviceSpec{}, d.errf(n, field, "%s is not on one of the node's %d GPUs (gpu:0 to gpu:%d)", v, s.GPUs, s.GPUs-1)
-	}
-	if !s.MIGDynamic[gpu] {
-		if _, on := s.MIG[gpu]; on {
-			return DeviceSpec{}, d.errf(n, field, "%s: gpu:%d has a fixed MIG layout; hold one of its devices as mig:%d/S, or make it %s under mig", v, gpu, gpu, MIGDynamicMode)
-		}
-		return DeviceSpec{}, d.errf(n, field, `%s: gpu:%d is not in dynamic MIG mode; give it mig: {"gpu:%d": %s}`, v, gpu, gpu, MIGDynamicMode)
-	}
-	sys := systems[s.System]
-	if _, ok := sys.migProfile(profile); !ok {
-		return DeviceSpec{}, d.errf(n, field, "%s: %q is not a MIG profile of the %s; want one of %s", v, profile, sys.gpu.Name, strings.Join(sys.migProfileNames(), ", "))
-	}
-	return DeviceSpec{GPU: gpu, MIG: true, Dynamic: true, Profile: profile}, nil
-}
-
 // migPod checks a pod's MIG devices against its resource and memory, and
 // derives the resource from the first MIG device's profile when the pod
 // names none. A DRA pod has no resource: only its memory is checked.
-func (d *decoder) migPod(path string, m map[string]*yaml.Node, devs []*yaml.Node, pod *Pod, s *Scenario) error {
+func (d *validator) migPod(path string, ps *PodSpec, pod *Pod, s *Scenario) error {
 	sys := systems[s.System]
 	dra := pod.Allocation == AllocationDRA
 	// GKE's device plugin hands every device out as nvidia.com/gpu.
 	gke := s.DeviceIDs == DeviceIDsGKE
-	if m["resource"] == nil && !dra && !gke {
+	if !d.has(path+".resource") && !dra && !gke {
 		for _, spec := range pod.Devices {
 			if spec.MIG {
 				pod.Resource = ResourceMIGPrefix + s.MIG[spec.GPU][spec.MIGSlot]
@@ -274,7 +233,7 @@ func (d *decoder) migPod(path string, m map[string]*yaml.Node, devs []*yaml.Node
 		f := fmt.Sprintf("%s.devices[%d]", path, j)
 		if !spec.MIG {
 			if !dra && strings.HasPrefix(pod.Resource, ResourceMIGPrefix) {
-				return d.errf(devs[j], f, "%s is not a MIG device, but %s hands out MIG devices (mig:N/S)", spec, pod.Resource)
+				return d.errf(f, "%s is not a MIG device, but %s hands out MIG devices (mig:N/S)", spec, pod.Resource)
 			}
 			continue
 		}
@@ -283,15 +242,11 @@ func (d *decoder) migPod(path string, m map[string]*yaml.Node, devs []*yaml.Node
 			name = s.MIG[spec.GPU][spec.MIGSlot]
 		}
 		if want := ResourceMIGPrefix + name; !dra && !gke && pod.Resource != want {
-			return d.errf(devs[j], f, "%s is a %s MIG device, handed out as %s, not %s", spec, name, want, pod.Resource)
+			return d.errf(f, "%s is a %s MIG device, handed out as %s, not %s", spec, name, want, pod.Resource)
 		}
 		p, _ := sys.migProfile(name)
 		if limit := p.info.MemorySizeMB << 20; pod.Memory > limit {
-			n := m["memory"]
-			if n == nil {
-				n = devs[j]
-			}
-			return d.errf(n, path+".memory", "%s is more than the %s of %s (%s)", fmtBytes(pod.Memory), fmtBytes(limit), spec, name)
+			return d.errAt(d.first(path+".memory", f), path+".memory", "%s is more than the %s of %s (%s)", fmtBytes(pod.Memory), fmtBytes(limit), spec, name)
 		}
 	}
 	return nil

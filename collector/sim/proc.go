@@ -6,12 +6,11 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
 	"time"
-
-	"go.yaml.in/yaml/v3"
 
 	"github.com/gpuxray/gpuxray/collector"
 )
@@ -62,78 +61,44 @@ type UnattributedProcess struct {
 	Util []Step
 }
 
-var unattributedKeys = []string{"device", "pid", "memory", "cmdline", "from", "to", "util"}
-
-// processes decodes the scenario's `cgroup` and `unattributed` keys and
-// checks the processes against the pods'. It runs after crossCheck.
-func (d *decoder) processes(m map[string]*yaml.Node, s *Scenario) error {
+// processes checks the scenario's `cgroup` and `unattributed` keys and
+// the processes against the pods'. It runs after crossCheck.
+func (d *validator) processes(spec *ScenarioSpec, s *Scenario) error {
 	s.Cgroup = CgroupSystemdContainerd
-	if n := m["cgroup"]; n != nil {
-		v, err := d.str(n, "cgroup")
-		if err != nil {
-			return err
+	if d.has("cgroup") {
+		if !slices.Contains(cgroupStyles, spec.Cgroup) {
+			return d.errf("cgroup", "%q is not a cgroup style; want one of %s", spec.Cgroup, strings.Join(cgroupStyles, ", "))
 		}
-		if !contains(cgroupStyles, v) {
-			return d.errf(n, "cgroup", "%q is not a cgroup style; want one of %s", v, strings.Join(cgroupStyles, ", "))
-		}
-		s.Cgroup = v
-	}
-	n := m["unattributed"]
-	if n == nil {
-		return nil
-	}
-	items, err := d.seq(n, "unattributed")
-	if err != nil {
-		return err
+		s.Cgroup = spec.Cgroup
 	}
 	usable := systems[s.System].memTotal() - reservedMemory
-	pidNodes := make([]*yaml.Node, len(items))
-	memNodes := make([]*yaml.Node, len(items))
-	for i, it := range items {
+	for i, us := range spec.Unattributed {
 		p := fmt.Sprintf("unattributed[%d]", i)
-		m, err := d.mapping(it, p, unattributedKeys...)
+		if err := d.required(p, "device", "pid"); err != nil {
+			return err
+		}
+		u := UnattributedProcess{To: s.Duration, Cmdline: us.Cmdline, Memory: uint64(us.Memory)}
+		dev, err := d.gpu(p+".device", us.Device.DeviceSpec, s.GPUs)
 		if err != nil {
 			return err
 		}
-		for _, k := range []string{"device", "pid"} {
-			if m[k] == nil {
-				return d.errf(it, join(p, k), "missing")
-			}
+		if dev.Replicated {
+			return d.errf(p+".device", "%s: a process runs on a whole GPU; want gpu:%d", dev, dev.GPU)
 		}
-		u := UnattributedProcess{To: s.Duration}
-		spec, err := d.device(m["device"], p+".device", s.GPUs)
+		if _, on := s.MIG[dev.GPU]; on {
+			return d.errf(p+".device", "%s is in MIG mode; the simulation has no processes outside its MIG devices", dev)
+		}
+		u.GPU = dev.GPU
+		pid, err := d.whole(p+".pid", us.PID, 1, 4194304)
 		if err != nil {
 			return err
 		}
-		if spec.Replicated {
-			return d.errf(m["device"], p+".device", "%s: a process runs on a whole GPU; want gpu:%d", spec, spec.GPU)
-		}
-		if _, on := s.MIG[spec.GPU]; on {
-			return d.errf(m["device"], p+".device", "%s is in MIG mode; the simulation has no processes outside its MIG devices", spec)
-		}
-		u.GPU = spec.GPU
-		pid, err := d.integer(m["pid"], p+".pid", 1, 4194304)
-		if err != nil {
+		u.PID = uint32(pid)
+		if err := d.window(p, us.From, us.To, s.Duration, &u.From, &u.To); err != nil {
 			return err
 		}
-		u.PID, pidNodes[i] = uint32(pid), m["pid"]
-		if n := m["cmdline"]; n != nil {
-			if u.Cmdline, err = d.args(n, p+".cmdline"); err != nil {
-				return err
-			}
-		}
-		if err := d.window(m, p, s.Duration, &u.From, &u.To); err != nil {
-			return err
-		}
-		memNodes[i] = it
-		if n := m["memory"]; n != nil {
-			if u.Memory, err = d.bytes(n, p+".memory"); err != nil {
-				return err
-			}
-			memNodes[i] = n
-		}
-		if n := m["util"]; n != nil {
-			if u.Util, err = d.steps(n, p+".util", u.From, s.Duration); err != nil {
+		if us.Util != nil {
+			if u.Util, err = d.steps(p+".util", us.Util, u.From, s.Duration); err != nil {
 				return err
 			}
 		}
@@ -150,7 +115,7 @@ func (d *decoder) processes(m map[string]*yaml.Node, s *Scenario) error {
 	}
 	for i, u := range s.Unattributed {
 		if o, dup := owner[u.PID]; dup {
-			return d.errf(pidNodes[i], fmt.Sprintf("unattributed[%d].pid", i), "process %d is also a process of %s", u.PID, o)
+			return d.errf(fmt.Sprintf("unattributed[%d].pid", i), "process %d is also a process of %s", u.PID, o)
 		}
 		owner[u.PID] = fmt.Sprintf("unattributed[%d]", i)
 	}
@@ -182,30 +147,13 @@ func (d *decoder) processes(m map[string]*yaml.Node, s *Scenario) error {
 				}
 			}
 			if sum > usable {
-				return d.errf(memNodes[i], fmt.Sprintf("unattributed[%d].memory", i),
+				return d.errf(fmt.Sprintf("unattributed[%d].memory", i),
 					"gpu:%d would need %s at %s with the pods and processes on it, more than its %s",
 					u.GPU, fmtBytes(sum), fmtDur(t), fmtBytes(usable))
 			}
 		}
 	}
 	return nil
-}
-
-// args decodes a command line: a list of non-empty strings.
-func (d *decoder) args(n *yaml.Node, field string) ([]string, error) {
-	items, err := d.seq(n, field)
-	if err != nil {
-		return nil, err
-	}
-	out := make([]string, 0, len(items))
-	for j, a := range items {
-		v, err := d.str(a, fmt.Sprintf("%s[%d]", field, j))
-		if err != nil {
-			return nil, err
-		}
-		out = append(out, v)
-	}
-	return out, nil
 }
 
 // unattributedSeries is unattributed process i's busy ratio, 0 outside [From, To).

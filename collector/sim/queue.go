@@ -7,8 +7,6 @@ import (
 	"slices"
 	"strings"
 
-	"go.yaml.in/yaml/v3"
-
 	"github.com/gpuxray/gpuxray/collector/workload"
 )
 
@@ -34,121 +32,78 @@ type ClusterQueue struct {
 // default class, as the scenarios' clusters have not.
 func (s *Scenario) PriorityOf(class string) int32 { return s.PriorityClasses[class] }
 
-var clusterQueueKeys = []string{"cluster_queue", "cohort", "nominal_quota", "borrowing_limit", "local_queues"}
-
-// priorityClasses decodes `priority_classes: {name: value, …}`.
-func (d *decoder) priorityClasses(n *yaml.Node, s *Scenario) error {
-	if n.Kind != yaml.MappingNode {
-		return d.errf(n, "priority_classes", "want a mapping of class names to values, got %s", kindName(n))
+// priorityClasses checks `priority_classes: {name: value, …}`.
+func (d *validator) priorityClasses(spec *ScenarioSpec, s *Scenario) error {
+	if spec.PriorityClasses == nil {
+		return nil
 	}
-	s.PriorityClasses = make(map[string]int32, len(n.Content)/2)
-	for i := 0; i+1 < len(n.Content); i += 2 {
-		k, v := n.Content[i], resolve(n.Content[i+1])
-		f := "priority_classes." + k.Value
-		if k.Value == "" {
-			return d.errf(k, "priority_classes", "a class name must not be empty")
-		}
-		if _, dup := s.PriorityClasses[k.Value]; dup {
-			return d.errf(k, f, "given twice")
+	s.PriorityClasses = make(map[string]int32, len(spec.PriorityClasses))
+	for _, k := range sortedKeys(spec.PriorityClasses) {
+		if k == "" {
+			return d.errf("priority_classes", "a class name must not be empty")
 		}
 		// The API server's bound: user classes are at most one billion.
-		val, err := d.integer(v, f, math.MinInt32, 2000001000)
+		v, err := d.whole("priority_classes."+k, spec.PriorityClasses[k], math.MinInt32, 2000001000)
 		if err != nil {
 			return err
 		}
-		s.PriorityClasses[k.Value] = int32(val)
+		s.PriorityClasses[k] = int32(v)
 	}
 	return nil
 }
 
-// kueue decodes `kueue: [{cluster_queue, cohort, nominal_quota,
+// kueue checks `kueue: [{cluster_queue, cohort, nominal_quota,
 // borrowing_limit, local_queues}, …]`.
-func (d *decoder) kueue(n *yaml.Node, s *Scenario) error {
-	items, err := d.seq(n, "kueue")
-	if err != nil {
-		return err
-	}
+func (d *validator) kueue(spec *ScenarioSpec, s *Scenario) error {
 	owner := map[string]string{}
-	for i, it := range items {
+	for i, q := range spec.Kueue {
 		p := fmt.Sprintf("kueue[%d]", i)
-		m, err := d.mapping(it, p, clusterQueueKeys...)
+		if err := d.required(p, "cluster_queue"); err != nil {
+			return err
+		}
+		cq := ClusterQueue{Name: q.ClusterQueue, Cohort: q.Cohort, BorrowingLimit: -1}
+		if slices.ContainsFunc(s.Kueue, func(o ClusterQueue) bool { return o.Name == cq.Name }) {
+			return d.errf(p+".cluster_queue", "%s is given twice", cq.Name)
+		}
+		v, err := d.whole(p+".nominal_quota", q.NominalQuota, 0, 100000)
 		if err != nil {
 			return err
 		}
-		if m["cluster_queue"] == nil {
-			return d.errf(it, p+".cluster_queue", "missing")
-		}
-		cq := ClusterQueue{BorrowingLimit: -1}
-		if cq.Name, err = d.str(m["cluster_queue"], p+".cluster_queue"); err != nil {
-			return err
-		}
-		if slices.ContainsFunc(s.Kueue, func(o ClusterQueue) bool { return o.Name == cq.Name }) {
-			return d.errf(m["cluster_queue"], p+".cluster_queue", "%s is given twice", cq.Name)
-		}
-		if c := m["cohort"]; c != nil {
-			if cq.Cohort, err = d.str(c, p+".cohort"); err != nil {
-				return err
-			}
-		}
-		if q := m["nominal_quota"]; q != nil {
-			v, err := d.integer(q, p+".nominal_quota", 0, 100000)
-			if err != nil {
-				return err
-			}
-			cq.NominalQuota = int(v)
-		}
-		if q := m["borrowing_limit"]; q != nil {
-			v, err := d.integer(q, p+".borrowing_limit", 0, 100000)
+		cq.NominalQuota = int(v)
+		if q.BorrowingLimit != nil {
+			v, err := d.whole(p+".borrowing_limit", *q.BorrowingLimit, 0, 100000)
 			if err != nil {
 				return err
 			}
 			cq.BorrowingLimit = int(v)
 		}
-		if l := m["local_queues"]; l != nil {
-			lqs, err := d.seq(l, p+".local_queues")
-			if err != nil {
-				return err
+		for j, v := range q.LocalQueues {
+			f := fmt.Sprintf("%s.local_queues[%d]", p, j)
+			if ns, name, ok := strings.Cut(v, "/"); !ok || ns == "" || name == "" {
+				return d.errf(f, "%q is not namespace/name", v)
 			}
-			for j, lq := range lqs {
-				f := fmt.Sprintf("%s.local_queues[%d]", p, j)
-				v, err := d.str(lq, f)
-				if err != nil {
-					return err
-				}
-				if ns, name, ok := strings.Cut(v, "/"); !ok || ns == "" || name == "" {
-					return d.errf(lq, f, "%q is not namespace/name", v)
-				}
-				if prev, dup := owner[v]; dup {
-					return d.errf(lq, f, "%s already feeds %s", v, prev)
-				}
-				owner[v] = cq.Name
-				cq.LocalQueues = append(cq.LocalQueues, v)
+			if prev, dup := owner[v]; dup {
+				return d.errf(f, "%s already feeds %s", v, prev)
 			}
+			owner[v] = cq.Name
+			cq.LocalQueues = append(cq.LocalQueues, v)
 		}
 		s.Kueue = append(s.Kueue, cq)
 	}
 	return nil
 }
 
-// priorityClass decodes a pod's `priority_class`, which must be one of the
+// priorityClass checks a pod's `priority_class`, which must be one of the
 // scenario's priority_classes.
-func (d *decoder) priorityClass(n *yaml.Node, field string, s *Scenario) (string, error) {
-	c, err := d.str(n, field)
-	if err != nil {
-		return "", err
-	}
+func (d *validator) priorityClass(field, c string, s *Scenario) error {
 	if _, ok := s.PriorityClasses[c]; !ok {
-		known := make([]string, 0, len(s.PriorityClasses))
-		for k := range s.PriorityClasses {
-			known = append(known, k)
-		}
-		slices.Sort(known)
+		known := sortedKeys(s.PriorityClasses)
 		if len(known) == 0 {
-			return "", d.errf(n, field, "%q is not a class of priority_classes, which the scenario does not have", c)
+			return d.errf(field, "%q is not a class of priority_classes, which the scenario does not have", c)
 		}
-		return "", d.errf(n, field, "%q is not a class of priority_classes (%s)", c, strings.Join(known, ", "))
+		return d.errf(field, "%q is not a class of priority_classes (%s)", c, strings.Join(known, ", "))
 	}
-	return c, nil
+	return nil
 }
 
 // clusterQueueOf returns the ClusterQueue LocalQueue namespace/queue

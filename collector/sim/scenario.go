@@ -1,21 +1,16 @@
 package sim
 
 import (
-	"bytes"
 	_ "embed"
 	"errors"
 	"fmt"
-	"io"
-	"math"
 	"os"
 	"path/filepath"
-	"regexp"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
 	"time"
-
-	"go.yaml.in/yaml/v3"
 )
 
 // Resource names a simulated pod may request.
@@ -133,8 +128,8 @@ type Pod struct {
 
 // Owner is the controller that owns a pod (ReplicaSet, Job, StatefulSet, …).
 type Owner struct {
-	Kind string
-	Name string
+	Kind string `yaml:"kind"`
+	Name string `yaml:"name"`
 }
 
 // DeviceSpec is a scenario device: "gpu:N" (a whole GPU), "gpu:N::R"
@@ -241,9 +236,6 @@ func LoadScenario(path string) (*Scenario, error) {
 	return ParseScenario(data, filepath.Base(path))
 }
 
-// yamlLine finds the line in yaml.v3's own syntax errors ("yaml: line 3: …").
-var yamlLine = regexp.MustCompile(`^yaml: line (\d+): (.*)$`)
-
 // Bounds of a scenario beyond its file's size.
 const (
 	// MaxDuration bounds a scenario's duration: 90 days, more than a
@@ -257,836 +249,342 @@ const (
 	MaxAliasNodes = 100_000
 )
 
-// ParseScenario parses and validates a scenario; name is the file name used
-// in errors. Every error is a *ScenarioError.
-func ParseScenario(data []byte, name string) (*Scenario, error) {
-	dec := yaml.NewDecoder(bytes.NewReader(data))
-	var doc yaml.Node
-	if err := dec.Decode(&doc); err != nil && !errors.Is(err, io.EOF) {
-		msg := err.Error()
-		if m := yamlLine.FindStringSubmatch(msg); m != nil {
-			line, _ := strconv.Atoi(m[1])
-			return nil, &ScenarioError{File: name, Line: line, Msg: m[2]}
-		}
-		return nil, &ScenarioError{File: name, Msg: strings.TrimPrefix(msg, "yaml: ")}
+// whole checks that w, the value of path, is within [lo, hi].
+func (d *validator) whole(path string, w Whole, lo, hi int64) (int64, error) {
+	if int64(w) < lo || int64(w) > hi {
+		return 0, d.errf(path, "%d is not a whole number from %d to %d", w, lo, hi)
 	}
-	if doc.Kind != yaml.DocumentNode || len(doc.Content) == 0 {
-		return nil, &ScenarioError{File: name, Msg: "empty scenario"}
-	}
-	var next yaml.Node
-	if err := dec.Decode(&next); !errors.Is(err, io.EOF) {
-		line := next.Line
-		if err != nil {
-			line = 0 // a syntax error in what follows: still a second document
-		}
-		return nil, &ScenarioError{File: name, Line: line, Msg: "a second YAML document (after ---): a scenario is one document"}
-	}
-	literal, expanded := nodeCounts(&doc)
-	if expanded-literal > MaxAliasNodes {
-		return nil, &ScenarioError{File: name, Msg: fmt.Sprintf("its aliases expand to more than %d YAML nodes beyond the file's %d; write the values out", MaxAliasNodes, literal)}
-	}
-	d := &decoder{file: name}
-	s, err := d.scenario(doc.Content[0])
-	if err != nil {
-		return nil, err
-	}
-	s.Name = name
-	return s, nil
-}
-
-// decoder turns yaml.Nodes into a Scenario, keeping the nodes of fields that
-// later cross-checks blame.
-type decoder struct {
-	file string
-	// Nodes kept for cross-checks, per pod.
-	podNode   []*yaml.Node
-	devNodes  [][]*yaml.Node
-	devList   []*yaml.Node
-	memNode   []*yaml.Node
-	pidNode   []*yaml.Node
-	unalNodes []*yaml.Node
-	// migKeys are the keys of the mig mapping, by GPU.
-	migKeys map[int]*yaml.Node
-}
-
-func (d *decoder) errf(n *yaml.Node, field, format string, args ...any) error {
-	return &ScenarioError{File: d.file, Line: n.Line, Field: field, Msg: fmt.Sprintf(format, args...)}
-}
-
-// nodeCounts returns the YAML nodes of n as written, and as the decoder
-// walks them with each alias expanded, counted without expanding (each
-// node's expanded size is computed once): so that a file of nested
-// aliases is refused before it is walked. A count that passes the bound
-// stops growing.
-func nodeCounts(n *yaml.Node) (literal, expanded int64) {
-	const stop = math.MaxInt64 / 4
-	memo := map[*yaml.Node]int64{}
-	var size func(n *yaml.Node, depth int) int64
-	size = func(n *yaml.Node, depth int) int64 {
-		if n == nil {
-			return 0
-		}
-		if v, ok := memo[n]; ok {
-			return v
-		}
-		if depth > 10_000 {
-			return stop // a cycle, or nesting no scenario has
-		}
-		memo[n] = stop // while in progress: a cycle counts as unbounded
-		var total int64 = 1
-		if n.Kind == yaml.AliasNode {
-			total = size(n.Alias, depth+1)
-		} else {
-			for _, c := range n.Content {
-				total += size(c, depth+1)
-				if total >= stop {
-					total = stop
-					break
-				}
-			}
-		}
-		memo[n] = total
-		return total
-	}
-	var count func(n *yaml.Node)
-	count = func(n *yaml.Node) {
-		literal++
-		for _, c := range n.Content {
-			count(c)
-		}
-	}
-	count(n)
-	return literal, size(n, 0)
-}
-
-func join(path, key string) string {
-	if path == "" {
-		return key
-	}
-	return path + "." + key
-}
-
-func resolve(n *yaml.Node) *yaml.Node {
-	for n.Kind == yaml.AliasNode && n.Alias != nil {
-		n = n.Alias
-	}
-	return n
-}
-
-// mapping checks that n is a mapping with only known, distinct keys, and
-// returns its values by key.
-func (d *decoder) mapping(n *yaml.Node, path string, known ...string) (map[string]*yaml.Node, error) {
-	n = resolve(n)
-	if n.Kind != yaml.MappingNode {
-		what := path
-		if what == "" {
-			what = "the scenario"
-		}
-		return nil, d.errf(n, path, "want a mapping for %s, got %s", what, kindName(n))
-	}
-	out := make(map[string]*yaml.Node, len(n.Content)/2)
-	for i := 0; i+1 < len(n.Content); i += 2 {
-		k, v := n.Content[i], resolve(n.Content[i+1])
-		if k.Value == "<<" {
-			return nil, d.errf(k, path, "merge keys (<<) are not supported")
-		}
-		if !contains(known, k.Value) {
-			return nil, d.errf(k, join(path, k.Value), "unknown key; want one of %s", strings.Join(known, ", "))
-		}
-		if _, dup := out[k.Value]; dup {
-			return nil, d.errf(k, join(path, k.Value), "given twice")
-		}
-		out[k.Value] = v
-	}
-	return out, nil
-}
-
-func contains(list []string, s string) bool {
-	for _, x := range list {
-		if x == s {
-			return true
-		}
-	}
-	return false
-}
-
-func kindName(n *yaml.Node) string {
-	switch n.Kind {
-	case yaml.MappingNode:
-		return "a mapping"
-	case yaml.SequenceNode:
-		return "a list"
-	case yaml.ScalarNode:
-		if n.Tag == "!!null" {
-			return "nothing"
-		}
-		return fmt.Sprintf("%q", n.Value)
-	default:
-		return "something else"
-	}
-}
-
-func (d *decoder) scalar(n *yaml.Node, field string) (string, error) {
-	if n.Kind != yaml.ScalarNode || n.Tag == "!!null" {
-		return "", d.errf(n, field, "want a value, got %s", kindName(n))
-	}
-	return n.Value, nil
-}
-
-func (d *decoder) str(n *yaml.Node, field string) (string, error) {
-	v, err := d.scalar(n, field)
-	if err == nil && v == "" {
-		err = d.errf(n, field, "must not be empty")
-	}
-	return v, err
-}
-
-func (d *decoder) seq(n *yaml.Node, field string) ([]*yaml.Node, error) {
-	if n.Kind != yaml.SequenceNode {
-		return nil, d.errf(n, field, "want a list, got %s", kindName(n))
-	}
-	items := make([]*yaml.Node, len(n.Content))
-	for i, c := range n.Content {
-		items[i] = resolve(c)
-	}
-	return items, nil
-}
-
-func (d *decoder) duration(n *yaml.Node, field string) (time.Duration, error) {
-	v, err := d.scalar(n, field)
-	if err != nil {
-		return 0, err
-	}
-	dur, perr := time.ParseDuration(v)
-	if perr != nil {
-		return 0, d.errf(n, field, "%q is not a duration such as 90s, 15m or 1h30m", v)
-	}
-	if dur < 0 {
-		return 0, d.errf(n, field, "%s is negative", v)
-	}
-	return dur, nil
+	return int64(w), nil
 }
 
 // offset is a scenario time: a duration within [0, total].
-func (d *decoder) offset(n *yaml.Node, field string, total time.Duration) (time.Duration, error) {
-	t, err := d.duration(n, field)
-	if err == nil && t > total {
-		err = d.errf(n, field, "%s is after the scenario's end at %s", fmtDur(t), fmtDur(total))
+func (d *validator) offset(path string, t Duration, total time.Duration) (time.Duration, error) {
+	if time.Duration(t) > total {
+		return 0, d.errf(path, "%s is after the scenario's end at %s", fmtDur(time.Duration(t)), fmtDur(total))
 	}
-	return t, err
+	return time.Duration(t), nil
 }
 
-// window reads the optional from and to keys of mapping m at path p into
-// *from and *to (left as they are when absent: the caller's defaults), both
-// within the scenario's total, and checks that to is after from.
-func (d *decoder) window(m map[string]*yaml.Node, p string, total time.Duration, from, to *time.Duration) error {
+// window reads the optional from and to of the mapping at p into *from and
+// *to (left as they are when absent: the caller's defaults), both within
+// the scenario's total, and checks that to is after from.
+func (d *validator) window(p string, sf, st Duration, total time.Duration, from, to *time.Duration) error {
 	var err error
-	if n := m["from"]; n != nil {
-		if *from, err = d.offset(n, p+".from", total); err != nil {
+	if d.has(p + ".from") {
+		if *from, err = d.offset(p+".from", sf, total); err != nil {
 			return err
 		}
 	}
-	if n := m["to"]; n != nil {
-		if *to, err = d.offset(n, p+".to", total); err != nil {
+	if d.has(p + ".to") {
+		if *to, err = d.offset(p+".to", st, total); err != nil {
 			return err
 		}
 	}
 	if *from >= *to {
-		n := m["to"]
-		if n == nil {
-			n = m["from"]
-		}
-		return d.errf(n, p+".to", "%s is not after from (%s)", fmtDur(*to), fmtDur(*from))
+		return d.errAt(d.first(p+".to", p+".from"), p+".to", "%s is not after from (%s)", fmtDur(*to), fmtDur(*from))
 	}
 	return nil
 }
 
-func (d *decoder) ratio(n *yaml.Node, field string) (float64, error) {
-	v, err := d.scalar(n, field)
-	if err != nil {
-		return 0, err
-	}
-	f, perr := strconv.ParseFloat(v, 64)
-	if perr != nil || math.IsNaN(f) || f < 0 || f > 1 {
-		return 0, d.errf(n, field, "%s is not a ratio between 0 and 1", v)
-	}
-	return f, nil
-}
-
-func (d *decoder) integer(n *yaml.Node, field string, lo, hi int64) (int64, error) {
-	v, err := d.scalar(n, field)
-	if err != nil {
-		return 0, err
-	}
-	i, perr := strconv.ParseInt(v, 10, 64)
-	if perr != nil || i < lo || i > hi {
-		return 0, d.errf(n, field, "%s is not a whole number from %d to %d", v, lo, hi)
-	}
-	return i, nil
-}
-
-// byteUnits are the memory suffixes a scenario accepts, decimal and binary,
-// with the Kubernetes quantity spellings (Gi) too.
-var byteUnits = map[string]float64{
-	"": 1, "B": 1,
-	"KB": 1e3, "MB": 1e6, "GB": 1e9, "TB": 1e12,
-	"KiB": 1 << 10, "MiB": 1 << 20, "GiB": 1 << 30, "TiB": 1 << 40,
-	"Ki": 1 << 10, "Mi": 1 << 20, "Gi": 1 << 30, "Ti": 1 << 40,
-}
-
-var bytesRE = regexp.MustCompile(`^([0-9]+(?:\.[0-9]+)?)\s*([A-Za-z]*)$`)
-
-func (d *decoder) bytes(n *yaml.Node, field string) (uint64, error) {
-	v, err := d.scalar(n, field)
-	if err != nil {
-		return 0, err
-	}
-	m := bytesRE.FindStringSubmatch(v)
-	if m == nil {
-		return 0, d.errf(n, field, "%q is not a size such as 60GiB, 512MiB or 80GB", v)
-	}
-	unit, ok := byteUnits[m[2]]
-	f, perr := strconv.ParseFloat(m[1], 64)
-	if !ok || perr != nil || f*unit >= 1<<63 {
-		return 0, d.errf(n, field, "%q is not a size such as 60GiB, 512MiB or 80GB", v)
-	}
-	return uint64(math.Round(f * unit)), nil
-}
-
-var deviceRE = regexp.MustCompile(`^gpu:([0-9]+)(?:::([0-9]+))?$`)
-
-func (d *decoder) device(n *yaml.Node, field string, gpus int) (DeviceSpec, error) {
-	v, err := d.scalar(n, field)
-	if err != nil {
-		return DeviceSpec{}, err
-	}
-	m := deviceRE.FindStringSubmatch(v)
-	if m == nil {
-		return DeviceSpec{}, d.errf(n, field, "%q is not a device; want gpu:N or gpu:N::R", v)
-	}
-	gpu, err1 := strconv.Atoi(m[1])
-	if err1 != nil || gpu >= gpus {
-		return DeviceSpec{}, d.errf(n, field, "%s is not one of the node's %d GPUs (gpu:0 to gpu:%d)", v, gpus, gpus-1)
-	}
-	spec := DeviceSpec{GPU: gpu}
-	if m[2] != "" {
-		r, err2 := strconv.Atoi(m[2])
-		if err2 != nil || r > 1023 {
-			return DeviceSpec{}, d.errf(n, field, "%s: replica must be a number from 0 to 1023", v)
-		}
-		spec.Replicated, spec.Replica = true, r
+// gpu checks that a device names one of the node's gpus GPUs.
+func (d *validator) gpu(path string, spec DeviceSpec, gpus int) (DeviceSpec, error) {
+	if spec.GPU >= gpus {
+		return spec, d.errf(path, "%s is not one of the node's %d GPUs (gpu:0 to gpu:%d)", spec, gpus, gpus-1)
 	}
 	return spec, nil
 }
 
-// steps decodes a list of {at, value} or {at, duty} with strictly ascending
-// times. With duty, the mapping form {duty: {...}} is one duty step at from.
-func (d *decoder) steps(n *yaml.Node, path string, from, total time.Duration) ([]Step, error) {
-	if n.Kind == yaml.MappingNode {
-		m, err := d.mapping(n, path, "duty")
-		if err != nil {
-			return nil, err
-		}
-		if m["duty"] == nil {
-			return nil, d.errf(n, path+".duty", "missing")
-		}
-		dc, err := d.duty(m["duty"], path+".duty")
-		if err != nil {
-			return nil, err
-		}
-		return []Step{{At: from, Duty: dc}}, nil
+// gpuKey reads a mapping key that names a GPU, gpu:N.
+func (d *validator) gpuKey(path, key string, gpus int) (DeviceSpec, error) {
+	spec, msg := parseDevice(key, false)
+	if msg != "" {
+		return spec, d.errf(path, "%s", msg)
 	}
-	items, err := d.seq(n, path)
-	if err != nil {
-		return nil, err
+	return d.gpu(path, spec, gpus)
+}
+
+// oneOf checks that v, the value of path, is one of allowed.
+func (d *validator) oneOf(path, v string, allowed ...string) error {
+	if !slices.Contains(allowed, v) {
+		return d.errf(path, "%q is not one of %s", v, strings.Join(allowed, ", "))
 	}
-	out := make([]Step, 0, len(items))
-	for i, it := range items {
+	return nil
+}
+
+// steps checks a util list: strictly ascending times within the scenario;
+// the {duty: …} form is one duty step at from.
+func (d *validator) steps(path string, st *Steps, from, total time.Duration) ([]Step, error) {
+	if st.Duty != nil {
+		dc, err := d.duty(path+".duty", st.Duty)
+		return []Step{{At: from, Duty: dc}}, err
+	}
+	out := make([]Step, 0, len(st.List))
+	for i, it := range st.List {
 		p := fmt.Sprintf("%s[%d]", path, i)
-		m, err := d.mapping(it, p, "at", "value", "duty")
+		switch {
+		case it.Duty != nil && it.Value != nil:
+			return nil, d.errf(p+".value", "give value or duty, not both")
+		case !d.has(p + ".at"):
+			return nil, d.errf(p+".at", "missing")
+		case it.Duty == nil && it.Value == nil:
+			return nil, d.errf(p+".value", "missing")
+		}
+		at, err := d.offset(p+".at", it.At, total)
 		if err != nil {
 			return nil, err
 		}
-		st, err := d.dutyStep(it, m, p, total)
-		if err != nil {
-			return nil, err
+		s := Step{At: at}
+		if it.Duty != nil {
+			if s.Duty, err = d.duty(p+".duty", it.Duty); err != nil {
+				return nil, err
+			}
+		} else {
+			s.Value = float64(*it.Value)
 		}
-		if i > 0 && st.At <= out[i-1].At {
-			return nil, d.errf(m["at"], p+".at", "%s does not come after the previous step's %s", fmtDur(st.At), fmtDur(out[i-1].At))
+		if i > 0 && s.At <= out[i-1].At {
+			return nil, d.errf(p+".at", "%s does not come after the previous step's %s", fmtDur(s.At), fmtDur(out[i-1].At))
 		}
-		out = append(out, st)
+		out = append(out, s)
 	}
 	return out, nil
 }
 
-// dutyStep decodes a step of a util list: {at, value} or {at, duty}.
-func (d *decoder) dutyStep(n *yaml.Node, m map[string]*yaml.Node, path string, total time.Duration) (Step, error) {
-	dn := m["duty"]
-	if dn == nil {
-		return d.step(n, m, path, total)
-	}
-	if m["value"] != nil {
-		return Step{}, d.errf(m["value"], path+".value", "give value or duty, not both")
-	}
-	if m["at"] == nil {
-		return Step{}, d.errf(n, path+".at", "missing")
-	}
-	at, err := d.offset(m["at"], path+".at", total)
-	if err != nil {
-		return Step{}, err
-	}
-	dc, err := d.duty(dn, path+".duty")
-	return Step{At: at, Duty: dc}, err
-}
-
-// duty decodes {period, busy, value, idle}: busy of every period at value,
+// duty checks {period, busy, value, idle}: busy of every period at value,
 // the rest at idle (default 0).
-func (d *decoder) duty(n *yaml.Node, path string) (*Duty, error) {
-	m, err := d.mapping(n, path, "period", "busy", "value", "idle")
-	if err != nil {
-		return nil, err
-	}
+func (d *validator) duty(path string, ds *DutySpec) (*Duty, error) {
 	for _, k := range []string{"period", "busy", "value"} {
-		if m[k] == nil {
-			return nil, d.errf(n, join(path, k), "missing")
+		if !d.has(path + "." + k) {
+			return nil, d.errf(path+"."+k, "missing")
 		}
 	}
-	dc := &Duty{}
-	if dc.Period, err = d.duration(m["period"], path+".period"); err != nil {
-		return nil, err
-	}
+	dc := &Duty{Period: time.Duration(ds.Period), Busy: time.Duration(ds.Busy), Value: float64(ds.Value), Idle: float64(ds.Idle)}
 	if dc.Period < minDutyPeriod {
-		return nil, d.errf(m["period"], path+".period", "%s is shorter than %s", fmtDur(dc.Period), fmtDur(minDutyPeriod))
-	}
-	if dc.Busy, err = d.duration(m["busy"], path+".busy"); err != nil {
-		return nil, err
+		return nil, d.errf(path+".period", "%s is shorter than %s", fmtDur(dc.Period), fmtDur(minDutyPeriod))
 	}
 	if dc.Busy == 0 || dc.Busy > dc.Period {
-		return nil, d.errf(m["busy"], path+".busy", "%s is not within the period (more than 0s, at most %s)", fmtDur(dc.Busy), fmtDur(dc.Period))
-	}
-	if dc.Value, err = d.ratio(m["value"], path+".value"); err != nil {
-		return nil, err
-	}
-	if n := m["idle"]; n != nil {
-		if dc.Idle, err = d.ratio(n, path+".idle"); err != nil {
-			return nil, err
-		}
+		return nil, d.errf(path+".busy", "%s is not within the period (more than 0s, at most %s)", fmtDur(dc.Busy), fmtDur(dc.Period))
 	}
 	return dc, nil
 }
 
-func (d *decoder) step(n *yaml.Node, m map[string]*yaml.Node, path string, total time.Duration) (Step, error) {
-	var st Step
-	for _, k := range []string{"at", "value"} {
-		if m[k] == nil {
-			return st, d.errf(n, join(path, k), "missing")
+// required checks that the mapping at p gives each of keys.
+func (d *validator) required(p string, keys ...string) error {
+	for _, k := range keys {
+		if !d.has(join(p, k)) {
+			return d.errf(join(p, k), "missing")
 		}
 	}
-	var err error
-	if st.At, err = d.offset(m["at"], path+".at", total); err != nil {
-		return st, err
-	}
-	st.Value, err = d.ratio(m["value"], path+".value")
-	return st, err
+	return nil
 }
 
-func (d *decoder) scenario(root *yaml.Node) (*Scenario, error) {
-	m, err := d.mapping(root, "", append([]string{"start", "duration", "lead_in", "node", "system", "gpus", "allocation", "mig", "pods", "unallocated", "cgroup", "unattributed", "faults", "unscheduled", "priority_classes", "kueue", "driver"}, nodeAllocationKeys...)...)
-	if err != nil {
+// build validates the decoded file, in one pass that follows the file's
+// order, and returns the Scenario it describes.
+func (d *validator) build(spec *ScenarioSpec) (*Scenario, error) {
+	if err := d.required("", "start", "duration", "system", "gpus"); err != nil {
 		return nil, err
 	}
-	root = resolve(root)
-	for _, k := range []string{"start", "duration", "system", "gpus"} {
-		if m[k] == nil {
-			return nil, d.errf(root, k, "missing")
-		}
-	}
-	s := &Scenario{Node: "sim-node"}
-	v, err := d.scalar(m["start"], "start")
-	if err != nil {
-		return nil, err
-	}
-	if s.Start, err = time.Parse(time.RFC3339, v); err != nil {
-		return nil, d.errf(m["start"], "start", "%q is not a time such as 2026-12-01T08:00:00Z", v)
-	}
+	s := &Scenario{Node: "sim-node", Start: time.Time(spec.Start), Duration: time.Duration(spec.Duration), LeadIn: time.Duration(spec.LeadIn)}
 	if s.Start.Before(time.Unix(0, 0)) {
 		// NVML stamps samples in microseconds since 1970, unsigned: a
 		// run before it would have no sample, and count nothing.
-		return nil, d.errf(m["start"], "start", "%s is before 1970, where NVML's sample stamps begin", v)
-	}
-	if s.Duration, err = d.duration(m["duration"], "duration"); err != nil {
-		return nil, err
+		return nil, d.errf("start", "%s is before 1970, where NVML's sample stamps begin", d.byPath["start"].Value)
 	}
 	if s.Duration == 0 {
-		return nil, d.errf(m["duration"], "duration", "must be longer than 0s")
+		return nil, d.errf("duration", "must be longer than 0s")
 	}
 	if s.Duration > MaxDuration {
-		return nil, d.errf(m["duration"], "duration", "%s is longer than the %s a scenario may last", fmtDur(s.Duration), fmtDur(MaxDuration))
+		return nil, d.errf("duration", "%s is longer than the %s a scenario may last", fmtDur(s.Duration), fmtDur(MaxDuration))
 	}
-	if n := m["lead_in"]; n != nil {
-		if s.LeadIn, err = d.duration(n, "lead_in"); err != nil {
-			return nil, err
-		}
+	if d.has("lead_in") {
 		if s.LeadIn >= s.Duration {
-			return nil, d.errf(n, "lead_in", "%s is not before the scenario's end at %s", fmtDur(s.LeadIn), fmtDur(s.Duration))
+			return nil, d.errf("lead_in", "%s is not before the scenario's end at %s", fmtDur(s.LeadIn), fmtDur(s.Duration))
 		}
 		if s.LeadIn > MaxLeadIn {
-			return nil, d.errf(n, "lead_in", "%s is longer than the %s played before the agent serves", fmtDur(s.LeadIn), fmtDur(MaxLeadIn))
+			return nil, d.errf("lead_in", "%s is longer than the %s played before the agent serves", fmtDur(s.LeadIn), fmtDur(MaxLeadIn))
 		}
 	}
-	if n := m["node"]; n != nil {
-		if s.Node, err = d.str(n, "node"); err != nil {
-			return nil, err
-		}
+	if d.has("node") {
+		s.Node = spec.Node
 	}
-	if s.System, err = d.str(m["system"], "system"); err != nil {
-		return nil, err
-	}
+	s.System = spec.System
 	if _, ok := systems[s.System]; !ok {
-		return nil, d.errf(m["system"], "system", "%q is not a known system; want one of %s", s.System, strings.Join(systemNames(), ", "))
+		return nil, d.errf("system", "%q is not a known system; want one of %s", s.System, strings.Join(systemNames(), ", "))
 	}
-	gpus, err := d.integer(m["gpus"], "gpus", 1, 8)
+	gpus, err := d.whole("gpus", spec.GPUs, 1, 8)
 	if err != nil {
 		return nil, err
 	}
 	s.GPUs = int(gpus)
 	s.Allocation = AllocationDevicePlugin
-	if n := m["allocation"]; n != nil {
-		if s.Allocation, err = d.allocation(n, "allocation"); err != nil {
+	if d.has("allocation") {
+		if s.Allocation, err = d.allocation("allocation", spec.Allocation); err != nil {
 			return nil, err
 		}
 	}
-	if err := d.nodeAllocation(m, s); err != nil {
-		return nil, err
+	steps := []func(*ScenarioSpec, *Scenario) error{
+		d.nodeAllocation, d.mig, d.driverShapes, d.priorityClasses, d.kueue, d.pods, d.unallocated,
+		d.draCheck, d.crossCheck, d.allocationCheck, d.planCheck, d.processes, d.driverTraps, d.runtimeTraps,
+		d.faults, d.unscheduled,
 	}
-	if n := m["mig"]; n != nil {
-		if err := d.mig(n, s); err != nil {
-			return nil, err
-		}
-	}
-	if err := d.driverShapes(nil, s); err != nil { // the defaults; `driver:` is decoded below
-		return nil, err
-	}
-	if n := m["priority_classes"]; n != nil {
-		if err := d.priorityClasses(n, s); err != nil {
-			return nil, err
-		}
-	}
-	if n := m["kueue"]; n != nil {
-		if err := d.kueue(n, s); err != nil {
-			return nil, err
-		}
-	}
-	if n := m["pods"]; n != nil {
-		if err := d.pods(n, s); err != nil {
-			return nil, err
-		}
-	}
-	if n := m["unallocated"]; n != nil {
-		if err := d.unallocated(n, s); err != nil {
-			return nil, err
-		}
-	}
-	if err := d.draCheck(s); err != nil {
-		return nil, err
-	}
-	if err := d.crossCheck(s); err != nil {
-		return nil, err
-	}
-	if err := d.allocationCheck(s); err != nil {
-		return nil, err
-	}
-	if err := d.planCheck(s); err != nil {
-		return nil, err
-	}
-	if err := d.processes(m, s); err != nil {
-		return nil, err
-	}
-	if n := m["driver"]; n != nil {
-		if err := d.driver(n, s); err != nil {
-			return nil, err
-		}
-	}
-	if n := m["faults"]; n != nil {
-		if err := d.faults(n, s); err != nil {
-			return nil, err
-		}
-	}
-	if n := m["unscheduled"]; n != nil {
-		if err := d.unscheduled(n, s); err != nil {
+	for _, step := range steps {
+		if err := step(spec, s); err != nil {
 			return nil, err
 		}
 	}
 	return s, nil
 }
 
-var podKeys = append([]string{"namespace", "name", "container", "owner", "labels", "cmdline", "parent_cmdline", "allocation", "claim", "resource", "pid", "devices", "from", "to", "memory", "util", "priority_class", "static", "sm_fraction", "engine"}, podAllocationKeys...)
-
-func (d *decoder) pods(n *yaml.Node, s *Scenario) error {
-	items, err := d.seq(n, "pods")
-	if err != nil {
-		return err
-	}
+// pods checks the pods and fills in their defaults.
+func (d *validator) pods(spec *ScenarioSpec, s *Scenario) error {
 	seen := map[string]int{}
 	sys := systems[s.System]
-	for i, it := range items {
+	for i := range spec.Pods {
+		ps := &spec.Pods[i]
 		p := fmt.Sprintf("pods[%d]", i)
-		m, err := d.mapping(it, p, podKeys...)
-		if err != nil {
+		if err := d.required(p, "namespace", "name", "devices"); err != nil {
 			return err
 		}
-		pod := Pod{Container: "main", Resource: ResourceGPU, To: s.Duration, SMFraction: 1}
-		for _, k := range []string{"namespace", "name", "devices"} {
-			if m[k] == nil {
-				return d.errf(it, join(p, k), "missing")
-			}
-		}
-		if pod.Namespace, err = d.str(m["namespace"], p+".namespace"); err != nil {
-			return err
-		}
-		if pod.Name, err = d.str(m["name"], p+".name"); err != nil {
-			return err
-		}
+		pod := Pod{Namespace: ps.Namespace, Name: ps.Name, Container: "main", Resource: ResourceGPU, To: s.Duration, SMFraction: 1,
+			Labels: ps.Labels, Cmdline: ps.Cmdline, ParentCmdline: ps.ParentCmdline, Static: bool(ps.Static)}
 		key := pod.Namespace + "/" + pod.Name
 		if j, dup := seen[key]; dup {
-			return d.errf(m["name"], p+".name", "%s is already pods[%d]", key, j)
+			return d.errf(p+".name", "%s is already pods[%d]", key, j)
 		}
 		seen[key] = i
-		if c := m["container"]; c != nil {
-			if pod.Container, err = d.str(c, p+".container"); err != nil {
+		if d.has(p + ".container") {
+			pod.Container = ps.Container
+		}
+		if ps.Owner != nil {
+			if err := d.required(p+".owner", "kind", "name"); err != nil {
 				return err
 			}
-		}
-		if o := m["owner"]; o != nil {
-			if pod.Owner, err = d.owner(o, p+".owner"); err != nil {
-				return err
-			}
-		}
-		if n := m["static"]; n != nil {
-			if n.Kind != yaml.ScalarNode || n.ShortTag() != "!!bool" {
-				return d.errf(n, p+".static", "want true or false, got %s", kindName(n))
-			}
-			if err := n.Decode(&pod.Static); err != nil {
-				return d.errf(n, p+".static", "%v", err)
-			}
+			pod.Owner = *ps.Owner
 		}
 		if pod.Static {
-			if m["owner"] != nil {
-				return d.errf(m["owner"], p+".owner", "a static pod's owner is its node; give none")
+			if ps.Owner != nil {
+				return d.errf(p+".owner", "a static pod's owner is its node; give none")
 			}
 			// The mirror pod's owner reference names the node.
 			pod.Owner = Owner{Kind: "Node", Name: s.Node}
 		}
-		if l := m["labels"]; l != nil {
-			if l.Kind != yaml.MappingNode {
-				return d.errf(l, p+".labels", "want a mapping of names to values, got %s", kindName(l))
-			}
-			pod.Labels = make(map[string]string, len(l.Content)/2)
-			for j := 0; j+1 < len(l.Content); j += 2 {
-				k, v := l.Content[j], resolve(l.Content[j+1])
-				f := p + ".labels." + k.Value
-				if _, dup := pod.Labels[k.Value]; dup {
-					return d.errf(k, f, "given twice")
-				}
-				if pod.Labels[k.Value], err = d.scalar(v, f); err != nil {
-					return err
-				}
-			}
-		}
-		for _, k := range []struct {
-			key string
-			dst *[]string
-		}{{"cmdline", &pod.Cmdline}, {"parent_cmdline", &pod.ParentCmdline}} {
-			c := m[k.key]
-			if c == nil {
-				continue
-			}
-			args, err := d.seq(c, p+"."+k.key)
-			if err != nil {
+		if d.has(p + ".priority_class") {
+			if err := d.priorityClass(p+".priority_class", ps.PriorityClass, s); err != nil {
 				return err
 			}
-			for j, a := range args {
-				v, err := d.str(a, fmt.Sprintf("%s.%s[%d]", p, k.key, j))
-				if err != nil {
-					return err
-				}
-				*k.dst = append(*k.dst, v)
-			}
+			pod.PriorityClass = ps.PriorityClass
 		}
-		if n := m["priority_class"]; n != nil {
-			if pod.PriorityClass, err = d.priorityClass(n, p+".priority_class", s); err != nil {
-				return err
-			}
-		}
-		if err := d.draPod(p, m, &pod, s); err != nil {
+		if err := d.draPod(p, ps, &pod, s); err != nil {
 			return err
 		}
 		if pod.Static && pod.Allocation == AllocationDRA {
-			return d.errf(m["static"], p+".static", "a static pod cannot use resource claims (DRA)")
+			return d.errf(p+".static", "a static pod cannot use resource claims (DRA)")
 		}
-		if r := m["resource"]; r != nil {
-			if pod.Resource, err = d.str(r, p+".resource"); err != nil {
-				return err
-			}
+		if d.has(p + ".resource") {
+			pod.Resource = ps.Resource
 			if pod.Resource != ResourceGPU && pod.Resource != ResourceGPUShared && !strings.HasPrefix(pod.Resource, ResourceMIGPrefix) {
-				return d.errf(r, p+".resource", "%q is not %s, %s or %s<profile>", pod.Resource, ResourceGPU, ResourceGPUShared, ResourceMIGPrefix)
+				return d.errf(p+".resource", "%q is not %s, %s or %s<profile>", pod.Resource, ResourceGPU, ResourceGPUShared, ResourceMIGPrefix)
 			}
 		}
-		d.pidNode = append(d.pidNode, m["pid"])
-		if n := m["pid"]; n != nil {
-			pid, err := d.integer(n, p+".pid", 1, 4194304)
+		if d.has(p + ".pid") {
+			pid, err := d.whole(p+".pid", ps.PID, 1, 4194304)
 			if err != nil {
 				return err
 			}
 			pod.PID = uint32(pid)
 		}
-		devs, err := d.seq(m["devices"], p+".devices")
-		if err != nil {
-			return err
+		if len(ps.Devices) == 0 {
+			return d.errf(p+".devices", "must name at least one device")
 		}
-		if len(devs) == 0 {
-			return d.errf(m["devices"], p+".devices", "must name at least one device")
-		}
-		for j, dn := range devs {
+		for j, spec := range ps.Devices {
 			f := fmt.Sprintf("%s.devices[%d]", p, j)
-			spec, err := d.podDevice(dn, f, s)
+			spec, err := d.podDevice(f, spec, s)
 			if err != nil {
 				return err
 			}
-			if err := d.draDevice(dn, f, &pod, spec); err != nil {
+			if err := d.draDevice(f, &pod, spec); err != nil {
 				return err
 			}
 			for _, prev := range pod.Devices {
 				// Dynamic MIG devices of one GPU get placements of their own.
 				if prev.GPU == spec.GPU && !(prev.MIG && spec.MIG && (prev.Dynamic || prev.MIGSlot != spec.MIGSlot)) {
-					return d.errf(dn, f, "%s: the pod already holds %s", spec, prev)
+					return d.errf(f, "%s: the pod already holds %s", spec, prev)
 				}
 			}
 			if pod.Resource == ResourceGPUShared && !spec.Replicated && !spec.MIG {
-				return d.errf(dn, f, "%s is a whole GPU, but %s hands out replicas (gpu:N::R)", spec, ResourceGPUShared)
+				return d.errf(f, "%s is a whole GPU, but %s hands out replicas (gpu:N::R)", spec, ResourceGPUShared)
 			}
 			pod.Devices = append(pod.Devices, spec)
 		}
-		if n := m["from"]; n != nil {
-			if pod.From, err = d.offset(n, p+".from", s.Duration); err != nil {
-				return err
-			}
-		}
-		if n := m["to"]; n != nil {
-			if pod.To, err = d.offset(n, p+".to", s.Duration); err != nil {
-				return err
-			}
-		}
-		if pod.From >= pod.To {
-			n := m["to"]
-			if n == nil {
-				n = m["from"]
-			}
-			return d.errf(n, p+".to", "%s is not after from (%s)", fmtDur(pod.To), fmtDur(pod.From))
-		}
-		if n := m["memory"]; n != nil {
-			if pod.Memory, err = d.bytes(n, p+".memory"); err != nil {
-				return err
-			}
-			if usable := sys.memTotal() - reservedMemory; pod.Memory > usable {
-				return d.errf(n, p+".memory", "%s is more than the %s an %s offers (%s less %s the driver reserves)",
-					n.Value, fmtBytes(usable), sys.gpu.Name, fmtBytes(sys.memTotal()), fmtBytes(reservedMemory))
-			}
-		}
-		if n := m["util"]; n != nil {
-			if pod.Util, err = d.steps(n, p+".util", pod.From, s.Duration); err != nil {
-				return err
-			}
-		}
-		if n := m["sm_fraction"]; n != nil {
-			if pod.SMFraction, err = d.ratio(n, p+".sm_fraction"); err != nil {
-				return err
-			}
-			if pod.SMFraction == 0 {
-				return d.errf(n, p+".sm_fraction", "0 is no share of the SMs; a pod whose kernels run occupies some")
-			}
-		}
-		if n := m["engine"]; n != nil {
-			if pod.Engine, err = d.engine(n, p+".engine", &pod, s); err != nil {
-				return err
-			}
-		}
-		if err := d.migPod(p, m, devs, &pod, s); err != nil {
+		if err := d.window(p, ps.From, ps.To, s.Duration, &pod.From, &pod.To); err != nil {
 			return err
 		}
-		if err := d.podAllocation(p, m, devs, &pod, s); err != nil {
+		pod.Memory = uint64(ps.Memory)
+		if usable := sys.memTotal() - reservedMemory; pod.Memory > usable {
+			return d.errf(p+".memory", "%s is more than the %s an %s offers (%s less %s the driver reserves)",
+				d.byPath[p+".memory"].Value, fmtBytes(usable), sys.gpu.Name, fmtBytes(sys.memTotal()), fmtBytes(reservedMemory))
+		}
+		if ps.Util != nil {
+			var err error
+			if pod.Util, err = d.steps(p+".util", ps.Util, pod.From, s.Duration); err != nil {
+				return err
+			}
+		}
+		if d.has(p + ".sm_fraction") {
+			if ps.SMFraction == 0 {
+				return d.errf(p+".sm_fraction", "0 is no share of the SMs; a pod whose kernels run occupies some")
+			}
+			pod.SMFraction = float64(ps.SMFraction)
+		}
+		if ps.Engine != nil {
+			var err error
+			if pod.Engine, err = d.engine(p+".engine", ps.Engine, &pod, s); err != nil {
+				return err
+			}
+		}
+		if err := d.migPod(p, ps, &pod, s); err != nil {
+			return err
+		}
+		if err := d.podAllocation(p, ps, &pod, s); err != nil {
 			return err
 		}
 		s.Pods = append(s.Pods, pod)
-		d.podNode = append(d.podNode, it)
-		d.devNodes = append(d.devNodes, devs)
-		d.devList = append(d.devList, m["devices"])
-		d.memNode = append(d.memNode, m["memory"])
 	}
 	return nil
 }
 
-// owner decodes {kind, name}.
-func (d *decoder) owner(n *yaml.Node, path string) (Owner, error) {
-	m, err := d.mapping(n, path, "kind", "name")
-	if err != nil {
-		return Owner{}, err
-	}
-	for _, k := range []string{"kind", "name"} {
-		if m[k] == nil {
-			return Owner{}, d.errf(n, path+"."+k, "missing")
-		}
-	}
-	var o Owner
-	if o.Kind, err = d.str(m["kind"], path+".kind"); err != nil {
-		return Owner{}, err
-	}
-	o.Name, err = d.str(m["name"], path+".name")
-	return o, err
-}
-
-func (d *decoder) unallocated(n *yaml.Node, s *Scenario) error {
-	items, err := d.seq(n, "unallocated")
-	if err != nil {
-		return err
-	}
+func (d *validator) unallocated(spec *ScenarioSpec, s *Scenario) error {
 	last := map[int]time.Duration{}
-	for i, it := range items {
+	for i, u := range spec.Unallocated {
 		p := fmt.Sprintf("unallocated[%d]", i)
-		m, err := d.mapping(it, p, "device", "at", "value")
+		if err := d.required(p, "device", "at", "value"); err != nil {
+			return err
+		}
+		dev, err := d.gpu(p+".device", u.Device.DeviceSpec, s.GPUs)
 		if err != nil {
 			return err
 		}
-		if m["device"] == nil {
-			return d.errf(it, p+".device", "missing")
+		if dev.Replicated {
+			return d.errf(p+".device", "%s: unallocated activity is per GPU; want gpu:%d", dev, dev.GPU)
 		}
-		spec, err := d.device(m["device"], p+".device", s.GPUs)
+		if _, on := s.MIG[dev.GPU]; on {
+			return d.errf(p+".device", "%s is in MIG mode; the simulation has no activity outside its MIG devices", dev)
+		}
+		at, err := d.offset(p+".at", u.At, s.Duration)
 		if err != nil {
 			return err
 		}
-		if spec.Replicated {
-			return d.errf(m["device"], p+".device", "%s: unallocated activity is per GPU; want gpu:%d", spec, spec.GPU)
+		if prev, ok := last[dev.GPU]; ok && at <= prev {
+			return d.errf(p+".at", "%s does not come after the previous gpu:%d step's %s", fmtDur(at), dev.GPU, fmtDur(prev))
 		}
-		if _, on := s.MIG[spec.GPU]; on {
-			return d.errf(m["device"], p+".device", "%s is in MIG mode; the simulation has no activity outside its MIG devices", spec)
-		}
-		st, err := d.step(it, m, p, s.Duration)
-		if err != nil {
-			return err
-		}
-		if prev, ok := last[spec.GPU]; ok && st.At <= prev {
-			return d.errf(m["at"], p+".at", "%s does not come after the previous gpu:%d step's %s", fmtDur(st.At), spec.GPU, fmtDur(prev))
-		}
-		last[spec.GPU] = st.At
-		s.Unallocated = append(s.Unallocated, UnallocatedStep{GPU: spec.GPU, At: st.At, Value: st.Value})
-		d.unalNodes = append(d.unalNodes, it)
+		last[dev.GPU] = at
+		s.Unallocated = append(s.Unallocated, UnallocatedStep{GPU: dev.GPU, At: at, Value: float64(u.Value)})
 	}
 	return nil
 }
 
 // crossCheck validates what spans pods: who holds a GPU when, process IDs,
 // memory per GPU, and activity on GPUs that are held.
-func (d *decoder) crossCheck(s *Scenario) error {
+func (d *validator) crossCheck(_ *ScenarioSpec, s *Scenario) error {
 	// Device conflicts: a whole GPU excludes every other holder; a replica
 	// excludes the same replica.
 	// Pods of one claim share its devices, and dynamic MIG devices are
@@ -1103,7 +601,7 @@ func (d *decoder) crossCheck(s *Scenario) error {
 					if da.GPU != db.GPU || da.Dynamic || db.Dynamic || (da.Replicated && db.Replicated && da.Replica != db.Replica) || (da.MIG && db.MIG && da.MIGSlot != db.MIGSlot) {
 						continue
 					}
-					return d.errf(d.devNodes[j][di], fmt.Sprintf("pods[%d].devices[%d]", j, di),
+					return d.errf(fmt.Sprintf("pods[%d].devices[%d]", j, di),
 						"%s is also held by %s/%s (pods[%d], %s as %s from %s to %s)",
 						db, a.Namespace, a.Name, i, da, da, fmtDur(a.From), fmtDur(a.To))
 				}
@@ -1115,11 +613,7 @@ func (d *decoder) crossCheck(s *Scenario) error {
 		for k := range p.Devices {
 			pid := s.PID(i, k)
 			if j, dup := pids[pid]; dup {
-				n := d.pidNode[i]
-				if n == nil {
-					n = d.podNode[i]
-				}
-				return d.errf(n, fmt.Sprintf("pods[%d].pid", i), "process %d on %s is also a process of pods[%d]", pid, p.Devices[k], j)
+				return d.errf(fmt.Sprintf("pods[%d].pid", i), "process %d on %s is also a process of pods[%d]", pid, p.Devices[k], j)
 			}
 			pids[pid] = i
 		}
@@ -1135,11 +629,7 @@ func (d *decoder) crossCheck(s *Scenario) error {
 				}
 			}
 			if sum > usable {
-				n := d.memNode[j]
-				if n == nil {
-					n = d.podNode[j]
-				}
-				return d.errf(n, fmt.Sprintf("pods[%d].memory", j), "gpu:%d would need %s at %s with the pods already on it, more than its %s",
+				return d.errf(fmt.Sprintf("pods[%d].memory", j), "gpu:%d would need %s at %s with the pods already on it, more than its %s",
 					db.GPU, fmtBytes(sum), fmtDur(b.From), fmtBytes(usable))
 			}
 		}
@@ -1162,7 +652,7 @@ func (d *decoder) crossCheck(s *Scenario) error {
 			}
 			for pi, p := range s.Pods {
 				if holds(p, gpu) && p.From < end && u.At < p.To {
-					return d.errf(d.unalNodes[i], fmt.Sprintf("unallocated[%d]", i),
+					return d.errf(fmt.Sprintf("unallocated[%d]", i),
 						"gpu:%d is busy (%g) from %s to %s while %s/%s (pods[%d]) holds it from %s to %s; unallocated activity is for GPUs nobody holds",
 						gpu, u.Value, fmtDur(u.At), fmtDur(end), p.Namespace, p.Name, pi, fmtDur(p.From), fmtDur(p.To))
 				}

@@ -12,7 +12,6 @@ import (
 	"time"
 
 	"github.com/NVIDIA/go-nvml/pkg/nvml"
-	"go.yaml.in/yaml/v3"
 )
 
 // DriverTraps are the behaviours of real drivers that a reader written
@@ -68,148 +67,91 @@ const (
 	ZombieStale   = "stale"
 )
 
-// driverTrapKeys are the keys of the `driver:` mapping that driverTraps
-// reads.
-var driverTrapKeys = []string{"version", "mig_parent_permission", "mps", "graphics", "memory_not_available", "zombies", "compute_instances"}
-
-// driver decodes the top-level `driver:` mapping: the shapes of the
-// driver's answers (driverShapes), its traps and its runtime changes.
-func (d *decoder) driver(n *yaml.Node, s *Scenario) error {
-	keys := append(append(append([]string(nil), driverKeys...), driverTrapKeys...), runtimeKeys...)
-	m, err := d.mapping(n, "driver", keys...)
-	if err != nil {
-		return err
-	}
-	if err := d.driverShapes(m, s); err != nil {
-		return err
-	}
-	if err := d.driverTraps(m, s); err != nil {
-		return err
-	}
-	return d.runtimeTraps(m, s)
-}
-
 var driverVersionRE = regexp.MustCompile(`^\d{3}\.\d{1,3}(\.\d{1,3})?$`)
 
-// driverTraps decodes the trap keys of the `driver:` mapping m; the GPUs,
-// MIG layouts and pods must be decoded already.
-func (d *decoder) driverTraps(m map[string]*yaml.Node, s *Scenario) error {
-	t := &s.Traps
-	if n := m["version"]; n != nil {
-		v, err := d.str(n, "driver.version")
-		if err != nil {
-			return err
-		}
-		if !driverVersionRE.MatchString(v) {
-			return d.errf(n, "driver.version", "%q is not a driver version such as 470.256.02 or 535.54.03", v)
-		}
-		t.Version = v
+// driverTraps checks the trap keys of the driver mapping; the GPUs, MIG
+// layouts and pods are checked already.
+func (d *validator) driverTraps(spec *ScenarioSpec, s *Scenario) error {
+	ds, t := spec.Driver, &s.Traps
+	if ds == nil {
+		return nil
 	}
-	if n := m["mig_parent_permission"]; n != nil {
-		v, err := d.str(n, "driver.mig_parent_permission")
-		if err != nil {
+	if d.has("driver.version") {
+		if !driverVersionRE.MatchString(ds.Version) {
+			return d.errf("driver.version", "%q is not a driver version such as 470.256.02 or 535.54.03", ds.Version)
+		}
+		t.Version = ds.Version
+	}
+	if d.has("driver.mig_parent_permission") {
+		if err := d.oneOf("driver.mig_parent_permission", ds.MIGParentPermission, "allowed", "denied"); err != nil {
 			return err
 		}
-		switch v {
-		case "denied":
-			t.MIGParentDenied = true
-		case "allowed":
-		default:
-			return d.errf(n, "driver.mig_parent_permission", "%q is not one of allowed, denied", v)
-		}
+		t.MIGParentDenied = ds.MIGParentPermission == "denied"
 	}
 	for _, k := range []struct {
-		key string
-		set *map[int]bool
-	}{{"mps", &t.MPS}, {"graphics", &t.Graphics}, {"memory_not_available", &t.MemoryNotAvailable}} {
-		n := m[k.key]
-		if n == nil {
+		key  string
+		refs []GPURef
+		set  *map[int]bool
+	}{{"mps", ds.MPS, &t.MPS}, {"graphics", ds.Graphics, &t.Graphics}, {"memory_not_available", ds.MemoryNotAvailable, &t.MemoryNotAvailable}} {
+		if !d.has("driver." + k.key) {
 			continue
 		}
-		items, err := d.seq(n, "driver."+k.key)
-		if err != nil {
-			return err
-		}
 		*k.set = map[int]bool{}
-		for i, it := range items {
-			spec, err := d.device(it, fmt.Sprintf("driver.%s[%d]", k.key, i), s.GPUs)
+		for i, ref := range k.refs {
+			f := fmt.Sprintf("driver.%s[%d]", k.key, i)
+			dev, err := d.gpu(f, ref.DeviceSpec, s.GPUs)
 			if err != nil {
 				return err
 			}
-			if spec.Replicated {
-				return d.errf(it, fmt.Sprintf("driver.%s[%d]", k.key, i), "name the GPU, gpu:%d", spec.GPU)
+			if dev.Replicated {
+				return d.errf(f, "name the GPU, gpu:%d", dev.GPU)
 			}
-			(*k.set)[spec.GPU] = true
+			(*k.set)[dev.GPU] = true
 		}
 	}
-	if n := m["zombies"]; n != nil {
-		items, err := d.seq(n, "driver.zombies")
+	for i, zs := range ds.Zombies {
+		p := fmt.Sprintf("driver.zombies[%d]", i)
+		if err := d.required(p, "device", "pid", "shape"); err != nil {
+			return err
+		}
+		dev, err := d.gpu(p+".device", zs.Device.DeviceSpec, s.GPUs)
 		if err != nil {
 			return err
 		}
-		for i, it := range items {
-			p := fmt.Sprintf("driver.zombies[%d]", i)
-			zm, err := d.mapping(it, p, "device", "pid", "shape", "value")
-			if err != nil {
-				return err
-			}
-			for _, k := range []string{"device", "pid", "shape"} {
-				if zm[k] == nil {
-					return d.errf(it, p+"."+k, "missing")
-				}
-			}
-			spec, err := d.device(zm["device"], p+".device", s.GPUs)
-			if err != nil {
-				return err
-			}
-			pid, err := d.integer(zm["pid"], p+".pid", 1, math.MaxInt32)
-			if err != nil {
-				return err
-			}
-			z := Zombie{GPU: spec.GPU, PID: uint32(pid)}
-			if z.Shape, err = d.str(zm["shape"], p+".shape"); err != nil {
-				return err
-			}
-			if z.Shape != ZombieGarbage && z.Shape != ZombieStale {
-				return d.errf(zm["shape"], p+".shape", "%q is not one of %s, %s", z.Shape, ZombieGarbage, ZombieStale)
-			}
-			if v := zm["value"]; v != nil {
-				if z.Value, err = d.ratio(v, p+".value"); err != nil {
-					return err
-				}
-			}
-			t.Zombies = append(t.Zombies, z)
+		pid, err := d.whole(p+".pid", zs.PID, 1, math.MaxInt32)
+		if err != nil {
+			return err
 		}
+		if err := d.oneOf(p+".shape", zs.Shape, ZombieGarbage, ZombieStale); err != nil {
+			return err
+		}
+		t.Zombies = append(t.Zombies, Zombie{GPU: dev.GPU, PID: uint32(pid), Shape: zs.Shape, Value: float64(zs.Value)})
 	}
-	if n := m["compute_instances"]; n != nil {
-		if n.Kind != yaml.MappingNode {
-			return d.errf(n, "driver.compute_instances", `want a mapping of MIG devices to compute instance counts, such as {"mig:0/0": 3}, got %s`, kindName(n))
-		}
+	if ds.ComputeInstances != nil {
 		t.ComputeInstances = map[[2]int]int{}
-		for i := 0; i+1 < len(n.Content); i += 2 {
-			k, v := n.Content[i], n.Content[i+1]
-			field := "driver.compute_instances." + k.Value
-			gpu, slot, ok := parseMIGRef(k.Value)
-			if !ok {
-				return d.errf(k, field, "%q is not a MIG device such as mig:0/0", k.Value)
-			}
-			layout := s.MIG[gpu]
-			if slot >= len(layout) || layout[slot] == "" {
-				return d.errf(k, field, "%s is no MIG device of the scenario's fixed MIG layouts", k.Value)
-			}
-			p, _ := systems[s.System].migProfile(layout[slot])
-			count, err := d.integer(v, field, 2, int64(p.info.SliceCount))
-			if err != nil {
-				return err
-			}
-			if int(p.info.SliceCount)%int(count) != 0 {
-				return d.errf(v, field, "%d compute instances do not divide the %d slices of a %s evenly", count, p.info.SliceCount, layout[slot])
-			}
-			if free := MaxMIGDevices - len(layout); int(count)-1 > free-len(t.ComputeInstances) {
-				return d.errf(v, field, "no MIG device index is left for %d more compute instances (at most %d MIG devices)", count-1, MaxMIGDevices)
-			}
-			t.ComputeInstances[[2]int{gpu, slot}] = int(count)
+	}
+	for _, k := range sortedKeys(ds.ComputeInstances) {
+		field := "driver.compute_instances." + k
+		gpu, slot, ok := parseMIGRef(k)
+		if !ok {
+			return d.errf(field, "%q is not a MIG device such as mig:0/0", k)
 		}
+		layout := s.MIG[gpu]
+		if slot >= len(layout) || layout[slot] == "" {
+			return d.errf(field, "%s is no MIG device of the scenario's fixed MIG layouts", k)
+		}
+		p, _ := systems[s.System].migProfile(layout[slot])
+		count, err := d.whole(field, ds.ComputeInstances[k], 2, int64(p.info.SliceCount))
+		if err != nil {
+			return err
+		}
+		if int(p.info.SliceCount)%int(count) != 0 {
+			return d.errf(field, "%d compute instances do not divide the %d slices of a %s evenly", count, p.info.SliceCount, layout[slot])
+		}
+		if free := MaxMIGDevices - len(layout); int(count)-1 > free-len(t.ComputeInstances) {
+			return d.errf(field, "no MIG device index is left for %d more compute instances (at most %d MIG devices)", count-1, MaxMIGDevices)
+		}
+		t.ComputeInstances[[2]int{gpu, slot}] = int(count)
 	}
 	return nil
 }
@@ -512,134 +454,86 @@ type NodeLabel struct {
 	From, To   time.Duration
 }
 
-// runtimeKeys are the driver: keys of runtime changes, read by runtimeTraps.
-var runtimeKeys = []string{"mig_mode", "reloads", "node_labels"}
-
-// runtimeTraps decodes the runtime-change keys of the driver: mapping m.
-func (d *decoder) runtimeTraps(m map[string]*yaml.Node, s *Scenario) error {
-	t := &s.Traps
-	if n := m["mig_mode"]; n != nil {
-		items, err := d.seq(n, "driver.mig_mode")
-		if err != nil {
-			return err
-		}
-		changed := map[int]bool{}
-		for i, it := range items {
-			p := fmt.Sprintf("driver.mig_mode[%d]", i)
-			cm, err := d.mapping(it, p, "gpu", "at", "mode")
-			if err != nil {
-				return err
-			}
-			for _, k := range []string{"gpu", "at", "mode"} {
-				if cm[k] == nil {
-					return d.errf(it, p+"."+k, "missing")
-				}
-			}
-			spec, err := d.device(cm["gpu"], p+".gpu", s.GPUs)
-			if err != nil {
-				return err
-			}
-			at, err := d.offset(cm["at"], p+".at", s.Duration)
-			if err != nil {
-				return err
-			}
-			mode, err := d.str(cm["mode"], p+".mode")
-			if err != nil {
-				return err
-			}
-			if mode != "enabled" && mode != "disabled" {
-				return d.errf(cm["mode"], p+".mode", "%q is not one of enabled, disabled", mode)
-			}
-			if changed[spec.GPU] {
-				return d.errf(it, p, "gpu:%d changes MIG mode once at most", spec.GPU)
-			}
-			changed[spec.GPU] = true
-			_, inMIG := s.MIG[spec.GPU]
-			enabled := mode == "enabled"
-			if enabled == inMIG {
-				return d.errf(cm["mode"], p+".mode", "gpu:%d is %s already", spec.GPU, mode)
-			}
-			if enabled && len(s.MIG[spec.GPU]) > 0 {
-				return d.errf(it, p, "gpu:%d turns MIG mode on with no MIG device", spec.GPU)
-			}
-			for _, pod := range s.Pods {
-				for _, dev := range pod.Devices {
-					// Whole-GPU holders before MIG mode, MIG holders
-					// before it ends.
-					if dev.GPU == spec.GPU && pod.To > at && (enabled && !dev.MIG || !enabled && dev.MIG) {
-						return d.errf(it, p, "pod %s/%s holds %s after %s, when gpu:%d's MIG mode changes", pod.Namespace, pod.Name, dev, fmtDur(at), spec.GPU)
-					}
-					if dev.GPU == spec.GPU && !enabled && !dev.MIG && pod.From < at {
-						return d.errf(it, p, "pod %s/%s holds %s before %s, while gpu:%d is in MIG mode", pod.Namespace, pod.Name, dev, fmtDur(at), spec.GPU)
-					}
-				}
-			}
-			t.MIGModeChanges = append(t.MIGModeChanges, MIGModeChange{GPU: spec.GPU, At: at, Enabled: enabled})
-		}
+// runtimeTraps checks the runtime-change keys of the driver mapping.
+func (d *validator) runtimeTraps(spec *ScenarioSpec, s *Scenario) error {
+	ds, t := spec.Driver, &s.Traps
+	if ds == nil {
+		return nil
 	}
-	if n := m["reloads"]; n != nil {
-		items, err := d.seq(n, "driver.reloads")
+	changed := map[int]bool{}
+	for i, cs := range ds.MIGMode {
+		p := fmt.Sprintf("driver.mig_mode[%d]", i)
+		if err := d.required(p, "gpu", "at", "mode"); err != nil {
+			return err
+		}
+		dev, err := d.gpu(p+".gpu", cs.GPU.DeviceSpec, s.GPUs)
 		if err != nil {
 			return err
 		}
-		var last time.Duration = -1
-		for i, it := range items {
-			p := fmt.Sprintf("driver.reloads[%d]", i)
-			rm, err := d.mapping(it, p, "at", "for", "version")
-			if err != nil {
-				return err
-			}
-			if rm["at"] == nil || rm["for"] == nil {
-				return d.errf(it, p, "want at and for")
-			}
-			var r DriverReload
-			if r.At, err = d.offset(rm["at"], p+".at", s.Duration); err != nil {
-				return err
-			}
-			if r.For, err = d.duration(rm["for"], p+".for"); err != nil {
-				return err
-			}
-			if r.At <= last {
-				return d.errf(rm["at"], p+".at", "%s is not after the previous reload's end", fmtDur(r.At))
-			}
-			last = r.At + r.For
-			if v := rm["version"]; v != nil {
-				if r.Version, err = d.str(v, p+".version"); err != nil {
-					return err
-				}
-				if !driverVersionRE.MatchString(r.Version) {
-					return d.errf(v, p+".version", "%q is not a driver version such as 550.90.07", r.Version)
-				}
-			}
-			t.Reloads = append(t.Reloads, r)
+		at, err := d.offset(p+".at", cs.At, s.Duration)
+		if err != nil {
+			return err
 		}
+		mode := cs.Mode
+		if err := d.oneOf(p+".mode", mode, "enabled", "disabled"); err != nil {
+			return err
+		}
+		if changed[dev.GPU] {
+			return d.errf(p, "gpu:%d changes MIG mode once at most", dev.GPU)
+		}
+		changed[dev.GPU] = true
+		_, inMIG := s.MIG[dev.GPU]
+		enabled := mode == "enabled"
+		if enabled == inMIG {
+			return d.errf(p+".mode", "gpu:%d is %s already", dev.GPU, mode)
+		}
+		if enabled && len(s.MIG[dev.GPU]) > 0 {
+			return d.errf(p, "gpu:%d turns MIG mode on with no MIG device", dev.GPU)
+		}
+		for _, pod := range s.Pods {
+			for _, dv := range pod.Devices {
+				// Whole-GPU holders before MIG mode, MIG holders
+				// before it ends.
+				if dv.GPU == dev.GPU && pod.To > at && (enabled && !dv.MIG || !enabled && dv.MIG) {
+					return d.errf(p, "pod %s/%s holds %s after %s, when gpu:%d's MIG mode changes", pod.Namespace, pod.Name, dv, fmtDur(at), dev.GPU)
+				}
+				if dv.GPU == dev.GPU && !enabled && !dv.MIG && pod.From < at {
+					return d.errf(p, "pod %s/%s holds %s before %s, while gpu:%d is in MIG mode", pod.Namespace, pod.Name, dv, fmtDur(at), dev.GPU)
+				}
+			}
+		}
+		t.MIGModeChanges = append(t.MIGModeChanges, MIGModeChange{GPU: dev.GPU, At: at, Enabled: enabled})
 	}
-	if n := m["node_labels"]; n != nil {
-		items, err := d.seq(n, "driver.node_labels")
-		if err != nil {
+	var last time.Duration = -1
+	for i, rs := range ds.Reloads {
+		p := fmt.Sprintf("driver.reloads[%d]", i)
+		if !d.has(p+".at") || !d.has(p+".for") {
+			return d.errf(p, "want at and for")
+		}
+		r := DriverReload{For: time.Duration(rs.For), Version: rs.Version}
+		var err error
+		if r.At, err = d.offset(p+".at", rs.At, s.Duration); err != nil {
 			return err
 		}
-		for i, it := range items {
-			p := fmt.Sprintf("driver.node_labels[%d]", i)
-			lm, err := d.mapping(it, p, "key", "value", "from", "to")
-			if err != nil {
-				return err
-			}
-			if lm["key"] == nil || lm["value"] == nil {
-				return d.errf(it, p, "want key and value")
-			}
-			l := NodeLabel{To: s.Duration}
-			if l.Key, err = d.str(lm["key"], p+".key"); err != nil {
-				return err
-			}
-			if l.Value, err = d.scalar(lm["value"], p+".value"); err != nil {
-				return err
-			}
-			if err := d.window(lm, p, s.Duration, &l.From, &l.To); err != nil {
-				return err
-			}
-			t.Labels = append(t.Labels, l)
+		if r.At <= last {
+			return d.errf(p+".at", "%s is not after the previous reload's end", fmtDur(r.At))
 		}
+		last = r.At + r.For
+		if d.has(p+".version") && !driverVersionRE.MatchString(r.Version) {
+			return d.errf(p+".version", "%q is not a driver version such as 550.90.07", r.Version)
+		}
+		t.Reloads = append(t.Reloads, r)
+	}
+	for i, ls := range ds.NodeLabels {
+		p := fmt.Sprintf("driver.node_labels[%d]", i)
+		if !d.has(p+".key") || !d.has(p+".value") {
+			return d.errf(p, "want key and value")
+		}
+		l := NodeLabel{Key: ls.Key, Value: ls.Value, To: s.Duration}
+		if err := d.window(p, ls.From, ls.To, s.Duration, &l.From, &l.To); err != nil {
+			return err
+		}
+		t.Labels = append(t.Labels, l)
 	}
 	return nil
 }

@@ -11,7 +11,6 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
-	"slices"
 	"strings"
 	"time"
 
@@ -167,8 +166,8 @@ type nodeGen struct {
 	system      string
 	layouts     map[int][]string
 	pods        []genPod
-	unallocated []string
-	unscheduled []string
+	unallocated []sim.UnallocatedSpec
+	unscheduled []sim.UnscheduledSpec
 }
 
 type genPod struct {
@@ -177,9 +176,9 @@ type genPod struct {
 	labels                     map[string]string
 	cmdline                    []string
 	resource                   string
-	devices                    []string
+	devices                    []sim.DeviceSpec
 	from, to                   time.Duration
-	memory                     string
+	memory                     sim.Bytes
 	util                       []genStep
 	claim                      string
 }
@@ -236,15 +235,16 @@ func (g *nodeGen) offBoundary(t time.Duration) time.Duration {
 	return t
 }
 
-// genStep is a step of a pod's util list; render writes it at a time.
+// genStep is a step of a pod's util list; render makes it at a time.
 type genStep struct {
 	at     time.Duration
 	render func(at time.Duration) genStep
-	text   string
+	step   sim.StepSpec
 }
 
 func value(t time.Duration, v float64) genStep {
-	return genStep{t, func(at time.Duration) genStep { return value(at, v) }, fmt.Sprintf("{at: %s, value: %g}", fmtDur(t), v)}
+	r := sim.Ratio(v)
+	return genStep{t, func(at time.Duration) genStep { return value(at, v) }, sim.StepSpec{At: sim.Duration(t), Value: &r}}
 }
 
 // onSampleGrid rounds d up to the simulated driver's sample grid.
@@ -259,7 +259,7 @@ func duty(t time.Duration, period, busy int, v float64) genStep {
 	b := time.Duration(busy) * time.Second / sim.SamplePeriod * sim.SamplePeriod
 	t = onSampleGrid(t)
 	return genStep{t, func(at time.Duration) genStep { return duty(at, period, busy, v) },
-		fmt.Sprintf("{at: %s, duty: {period: %s, busy: %s, value: %g}}", fmtDur(t), p, b, v)}
+		sim.StepSpec{At: sim.Duration(t), Duty: &sim.DutySpec{Period: sim.Duration(p), Busy: sim.Duration(b), Value: sim.Ratio(v)}}}
 }
 
 // h100 fills a DGX H100.
@@ -297,9 +297,9 @@ func (g *nodeGen) train(first, n int) {
 		if k == 0 {
 			end = min(max(end, 6*time.Hour), g.dur)
 		}
-		devs := make([]string, 0, size)
+		devs := make([]sim.DeviceSpec, 0, size)
 		for d := first; d < first+size; d++ {
-			devs = append(devs, fmt.Sprintf("gpu:%d", d))
+			devs = append(devs, sim.DeviceSpec{GPU: d})
 		}
 		kind, owner := "Job", fmt.Sprintf("train-%s-%d", g.name, k)
 		if g.r.IntN(2) == 0 {
@@ -309,7 +309,7 @@ func (g *nodeGen) train(first, n int) {
 			namespace: "research", name: owner + "-worker-0", container: "trainer",
 			ownerKind: kind, ownerName: owner, labels: map[string]string{"model": models[g.r.IntN(len(models))], "team": "nlp"},
 			cmdline: []string{"torchrun", "train.py"}, devices: devs, from: t, to: end,
-			memory: fmt.Sprintf("%dGiB", 40+g.r.IntN(30)), util: g.trainUtil(t, end, k == 0),
+			memory: sim.Bytes(40+g.r.IntN(30)) << 30, util: g.trainUtil(t, end, k == 0),
 		})
 		// A gap: the queue is empty, the GPUs unallocated.
 		t = at(end + g.between(0, 3*time.Hour))
@@ -371,8 +371,8 @@ func (g *nodeGen) timeSliced(gpu, replicas int) {
 		g.pods = append(g.pods, genPod{
 			namespace: "ml-dev", name: user + "-0", container: "dev", ownerKind: "StatefulSet", ownerName: user,
 			labels: map[string]string{"model": g.pick("llama3-8b", "")}, cmdline: []string{"python", "dev.py"},
-			resource: sim.ResourceGPUShared, devices: []string{fmt.Sprintf("gpu:%d::%d", gpu, rep)},
-			from: from, to: to, memory: "8GiB", util: u, claim: fmt.Sprintf("shared-%s-%d", g.name, gpu),
+			resource: sim.ResourceGPUShared, devices: []sim.DeviceSpec{{GPU: gpu, Replicated: true, Replica: rep}},
+			from: from, to: to, memory: 8 << 30, util: u, claim: fmt.Sprintf("shared-%s-%d", g.name, gpu),
 		})
 	}
 }
@@ -383,9 +383,10 @@ func (g *nodeGen) timeSliced(gpu, replicas int) {
 // day.
 func (g *nodeGen) outsideThenNotebook(gpu int) {
 	until := min(g.between(2*time.Hour, 5*time.Hour), g.dur-time.Hour)
+	dev := sim.GPURef{DeviceSpec: sim.DeviceSpec{GPU: gpu}}
 	g.unallocated = append(g.unallocated,
-		fmt.Sprintf("{device: \"gpu:%d\", at: 0s, value: %g}", gpu, g.ratio(0.2, 0.4)),
-		fmt.Sprintf("{device: \"gpu:%d\", at: %s, value: 0}", gpu, fmtDur(until)))
+		sim.UnallocatedSpec{Device: dev, Value: sim.Ratio(g.ratio(0.2, 0.4))},
+		sim.UnallocatedSpec{Device: dev, At: sim.Duration(until)})
 	from := until + time.Hour
 	user := fmt.Sprintf("nb-%s-%d", g.name, gpu)
 	u := []genStep{value(from, 0)}
@@ -397,7 +398,7 @@ func (g *nodeGen) outsideThenNotebook(gpu int) {
 	g.pods = append(g.pods, genPod{
 		namespace: "data-science", name: user + "-0", container: "jupyter", ownerKind: "StatefulSet", ownerName: user,
 		labels: map[string]string{"model": "llama3-8b"}, cmdline: []string{"jupyter", "lab"},
-		devices: []string{fmt.Sprintf("gpu:%d", gpu)}, from: from, memory: "60GiB", util: u,
+		devices: []sim.DeviceSpec{{GPU: gpu}}, from: from, memory: 60 << 30, util: u,
 	})
 }
 
@@ -410,7 +411,7 @@ func (g *nodeGen) migGPM(gpu int) {
 		g.pods = append(g.pods, genPod{
 			namespace: "inference", name: user + "-0", container: "server", ownerKind: "StatefulSet", ownerName: user,
 			labels: map[string]string{"model": "bert-base"}, cmdline: []string{"python", "serve.py"},
-			devices: []string{fmt.Sprintf("mig:%d/%d", gpu, slot)}, util: []genStep{value(0, v)},
+			devices: []sim.DeviceSpec{{GPU: gpu, MIG: true, MIGSlot: slot}}, util: []genStep{value(0, v)},
 		})
 	}
 }
@@ -443,7 +444,7 @@ func (g *nodeGen) migNotebooks(first, n int) {
 			g.pods = append(g.pods, genPod{
 				namespace: "data-science", name: "nb-" + user + "-0", container: "jupyter",
 				ownerKind: "StatefulSet", ownerName: "nb-" + user, labels: map[string]string{"model": g.pick("bert-base", "llama3-8b", "")},
-				cmdline: []string{"jupyter", "lab"}, devices: []string{fmt.Sprintf("mig:%d/%d", gpu, slot)},
+				cmdline: []string{"jupyter", "lab"}, devices: []sim.DeviceSpec{{GPU: gpu, MIG: true, MIGSlot: slot}},
 				from: from, to: to, util: []genStep{value(from, g.ratio(0.1, 0.5))},
 			})
 		}
@@ -498,8 +499,8 @@ func (g *nodeGen) inference(first, n int) {
 				namespace: "inference", name: fmt.Sprintf("%s-%s-%s-%d-%d", d.name, d.hash, g.name, gpu, i),
 				container: "server", ownerKind: "ReplicaSet", ownerName: d.name + "-" + d.hash,
 				labels:  map[string]string{"model": d.model, "app": d.name, "pod-template-hash": d.hash},
-				cmdline: []string{"python", "-m", "server"}, devices: []string{fmt.Sprintf("gpu:%d", gpu)},
-				from: sp[0], to: sp[1], memory: fmt.Sprintf("%dGiB", 28+g.r.IntN(8)), util: load(sp[0], sp[1]),
+				cmdline: []string{"python", "-m", "server"}, devices: []sim.DeviceSpec{{GPU: gpu}},
+				from: sp[0], to: sp[1], memory: sim.Bytes(28+g.r.IntN(8)) << 30, util: load(sp[0], sp[1]),
 			})
 		}
 	}
@@ -533,13 +534,13 @@ func (g *nodeGen) pending(products ...string) {
 		}
 		owner := fmt.Sprintf("sweep-%s-%d", g.name, j)
 		trials := 1 + g.r.IntN(4)
-		selector := ""
+		var selector map[string]string
 		if product != "" {
-			selector = fmt.Sprintf(", node_selector: {%s: %s}", sim.ProductLabel, product)
+			selector = map[string]string{sim.ProductLabel: product}
 		}
 		for k := range trials {
-			g.unscheduled = append(g.unscheduled, fmt.Sprintf("{namespace: research, name: %s-%d, owner: {kind: Job, name: %s}, gpus: 1, from: %s, to: %s%s}",
-				owner, k, owner, fmtDur(from), fmtDur(to), selector))
+			g.unscheduled = append(g.unscheduled, sim.UnscheduledSpec{Namespace: "research", Name: fmt.Sprintf("%s-%d", owner, k),
+				Owner: &sim.Owner{Kind: "Job", Name: owner}, GPUs: 1, From: sim.Duration(from), To: sim.Duration(to), NodeSelector: selector})
 		}
 	}
 }
@@ -586,104 +587,58 @@ func (g *nodeGen) finish(p genPod) (genPod, bool) {
 
 // yaml writes the scenario file.
 func (g *nodeGen) yaml() []byte {
-	var b strings.Builder
-	fmt.Fprintf(&b, "# Generated by test/fleet for node %s; do not edit.\n", g.name)
-	fmt.Fprintf(&b, "start: %s\nduration: %s\nnode: %s\nsystem: %s\ngpus: %d\n",
-		g.start.UTC().Format(time.RFC3339), fmtDur(g.dur), g.name, g.system, GPUsPerNode)
+	spec := sim.ScenarioSpec{Start: sim.Timestamp(g.start.UTC().Truncate(time.Second)), Duration: sim.Duration(g.dur),
+		Node: g.name, System: g.system, GPUs: GPUsPerNode, Unallocated: g.unallocated, Unscheduled: g.unscheduled}
 	if g.dra {
-		b.WriteString("allocation: dra\n")
+		spec.Allocation = sim.AllocationDRA
 	}
 	if len(g.layouts) > 0 {
-		b.WriteString("mig:\n")
-		for gpu := 0; gpu < GPUsPerNode; gpu++ {
-			if l, ok := g.layouts[gpu]; ok {
-				fmt.Fprintf(&b, "  \"gpu:%d\": [%s]\n", gpu, strings.Join(l, ", "))
-			}
+		spec.MIG = map[string]sim.MIGSpec{}
+		for gpu, l := range g.layouts {
+			spec.MIG[fmt.Sprintf("gpu:%d", gpu)] = sim.MIGSpec{Profiles: l}
 		}
 	}
-	var pods []genPod
 	for _, p := range g.pods {
-		if p, ok := g.finish(p); ok {
-			pods = append(pods, p)
+		p, ok := g.finish(p)
+		if !ok {
+			continue
 		}
-	}
-	if len(pods) > 0 {
-		b.WriteString("pods:\n")
-	}
-	for _, p := range pods {
-		fmt.Fprintf(&b, "  - namespace: %s\n    name: %s\n    container: %s\n", p.namespace, p.name, p.container)
+		ps := sim.PodSpec{Namespace: p.namespace, Name: p.name, Container: p.container, Cmdline: p.cmdline,
+			Devices: p.devices, From: sim.Duration(p.from), To: sim.Duration(p.to), Memory: p.memory, Util: &sim.Steps{}}
 		if p.ownerKind != "" {
-			fmt.Fprintf(&b, "    owner: {kind: %s, name: %s}\n", p.ownerKind, p.ownerName)
+			ps.Owner = &sim.Owner{Kind: p.ownerKind, Name: p.ownerName}
 		}
-		var ls []string
-		for _, k := range sortedKeys(p.labels) {
-			if p.labels[k] != "" {
-				ls = append(ls, fmt.Sprintf("%s: %q", k, p.labels[k]))
+		for k, v := range p.labels {
+			if v != "" {
+				if ps.Labels == nil {
+					ps.Labels = map[string]string{}
+				}
+				ps.Labels[k] = v
 			}
 		}
-		if len(ls) > 0 {
-			fmt.Fprintf(&b, "    labels: {%s}\n", strings.Join(ls, ", "))
-		}
-		if len(p.cmdline) > 0 {
-			fmt.Fprintf(&b, "    cmdline: [%s]\n", quoteAll(p.cmdline))
-		}
-		devices := p.devices
 		switch {
 		case g.dra:
 			// A DRA pod takes its devices through its claim: no extended
 			// resource, no time-slicing replica; the pods of a shared claim
 			// name the same GPU.
-			if p.claim != "" {
-				fmt.Fprintf(&b, "    claim: %s\n", p.claim)
-			}
-			devices = make([]string, len(p.devices))
+			ps.Claim = p.claim
+			ps.Devices = make([]sim.DeviceSpec, len(p.devices))
 			for i, d := range p.devices {
-				devices[i], _, _ = strings.Cut(d, "::")
+				ps.Devices[i] = sim.DeviceSpec{GPU: d.GPU, MIG: d.MIG, MIGSlot: d.MIGSlot}
 			}
-		case p.resource != "":
-			fmt.Fprintf(&b, "    resource: %s\n", p.resource)
+		default:
+			ps.Resource = p.resource
 		}
-		fmt.Fprintf(&b, "    devices: [%s]\n", quoteAll(devices))
-		fmt.Fprintf(&b, "    from: %s\n    to: %s\n", fmtDur(p.from), fmtDur(p.to))
-		if p.memory != "" {
-			fmt.Fprintf(&b, "    memory: %s\n", p.memory)
+		for _, s := range p.util {
+			ps.Util.List = append(ps.Util.List, s.step)
 		}
-		u := make([]string, len(p.util))
-		for i, s := range p.util {
-			u[i] = s.text
-		}
-		fmt.Fprintf(&b, "    util: [%s]\n", strings.Join(u, ", "))
+		spec.Pods = append(spec.Pods, ps)
 	}
-	if len(g.unallocated) > 0 {
-		b.WriteString("unallocated:\n")
-		for _, u := range g.unallocated {
-			fmt.Fprintf(&b, "  - %s\n", u)
-		}
+	out, err := spec.Marshal()
+	if err != nil {
+		panic(err) // plain values always marshal
 	}
-	if len(g.unscheduled) > 0 {
-		b.WriteString("unscheduled:\n")
-		for _, u := range g.unscheduled {
-			fmt.Fprintf(&b, "  - %s\n", u)
-		}
-	}
-	return []byte(b.String())
-}
-
-func quoteAll(xs []string) string {
-	q := make([]string, len(xs))
-	for i, x := range xs {
-		q[i] = fmt.Sprintf("%q", x)
-	}
-	return strings.Join(q, ", ")
-}
-
-func sortedKeys(m map[string]string) []string {
-	ks := make([]string, 0, len(m))
-	for k := range m {
-		ks = append(ks, k)
-	}
-	slices.Sort(ks)
-	return ks
+	return append([]byte("# Generated by test/fleet for node "+g.name+"; do not edit.\n"), out...)
 }
 
 // fmtDur spells a duration as a scenario does: 1h30m, 45m, 0s.
