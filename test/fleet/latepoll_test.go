@@ -1,20 +1,13 @@
 package fleet
 
 import (
-	"context"
 	"math"
 	"math/rand/v2"
-	"path/filepath"
 	"testing"
 	"time"
 
-	"go.uber.org/zap"
-
 	"github.com/gpuxray/gpuxray/agent"
-	"github.com/gpuxray/gpuxray/collector/kubelet"
-	"github.com/gpuxray/gpuxray/collector/nvml"
-	cgroup "github.com/gpuxray/gpuxray/collector/proc"
-	"github.com/gpuxray/gpuxray/collector/sim"
+	"github.com/gpuxray/gpuxray/test/bench/simnode"
 )
 
 // TestLatePollsKeepSharedTime: an agent starved of the CPU polls late,
@@ -41,56 +34,24 @@ func TestLatePollsKeepSharedTime(t *testing.T) {
 			name = "late"
 		}
 		t.Run(name, func(t *testing.T) {
-			clock := sim.NewVirtualClock(sc.Start)
-			node, err := sim.NewNode(sc, clock)
-			if err != nil {
-				t.Fatal(err)
-			}
-			dir := t.TempDir()
-			if err := node.WriteProc(filepath.Join(dir, "proc")); err != nil {
-				t.Fatal(err)
-			}
-			socket := filepath.Join(dir, "k.sock")
-			ks := sim.NewKubeletServer(node.ListResponse)
-			if err := ks.Start(socket); err != nil {
-				t.Fatal(err)
-			}
-			defer ks.Stop()
-			reader := nvml.New(node.NVML(), nvml.DefaultConfig(), zap.NewNop(), clock)
-			if err := reader.Init(); err != nil {
-				t.Fatal(err)
-			}
-			defer reader.Shutdown()
-			kcfg := kubelet.DefaultConfig()
-			kcfg.Socket, kcfg.Clock = socket, clock
-			kc, err := kubelet.New(kcfg, zap.NewNop())
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer kc.Close()
 			cfg := agent.DefaultConfig()
 			cfg.Windows = sched
-			procs := cgroup.New(cgroup.Config{Root: filepath.Join(dir, "proc")}, zap.NewNop())
-			e, err := agent.New(cfg, reader, kc, clock, zap.NewNop(), agent.WithPods(node), agent.WithProcesses(procs))
-			if err != nil {
-				t.Fatal(err)
-			}
+			n := simnode.New(t, sc, &cfg)
 			la := &liveAgent{node: nodes[0], scenario: sc}
 			r := rand.New(rand.NewPCG(1, 2))
-			clock.Set(sc.Start.Add(10 * time.Minute))
+			n.Clock.Set(sc.Start.Add(10 * time.Minute))
 			var from agentCounters
 			for i := range 400 {
 				d := time.Second
 				if late && r.IntN(8) == 0 {
 					d = time.Duration(2+r.IntN(12)) * time.Second
 				}
-				clock.Advance(d + time.Duration(r.IntN(300))*time.Millisecond)
-				e.Poll(context.Background())
+				n.Step(d + time.Duration(r.IntN(300))*time.Millisecond)
 				if i == 60 {
-					from = countersOf(la, e.Snapshot())
+					from = countersOf(la, n.Engine.Snapshot())
 				}
 			}
-			to := countersOf(la, e.Snapshot())
+			to := countersOf(la, n.Engine.Snapshot())
 			want := countedTruth(newTruther(asPolled(sc, cfg.PollInterval)), from, to)
 			for _, f := range []struct {
 				name      string

@@ -35,7 +35,7 @@ func (p *podSeconds) add(o podSeconds, sign float64) {
 // totals are GPU time over a span, in seconds: the devices' own time of
 // whole GPUs (each GPU once), and pod-seconds by workload.
 type totals struct {
-	Observed, Allocated, AllocIdle, AllocActive, Unallocated, UnallocActive float64
+	deviceSeconds
 	// WholeIdle and WholeFree are the idle allocated time and the free
 	// time (unallocated, less busy outside Kubernetes) of the GPUs not in
 	// MIG mode: what the queue X-ray's waiters could have run on.
@@ -52,19 +52,28 @@ type totals struct {
 	byGPU []gpuSeconds
 }
 
+// deviceSeconds are GPUs' own time.
+type deviceSeconds struct {
+	Observed, Allocated, AllocIdle, AllocActive, Unallocated, UnallocActive float64
+}
+
+func (d *deviceSeconds) add(o deviceSeconds, sign float64) {
+	d.Observed += sign * o.Observed
+	d.Allocated += sign * o.Allocated
+	d.AllocIdle += sign * o.AllocIdle
+	d.AllocActive += sign * o.AllocActive
+	d.Unallocated += sign * o.Unallocated
+	d.UnallocActive += sign * o.UnallocActive
+}
+
 // gpuSeconds are one GPU's own time and the pod-seconds of its holders.
 type gpuSeconds struct {
-	Observed, Allocated, AllocIdle, AllocActive, Unallocated, UnallocActive float64
-	Pods                                                                    podSeconds
+	deviceSeconds
+	Pods podSeconds
 }
 
 func (g *gpuSeconds) add(o gpuSeconds, sign float64) {
-	g.Observed += sign * o.Observed
-	g.Allocated += sign * o.Allocated
-	g.AllocIdle += sign * o.AllocIdle
-	g.AllocActive += sign * o.AllocActive
-	g.Unallocated += sign * o.Unallocated
-	g.UnallocActive += sign * o.UnallocActive
+	g.deviceSeconds.add(o.deviceSeconds, sign)
 	g.Pods.add(o.Pods, sign)
 }
 
@@ -74,12 +83,7 @@ func newTotals() *totals {
 
 // add adds sign·o to t, renaming o's workloads with rename when it is set.
 func (t *totals) add(o *totals, sign float64, rename func(string) string) {
-	t.Observed += sign * o.Observed
-	t.Allocated += sign * o.Allocated
-	t.AllocIdle += sign * o.AllocIdle
-	t.AllocActive += sign * o.AllocActive
-	t.Unallocated += sign * o.Unallocated
-	t.UnallocActive += sign * o.UnallocActive
+	t.deviceSeconds.add(o.deviceSeconds, sign)
 	t.WholeIdle += sign * o.WholeIdle
 	t.WholeFree += sign * o.WholeFree
 	for k, v := range o.Work {
