@@ -342,7 +342,7 @@ func (e *Engine) decide(ds *deviceState, now time.Time, force bool) {
 	if done == 0 {
 		return
 	}
-	sh.pending = append(sh.pending[:0], sh.pending[done:]...)
+	sh.drop(done)
 	for _, tr := range sh.procs {
 		k := 0
 		for k < len(tr.spans) && !tr.spans[k].to.After(sh.decided) {
@@ -350,8 +350,27 @@ func (e *Engine) decide(ds *deviceState, now time.Time, force bool) {
 		}
 		tr.spans = append(tr.spans[:0], tr.spans[k:]...)
 	}
+}
+
+// drop removes the first done pending periods, and the holder sets only
+// they named: a device whose queue never runs empty (time-sliced and
+// always busy) would otherwise keep every set its holders ever were.
+// Periods name sets in order, so those are the first ones; the moved
+// headers' old places are cleared, not left aliasing them for enqueue to
+// reuse.
+func (sh *shareState) drop(done int) {
+	sh.pending = append(sh.pending[:0], sh.pending[done:]...)
 	if len(sh.pending) == 0 {
 		sh.sets = sh.sets[:0]
+		return
+	}
+	if first := sh.pending[0].set; first > 0 {
+		n := copy(sh.sets, sh.sets[first:])
+		clear(sh.sets[n:])
+		sh.sets = sh.sets[:n]
+		for i := range sh.pending {
+			sh.pending[i].set -= first
+		}
 	}
 }
 
