@@ -157,7 +157,7 @@ func startAgent(ctx context.Context, n *Node, c LiveConfig, sched *agent.Schedul
 	if a.engine, err = agent.New(cfg, a.reader, a.kube, clock, log.Named("engine"), agent.WithPods(node), agent.WithProcesses(procs)); err != nil {
 		return fail(err)
 	}
-	// The lead-in, as playLeadIn in cmd/gpuxray plays it: polls of virtual
+	// The lead-in, as playLeadIn in cmd/gpuxray-sim plays it: polls of virtual
 	// time as fast as they run, until the clock reaches the wall clock.
 	maxPolls := 2*int(c.LeadIn/c.LeadInStep) + 2
 	for i := 0; ; i++ {

@@ -703,6 +703,7 @@ func (l *liveRun) checkRules(ctx context.Context, res *Result) {
 // window that opened during it) is not judged alone; the run's table
 // counts them. Its seconds are still judged, in the cluster-wide rules
 // that sum them.
+
 // sharedChange: whether a pod came to, left or changed its use of a
 // shared GPU that a pod of workload k holds, from agent.MaxProcessWait and
 // a scrape before start to end. A shared GPU's periods wait in the agent
@@ -710,8 +711,8 @@ func (l *liveRun) checkRules(ctx context.Context, res *Result) {
 // for an idle process: its counters run behind by a lag that changes when
 // a process comes, goes, or starts or stops working. A window's rate over
 // such a change reads the lag's change (up to 10 s of a 5-minute window:
-// 1.028 GPUs for 1 at seed 13), which the agent makes up after. The agents' own counters are judged
-// without it (agentcheck.go).
+// 1.028 GPUs for 1 at seed 13), which the agent makes up after. The
+// agents' own counters are judged without it (agentcheck.go).
 func (l *liveRun) sharedChange(k wkey, start, end time.Time) bool {
 	from := start.Add(-agent.MaxProcessWait - l.scrape)
 	for _, a := range l.agents {
