@@ -50,14 +50,15 @@ E2E_TIMEOUT ?= 60m
 E2E_FILES = $(shell grep -rlE --include='*_test.go' '^//go:build .*\<e2e\>' .)
 E2E_TESTS = $(shell sed -nE 's/^func (Test[A-Za-z0-9_]*)\(t \*testing\.T\).*/\1/p' $(E2E_FILES) | sort -u | paste -sd'|')
 ## The race detector runs a replay about 7x slower: the replays over 30 virtual
-## minutes skip under it (skipLongUnderRace) and a second pass runs them without it.
-## Three packages at a time: test/fleet's run mostly waits on the wall clock (its
-## live phase judges windows of minutes), and would hold one of two slots idle.
+## minutes skip under it (skipLongUnderRace), and a second pass runs them without
+## it, beside test/bench's accuracy and memory measurements, which the race
+## detector would only slow and distort.
 LONG_REPLAYS := TestReplayGoldenLong|TestReplayDriverShapes|TestReplayMIGModeSwitch|TestReplayFaultyDay
-E2E_PARALLEL ?= 3
+RACE_FREE_DIRS := ./test/bench/ ./test/bench/scenario/
+RACE_FREE_TESTS = $(shell sed -nE 's/^func (Test[A-Za-z0-9_]*)\(t \*testing\.T\).*/\1/p' $(filter $(addsuffix %,$(RACE_FREE_DIRS)),$(E2E_FILES)) | sort -u | paste -sd'|')
 test-e2e:
-	go test -race -count=1 -p $(E2E_PARALLEL) -tags e2e -timeout $(E2E_TIMEOUT) -run '^($(E2E_TESTS))$$' $(sort $(dir $(E2E_FILES)))
-	go test -count=1 -tags e2e -timeout $(E2E_TIMEOUT) -run '^($(LONG_REPLAYS))$$' ./cmd/gpuxray-sim
+	go test -race -count=1 -tags e2e -timeout $(E2E_TIMEOUT) -run '^($(E2E_TESTS))$$' $(filter-out $(RACE_FREE_DIRS),$(sort $(dir $(E2E_FILES))))
+	go test -count=1 -tags e2e -timeout $(E2E_TIMEOUT) -run '^($(LONG_REPLAYS)|$(RACE_FREE_TESTS))$$' ./cmd/gpuxray-sim $(RACE_FREE_DIRS)
 
 ## bench: Go benchmarks (-count 6 for benchstat-style medians), then the real-binary
 ## harness and the 24-hour churn replay (docs/benchmarks.md)
