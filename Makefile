@@ -74,10 +74,20 @@ FUZZ_TARGETS := ./collector:FuzzParseDeviceID ./collector/proc:FuzzParseCgroup \
 	./agent:FuzzParseSchedule ./collector/sim:FuzzParseScenario \
 	./collector/workload:FuzzModelFromCmdline ./collector/workload:FuzzCapValue \
 	./collector/workload:FuzzSanitizeLabelName ./collector/workload:FuzzCleanValue ./collector/proc:FuzzParseStartTime
+## A run that ends in a bare "context deadline exceeded", with no failing input
+## written, is Go's fuzz coordinator racing its own -fuzztime deadline
+## (golang/go#75804, fixed in Go 1.27), not a finding: it runs once more.
 fuzz:
-	@set -e; for t in $(FUZZ_TARGETS); do \
-	  pkg=$${t%%:*}; name=$${t#*:}; echo "fuzz $$pkg $$name ($(FUZZTIME))"; \
-	  go test -run '^$$' -fuzz "^$$name\$$" -fuzztime $(FUZZTIME) $$pkg; \
+	@set -e; log=$$(mktemp); trap 'rm -f $$log' EXIT; for t in $(FUZZ_TARGETS); do \
+	  pkg=$${t%%:*}; name=$${t#*:}; \
+	  for try in 1 2; do \
+	    echo "fuzz $$pkg $$name ($(FUZZTIME))"; \
+	    if go test -run '^$$' -fuzz "^$$name\$$" -fuzztime $(FUZZTIME) $$pkg >$$log 2>&1; then cat $$log; break; fi; \
+	    cat $$log; \
+	    if [ $$try = 1 ] && grep -q 'context deadline exceeded' $$log && ! grep -q 'Failing input written' $$log; then \
+	      echo "fuzz: the -fuzztime deadline race (golang/go#75804), not a finding: once more"; continue; fi; \
+	    exit 1; \
+	  done; \
 	done
 
 ## lint: formatting, and vet of the default and e2e builds
