@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"github.com/gpuxray/gpuxray/internal/testtool"
 	"math"
 	"os"
 	"os/exec"
@@ -36,7 +37,7 @@ func runCmdWithin(t *testing.T, d time.Duration, args ...string) (int, string, s
 	// stderr is locked: a client-go list the stop left in flight may log
 	// after run returns, while the test reads it.
 	var out bytes.Buffer
-	var errb syncBuffer
+	var errb testtool.SyncBuffer
 	code := run(ctx, args, &out, &errb)
 	return code, out.String(), errb.String()
 }

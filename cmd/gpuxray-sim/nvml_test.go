@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"github.com/gpuxray/gpuxray/internal/testtool"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -17,7 +18,7 @@ import (
 // (the engine logs each count at debug, the reader each attempt).
 func TestNVMLUnavailable(t *testing.T) {
 	t.Parallel()
-	var stderr syncBuffer
+	var stderr testtool.SyncBuffer
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	done := make(chan int, 1)

@@ -4,12 +4,12 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"github.com/gpuxray/gpuxray/internal/testtool"
 	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -149,25 +149,6 @@ func TestScenarioFIFOSignal(t *testing.T) {
 	}
 }
 
-// syncBuffer is a bytes.Buffer the agent's logger may write while the
-// test reads it.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
 // TestStartupPortTaken: a listen address in use is a start-up error like
 // any other, exit 2; and --kubelet.pod-resources-socket given with
 // --simulate, which serves its own socket, is warned about, not silently
@@ -179,7 +160,7 @@ func TestStartupPortTaken(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer ln.Close()
-	var stderr syncBuffer
+	var stderr testtool.SyncBuffer
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	code := run(ctx, []string{"agent", "--simulate", "--web.listen-address=" + ln.Addr().String(),

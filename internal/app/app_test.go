@@ -3,9 +3,9 @@ package app
 import (
 	"bytes"
 	"context"
+	"github.com/gpuxray/gpuxray/internal/testtool"
 	"io"
 	"os"
-	"sync"
 	"testing"
 	"time"
 
@@ -48,26 +48,7 @@ func runCmdWithin(t *testing.T, d time.Duration, args ...string) (int, string, s
 		defer cancel()
 	}
 	var out bytes.Buffer
-	var errb syncBuffer
+	var errb testtool.SyncBuffer
 	code := run(ctx, args, &out, &errb)
 	return code, out.String(), errb.String()
-}
-
-// syncBuffer is a bytes.Buffer the agent's logger may write while the
-// test reads it.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
 }

@@ -4,9 +4,11 @@
 package testtool
 
 import (
+	"bytes"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"sync"
 	"testing"
 	"time"
 )
@@ -63,4 +65,23 @@ func SocketPath(t testing.TB, name string) string {
 		t.Cleanup(func() { os.RemoveAll(dir) })
 	}
 	return filepath.Join(dir, name)
+}
+
+// SyncBuffer is a bytes.Buffer a process under test (an agent's logger)
+// may write while the test reads it.
+type SyncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *SyncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *SyncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
 }

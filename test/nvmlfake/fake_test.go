@@ -4,8 +4,8 @@ package nvmlfake
 
 import (
 	"bufio"
-	"bytes"
 	"fmt"
+	"github.com/gpuxray/gpuxray/internal/testtool"
 	"io"
 	"net"
 	"net/http"
@@ -97,25 +97,8 @@ func library(t *testing.T, variant string) string {
 type agent struct {
 	cmd    *exec.Cmd
 	base   string
-	stderr *syncBuffer
+	stderr *testtool.SyncBuffer
 	exited chan error
-}
-
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
 }
 
 func startAgent(t *testing.T, n *Node, extra ...string) *agent {
@@ -127,7 +110,7 @@ func startAgent(t *testing.T, n *Node, extra ...string) *agent {
 	addr := l.Addr().String()
 	l.Close()
 	args := append([]string{"agent", "--web.listen-address=" + addr, "--log.level=info", "--log.format=json"}, n.Args()...)
-	a := &agent{base: "http://" + addr, stderr: &syncBuffer{}, exited: make(chan error, 1)}
+	a := &agent{base: "http://" + addr, stderr: &testtool.SyncBuffer{}, exited: make(chan error, 1)}
 	a.cmd = exec.Command(productionAgent(t), append(args, extra...)...)
 	a.cmd.Env = append(os.Environ(), n.Env()...)
 	a.cmd.Stderr = a.stderr
