@@ -232,9 +232,9 @@ func (e *Engine) ingest(ds *deviceState, rd collector.DeviceReading, owners map[
 	for _, p := range rd.Processes {
 		track(p.PID)
 	}
-	// Where this read's samples begin: after the newest stamp read before.
+	// Where this read's samples begin: after the newest stamp read before
+	// (sh.seen, which since reads), updated once the read is ingested.
 	seen := sh.seen
-	defer func() { sh.seen = seen }()
 	// Several samples of one process in a read: one per period.
 	count := make(map[uint32]int, len(rd.ProcessSamples))
 	for _, s := range rd.ProcessSamples {
@@ -303,6 +303,7 @@ func (e *Engine) ingest(ds *deviceState, rd collector.DeviceReading, owners map[
 			sh.foreign = true
 		}
 	}
+	sh.seen = seen
 	sh.prevRead = now
 }
 
